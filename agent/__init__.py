@@ -1,0 +1,1 @@
+"""The dayzero agent: a LangGraph loop that brings a model up on new accelerators (graph, policies, CLI)."""

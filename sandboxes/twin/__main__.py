@@ -1,0 +1,83 @@
+"""The twin's command line: ``python -m sandboxes.twin <command>``.
+
+Commands:
+  scenarios                                      list the bundled scenario names
+  materialize --scenario NAME|PATH --dest DIR    write a workspace (checkpoint metadata + SGLang excerpt)
+  walkthrough                                    run the walk-through in docs/twin.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from . import scenario as scenario_mod
+
+
+def _cmd_scenarios(args: argparse.Namespace) -> int:
+    for name in scenario_mod.available():
+        try:
+            desc = scenario_mod.load(name).description
+        except scenario_mod.ScenarioError as exc:
+            desc = f"(invalid: {exc})"
+        print(f"{name}\t{desc}")
+    return 0
+
+
+def _cmd_materialize(args: argparse.Namespace) -> int:
+    from .materialize import MaterializeError, human_bytes, materialize
+
+    try:
+        result = materialize(args.scenario, args.dest, force=args.force)
+    except (MaterializeError, scenario_mod.ScenarioError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"# dayzero MI355X twin (simulated): workspace for scenario at {result.scenario_copy}")
+    print(f"model:  {result.model_dir}  ({result.num_params} tensors, {human_bytes(result.total_bytes)} of weights)")
+    print(f"sglang: {result.sglang_root}")
+    return 0
+
+
+COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
+
+
+def _setup_scenarios(p: argparse.ArgumentParser) -> None:
+    pass
+
+
+def _setup_materialize(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scenario", default=scenario_mod.DEFAULT_SCENARIO, help="scenario name or YAML path")
+    p.add_argument("--dest", required=True, help="workspace directory to create")
+    p.add_argument("--force", action="store_true", help="overwrite the workspace parts of a non-empty DIR")
+
+
+def _cmd_walkthrough(args: argparse.Namespace) -> int:
+    from .walkthrough import run
+
+    return run()
+
+
+COMMANDS["walkthrough"] = ("run docs/twin.md: materialise, crash, patch, benchmark", lambda p: None, _cmd_walkthrough)
+COMMANDS["scenarios"] = ("list the bundled scenarios", _setup_scenarios, _cmd_scenarios)
+COMMANDS["materialize"] = ("write a twin workspace", _setup_materialize, _cmd_materialize)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m sandboxes.twin",
+                                     description="dayzero MI355X digital twin (simulated SGLang ROCm node)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (help_text, setup, run) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text)
+        setup(p)
+        p.set_defaults(_run=run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args._run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

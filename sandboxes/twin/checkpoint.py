@@ -1,0 +1,348 @@
+"""The checkpoint's module catalogue: every parameter of a DeepSeek-style MLA + DSA + MoE checkpoint.
+
+The twin never holds tensor data. It knows, from the model dimensions, which modules the checkpoint has,
+their logical shapes and how each one is stored (quantized or not). The same catalogue describes both sides
+of weight loading: the checkpoint as Quark exported it (``materialize``) and the modules the engine builds
+(``weights``); only the names and the quantization decisions differ between the two.
+
+Shapes (``(out_features, in_features)`` for linears; ``h`` = hidden size, ``H`` = attention heads):
+
+* attention (MLA): ``q_a_proj (q_lora_rank, h)``, ``q_b_proj (H*(qk_nope+qk_rope), q_lora_rank)`` -- or
+  ``q_proj (H*(qk_nope+qk_rope), h)`` when ``q_lora_rank`` is 0 --, ``kv_a_proj_with_mqa
+  (kv_lora_rank+qk_rope, h)``, ``kv_b_proj (H*(qk_nope+v_head), kv_lora_rank)``, ``o_proj (h, H*v_head)``,
+  and the norms ``q_a_layernorm (q_lora_rank)``, ``kv_a_layernorm (kv_lora_rank)``.
+* DSA indexer (when ``sparse_topk > 0``): ``indexer.wq_b (index_heads*index_head_dim, q_lora_rank)``,
+  ``indexer.wk (index_head_dim, h)``, ``indexer.weights_proj (index_heads, h)`` -- a plain bf16 linear the
+  engine builds without a quantization config --, and ``indexer.k_norm`` (a LayerNorm: weight and bias).
+* dense MLP (layers ``< first_k_dense_replace``): ``gate_proj/up_proj (I, h)``, ``down_proj (h, I)`` with
+  ``I = dense_intermediate_size`` (falls back to ``moe_intermediate_size * top_k`` when 0).
+* MoE layers: ``mlp.experts.{e}.gate_proj/up_proj (i, h)`` and ``down_proj (h, i)`` with ``i`` the MoE
+  intermediate size, for every routed expert; ``mlp.shared_experts.*`` the same with ``i * n_shared``; the
+  router ``mlp.gate`` (``weight (E, h)`` bf16 plus ``e_score_correction_bias (E,)`` f32; never quantized).
+* every layer: ``input_layernorm (h)``, ``post_attention_layernorm (h)``.
+* the MTP layer (``mtp.layer_index``, stored under ``mtp.checkpoint_prefix``) is a full MoE decoder layer
+  plus ``eh_proj (h, 2h)`` (a plain bf16 linear in the engine, so Quark keeps it bf16 too), ``enorm (h)``,
+  ``hnorm (h)`` and ``shared_head.norm (h)``; it shares ``embed_tokens`` and ``lm_head`` with the target.
+* top level: ``model.embed_tokens (vocab, h)``, ``model.norm (h)``, ``lm_head (vocab, h)`` (a linear; it
+  is quantized unless the exclude list names it).
+
+Packing rule for a linear stored in format ``fmt``: ``mxfp4`` -> ``weight`` U8 ``[out, in/2]`` (two e2m1
+values per byte) + ``weight_scale`` U8 ``[out, in/32]`` (one e8m0 scale per group of 32); ``fp8`` ->
+``weight`` F8_E4M3 ``[out, in]`` + ``weight_scale`` F32 ``[out, 1]`` (per output channel); ``bf16`` ->
+``weight`` BF16 ``[out, in]``. Norms, embeddings, the router and the plain linears are never quantized.
+
+Parameter order is the natural sort of the full names (``lm_head``, ``model.embed_tokens``,
+``model.layers.0 ... N``, ``model.norm``; alphabetical inside a layer, expert numbers numerically), which is
+how a sharded safetensors checkpoint is walked when shards follow the layers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from .scenario import ModelSpec
+
+QUANT_FORMATS = ("mxfp4", "fp8", "bf16")
+DTYPE_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "U8": 1, "I8": 1, "F8_E4M3": 1}
+MXFP4_GROUP = 32
+
+# module kinds
+LINEAR = "linear"  # quantizable linear: asks the exclude list
+PLAIN = "plain_linear"  # a linear the engine always builds in bf16 (no quantization config)
+ROUTER = "router"  # MoE router: weight bf16 + e_score_correction_bias f32
+NORM = "norm"  # RMSNorm: weight only
+LAYERNORM = "layernorm"  # LayerNorm: weight and bias
+EMBEDDING = "embedding"
+
+# names of the MTP-only modules (everything else in the MTP layer is an ordinary decoder layer)
+MTP_ONLY_MODULES = ("eh_proj", "enorm", "hnorm", "shared_head.norm")
+
+
+@dataclass(frozen=True)
+class ModelDims:
+    """The dimensions the catalogue needs; built from a scenario (``from_spec``) or a ``config.json``."""
+
+    architecture: str
+    model_type: str
+    hidden_size: int
+    num_hidden_layers: int
+    vocab_size: int
+    num_heads: int
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    num_experts: int
+    top_k: int
+    moe_intermediate_size: int
+    num_shared_experts: int = 0
+    first_k_dense_replace: int = 0
+    dense_intermediate_size: int = 0
+    sparse_topk: int = 0
+    indexer_heads: int = 0
+    indexer_head_dim: int = 0
+    mtp_layer_index: int | None = None
+    mtp_checkpoint_prefix: str | None = None
+
+    @classmethod
+    def from_spec(cls, spec: ModelSpec) -> ModelDims:
+        a, m = spec.attention, spec.moe
+        return cls(
+            architecture=spec.architecture,
+            model_type=spec.model_type,
+            hidden_size=spec.hidden_size,
+            num_hidden_layers=spec.num_hidden_layers,
+            vocab_size=spec.vocab_size,
+            num_heads=a.num_heads,
+            q_lora_rank=a.q_lora_rank,
+            kv_lora_rank=a.kv_lora_rank,
+            qk_nope_head_dim=a.qk_nope_head_dim,
+            qk_rope_head_dim=a.qk_rope_head_dim,
+            v_head_dim=a.v_head_dim,
+            num_experts=m.num_experts,
+            top_k=m.top_k,
+            moe_intermediate_size=m.intermediate_size,
+            num_shared_experts=m.num_shared_experts,
+            first_k_dense_replace=spec.first_k_dense_replace,
+            dense_intermediate_size=spec.dense_intermediate_size,
+            sparse_topk=a.sparse_topk,
+            indexer_heads=a.indexer_heads,
+            indexer_head_dim=a.indexer_head_dim,
+            mtp_layer_index=spec.mtp.layer_index if spec.mtp else None,
+            mtp_checkpoint_prefix=spec.mtp.checkpoint_prefix if spec.mtp else None,
+        )
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any]) -> ModelDims:
+        """Dims from an HF-style ``config.json`` dict (DeepSeek-V3 / GLM-MoE-DSA key names).
+
+        The MTP layer follows the DeepSeek convention: with ``num_nextn_predict_layers >= 1`` it is stored
+        as layer ``num_hidden_layers`` under ``model.layers.<num_hidden_layers>``; the twin-only block
+        ``dayzero_twin`` may override both (``mtp_layer_index``, ``mtp_checkpoint_prefix``).
+        """
+
+        def need(key: str) -> Any:
+            if key not in cfg:
+                raise KeyError(f"config.json has no {key!r}")
+            return cfg[key]
+
+        n_layers = int(need("num_hidden_layers"))
+        twin = cfg.get("dayzero_twin") or {}
+        mtp_index: int | None = None
+        mtp_prefix: str | None = None
+        if int(cfg.get("num_nextn_predict_layers") or 0) > 0:
+            mtp_index = int(twin.get("mtp_layer_index", n_layers))
+            mtp_prefix = str(twin.get("mtp_checkpoint_prefix", f"model.layers.{mtp_index}"))
+        archs = cfg.get("architectures") or [""]
+        return cls(
+            architecture=str(archs[0]),
+            model_type=str(cfg.get("model_type", "")),
+            hidden_size=int(need("hidden_size")),
+            num_hidden_layers=n_layers,
+            vocab_size=int(need("vocab_size")),
+            num_heads=int(need("num_attention_heads")),
+            q_lora_rank=int(cfg.get("q_lora_rank") or 0),
+            kv_lora_rank=int(need("kv_lora_rank")),
+            qk_nope_head_dim=int(need("qk_nope_head_dim")),
+            qk_rope_head_dim=int(need("qk_rope_head_dim")),
+            v_head_dim=int(need("v_head_dim")),
+            num_experts=int(need("n_routed_experts")),
+            top_k=int(need("num_experts_per_tok")),
+            moe_intermediate_size=int(need("moe_intermediate_size")),
+            num_shared_experts=int(cfg.get("n_shared_experts") or 0),
+            first_k_dense_replace=int(cfg.get("first_k_dense_replace") or 0),
+            dense_intermediate_size=int(cfg.get("intermediate_size") or 0),
+            sparse_topk=int(cfg.get("index_topk") or 0),
+            indexer_heads=int(cfg.get("index_n_heads") or 0),
+            indexer_head_dim=int(cfg.get("index_head_dim") or 0),
+            mtp_layer_index=mtp_index,
+            mtp_checkpoint_prefix=mtp_prefix,
+        )
+
+    @property
+    def dense_inter(self) -> int:
+        return self.dense_intermediate_size or self.moe_intermediate_size * max(1, self.top_k)
+
+    def is_moe_layer(self, layer_index: int) -> bool:
+        return layer_index >= self.first_k_dense_replace and self.num_experts > 0
+
+
+class Entry(NamedTuple):
+    """One module of a layer, relative to the layer prefix."""
+
+    local: str
+    kind: str
+    shape: tuple[int, ...]
+    category: str
+    expert: bool  # a routed-expert linear (part of the layer's FusedMoE module)
+    mtp_only: bool  # eh_proj / enorm / hnorm / shared_head.norm
+
+
+class Module(NamedTuple):
+    name: str  # full module name, e.g. "model.layers.3.mlp.experts.17.gate_proj"
+    local: str  # name inside its layer ("" for top-level modules)
+    kind: str
+    shape: tuple[int, ...]
+    category: str
+    layer: int | None
+    fused_moe: str | None  # "<layer prefix>.mlp.experts" for routed-expert linears, else None
+    mtp_only: bool = False
+
+
+_NUM = re.compile(r"(\d+)")
+
+
+def natural_key(name: str) -> tuple[Any, ...]:
+    """Sort key that orders embedded integers numerically (``experts.2`` before ``experts.10``)."""
+    return tuple(int(p) if p.isdigit() else p for p in _NUM.split(name))
+
+
+def layer_entries(dims: ModelDims, layer_index: int, *, mtp: bool = False) -> list[Entry]:
+    """The modules of decoder layer ``layer_index`` (plus the MTP-only modules when ``mtp``), sorted."""
+    h, H = dims.hidden_size, dims.num_heads
+    qk_head = dims.qk_nope_head_dim + dims.qk_rope_head_dim
+    out: list[Entry] = []
+
+    def add(local: str, kind: str, shape: tuple[int, ...], category: str, *, expert: bool = False,
+            mtp_only: bool = False) -> None:
+        out.append(Entry(local, kind, shape, category, expert, mtp_only))
+
+    add("input_layernorm", NORM, (h,), "norm")
+    add("post_attention_layernorm", NORM, (h,), "norm")
+    if dims.q_lora_rank > 0:
+        add("self_attn.q_a_proj", LINEAR, (dims.q_lora_rank, h), "attention")
+        add("self_attn.q_a_layernorm", NORM, (dims.q_lora_rank,), "norm")
+        add("self_attn.q_b_proj", LINEAR, (H * qk_head, dims.q_lora_rank), "attention")
+    else:
+        add("self_attn.q_proj", LINEAR, (H * qk_head, h), "attention")
+    add("self_attn.kv_a_proj_with_mqa", LINEAR, (dims.kv_lora_rank + dims.qk_rope_head_dim, h), "attention")
+    add("self_attn.kv_a_layernorm", NORM, (dims.kv_lora_rank,), "norm")
+    add("self_attn.kv_b_proj", LINEAR, (H * (dims.qk_nope_head_dim + dims.v_head_dim), dims.kv_lora_rank),
+        "attention")
+    add("self_attn.o_proj", LINEAR, (h, H * dims.v_head_dim), "attention")
+    if dims.sparse_topk > 0:
+        q_in = dims.q_lora_rank or h
+        add("self_attn.indexer.wq_b", LINEAR, (dims.indexer_heads * dims.indexer_head_dim, q_in), "indexer")
+        add("self_attn.indexer.wk", LINEAR, (dims.indexer_head_dim, h), "indexer")
+        add("self_attn.indexer.weights_proj", PLAIN, (dims.indexer_heads, h), "indexer")
+        add("self_attn.indexer.k_norm", LAYERNORM, (dims.indexer_head_dim,), "indexer")
+    if dims.is_moe_layer(layer_index):
+        i = dims.moe_intermediate_size
+        add("mlp.gate", ROUTER, (dims.num_experts, h), "router")
+        for e in range(dims.num_experts):
+            add(f"mlp.experts.{e}.gate_proj", LINEAR, (i, h), "routed_experts", expert=True)
+            add(f"mlp.experts.{e}.up_proj", LINEAR, (i, h), "routed_experts", expert=True)
+            add(f"mlp.experts.{e}.down_proj", LINEAR, (h, i), "routed_experts", expert=True)
+        if dims.num_shared_experts > 0:
+            s = i * dims.num_shared_experts
+            add("mlp.shared_experts.gate_proj", LINEAR, (s, h), "shared_experts")
+            add("mlp.shared_experts.up_proj", LINEAR, (s, h), "shared_experts")
+            add("mlp.shared_experts.down_proj", LINEAR, (h, s), "shared_experts")
+    else:
+        d = dims.dense_inter
+        add("mlp.gate_proj", LINEAR, (d, h), "dense_mlp")
+        add("mlp.up_proj", LINEAR, (d, h), "dense_mlp")
+        add("mlp.down_proj", LINEAR, (h, d), "dense_mlp")
+    if mtp:
+        add("eh_proj", PLAIN, (h, 2 * h), "mtp", mtp_only=True)
+        add("enorm", NORM, (h,), "mtp", mtp_only=True)
+        add("hnorm", NORM, (h,), "mtp", mtp_only=True)
+        add("shared_head.norm", NORM, (h,), "mtp", mtp_only=True)
+    out.sort(key=lambda en: natural_key(en.local))
+    return out
+
+
+def layer_modules(dims: ModelDims, layer_index: int, prefix: str, *, mtp: bool = False,
+                  mtp_only_prefix: str | None = None,
+                  entries: list[Entry] | None = None) -> list[Module]:
+    """Modules of one layer named under ``prefix``; MTP-only modules go under ``mtp_only_prefix``.
+
+    In the checkpoint both prefixes are the layer's (``model.layers.78``); in the engine's draft model the
+    decoder layer lives under its registration prefix (e.g. ``model.decoder``) and the MTP-only modules
+    under the draft model's top level (``model``).
+    """
+    if entries is None:
+        entries = layer_entries(dims, layer_index, mtp=mtp)
+    top = mtp_only_prefix if mtp_only_prefix is not None else prefix
+    moe = f"{prefix}.mlp.experts"
+    return [
+        Module(f"{top if en.mtp_only else prefix}.{en.local}", en.local, en.kind, en.shape, en.category,
+               layer_index, moe if en.expert else None, en.mtp_only)
+        for en in entries
+    ]
+
+
+def checkpoint_modules(dims: ModelDims, *, include_mtp: bool = True) -> Iterator[Module]:
+    """Every module of the checkpoint, in checkpoint (natural-sort) order."""
+    h = dims.hidden_size
+    yield Module("lm_head", "", LINEAR, (dims.vocab_size, h), "lm_head", None, None)
+    yield Module("model.embed_tokens", "", EMBEDDING, (dims.vocab_size, h), "embedding", None, None)
+    layers: list[tuple[int, str, bool]] = [(i, f"model.layers.{i}", False) for i in range(dims.num_hidden_layers)]
+    if include_mtp and dims.mtp_layer_index is not None:
+        layers.append((dims.mtp_layer_index, dims.mtp_checkpoint_prefix or f"model.layers.{dims.mtp_layer_index}",
+                       True))
+    cache: dict[tuple[bool, bool], list[Entry]] = {}
+    for index, prefix, is_mtp in layers:
+        key = (dims.is_moe_layer(index), is_mtp)
+        if key not in cache:
+            cache[key] = layer_entries(dims, index, mtp=is_mtp)
+        yield from layer_modules(dims, index, prefix, mtp=is_mtp, entries=cache[key])
+    yield Module("model.norm", "", NORM, (h,), "norm", None, None)
+
+
+def quantizable(module: Module) -> bool:
+    return module.kind == LINEAR
+
+
+def param_specs(module: Module, fmt: str) -> list[tuple[str, str, tuple[int, ...]]]:
+    """``[(suffix, dtype, shape)]`` of ``module`` stored in format ``fmt`` (ignored for non-linears)."""
+    kind = module.kind
+    if kind == LINEAR:
+        out_f, in_f = module.shape
+        if fmt == "mxfp4":
+            return [
+                ("weight", "U8", (out_f, (in_f + 1) // 2)),
+                ("weight_scale", "U8", (out_f, -(-in_f // MXFP4_GROUP))),
+            ]
+        if fmt == "fp8":
+            return [("weight", "F8_E4M3", (out_f, in_f)), ("weight_scale", "F32", (out_f, 1))]
+        if fmt == "bf16":
+            return [("weight", "BF16", module.shape)]
+        raise ValueError(f"unknown weight format {fmt!r} (expected one of {QUANT_FORMATS})")
+    if kind in (PLAIN, NORM, EMBEDDING):
+        return [("weight", "BF16", module.shape)]
+    if kind == LAYERNORM:
+        return [("bias", "BF16", module.shape), ("weight", "BF16", module.shape)]
+    if kind == ROUTER:
+        return [("e_score_correction_bias", "F32", (module.shape[0],)), ("weight", "BF16", module.shape)]
+    raise ValueError(f"unknown module kind {kind!r}")
+
+
+def tensor_bytes(dtype: str, shape: tuple[int, ...] | list[int]) -> int:
+    n = DTYPE_BYTES[dtype]
+    for d in shape:
+        n *= d
+    return n
+
+
+def quant_format_from_config(cfg: Mapping[str, Any]) -> str:
+    """``mxfp4`` / ``fp8`` / ``bf16`` from a config's ``quantization_config`` (Quark style)."""
+    qc = cfg.get("quantization_config")
+    if not qc:
+        return "bf16"
+    weight = ((qc.get("global_quant_config") or {}).get("weight") or {}) if isinstance(qc, Mapping) else {}
+    dtype = str(weight.get("dtype", "")).lower()
+    if dtype in ("fp4", "mxfp4", "fp4_e2m1"):
+        return "mxfp4"
+    if dtype.startswith("fp8"):
+        return "fp8"
+    raise ValueError(f"unsupported quantization_config weight dtype {dtype!r}")
+
+
+def exclude_from_config(cfg: Mapping[str, Any]) -> list[str]:
+    qc = cfg.get("quantization_config") or {}
+    return [str(x) for x in (qc.get("exclude") or [])]

@@ -1,0 +1,838 @@
+"""The HTTP server of a running twin: SGLang's native and OpenAI-compatible endpoints, simulated.
+
+A real SGLang server is FastAPI on uvicorn; this is ``http.server.ThreadingHTTPServer`` (standard library
+only) answering the same paths with the same JSON shapes, status codes and streaming format (server-sent
+events over chunked transfer encoding). Every response that describes the server marks it as simulated
+(``"simulated": true``) and every response carries the header ``X-SGLang-Twin: simulated``.
+
+Simulation rules (documented here because clients will measure them):
+
+* Tokens. There is no tokenizer. A text prompt counts ``ceil(len(text) / 4)`` tokens (``count_tokens``);
+  ``input_ids`` count one token per id. Chat prompts are first rendered with a GLM-style template
+  (``[gMASK]<sop><|role|>\\ncontent...<|assistant|>``) and counted the same way. Generated text is cut into
+  word-like pieces (``split_pieces``: a word of up to 6 letters, up to 3 digits, or one punctuation mark,
+  each with its leading space); each piece is one completion token.
+* Content. If the prompt contains one of the bundled arithmetic problems (``problems.find_problem``), the
+  completion is the simulated model's worked answer (``problems.answer_for``, salt = the served
+  quantization from ``twin["quantization"]``), which ends with an EOS (finish reason ``stop``). Otherwise it
+  is deterministic filler (``lorem ipsum`` words) of exactly ``max_new_tokens`` tokens (finish ``length``);
+  with no limit given it is 128 tokens followed by EOS. ``ignore_eos`` pads an answer with filler to
+  exactly ``max_new_tokens``. Sampling parameters (temperature, top_p, seed, ...) change nothing.
+* Prefix cache. A radix-cache stand-in remembers prompts in blocks of 16 tokens (chained hashes, LRU);
+  ``cached_tokens`` is the longest block-aligned prefix already seen (at most ``prompt_tokens - 1``).
+  ``--disable-radix-cache`` (``server_args["disable_radix_cache"]``) turns it off; ``/flush_cache`` clears it.
+* Pacing. First token at ``ttft_s + uncached_prompt_tokens * prefill_s_per_token`` simulated seconds
+  (``prefill_s_per_token`` from ``twin``, default 5e-5 s: about 0.4 s for 8k fresh tokens), then one token
+  every ``tpot_s``. With speculative decoding on (``server_args["speculative_algorithm"]`` set and
+  ``internal_states["avg_spec_accept_length"] > 1``) tokens arrive in bursts of about the accept length,
+  keeping the same average ``tpot_s``. Simulated seconds become real sleeps times ``time_scale``
+  (0: no sleeping). Each stream is paced independently: this server does not model batching or load; the
+  load-dependent performance model belongs to the simulated benchmark. ``e2e_latency`` in ``meta_info`` is
+  in simulated seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import math
+import re
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from . import problems
+
+logger = logging.getLogger("sglang.twin.http")
+
+SGLANG_VERSION = "0.5.12"
+CHARS_PER_TOKEN = 4
+DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default for /generate
+DEFAULT_PREFILL_S_PER_TOKEN = 5e-5
+DEFAULT_EOS_TOKEN_ID = 151329  # GLM family <|endoftext|>
+CACHE_BLOCK_TOKENS = 16
+CACHE_MAX_BLOCKS = 1 << 17
+KEEP_ALIVE_S = 5.0  # uvicorn's timeout_keep_alive in SGLang
+
+FLUSH_CACHE_TEXT = (
+    "Cache flushed.\nPlease check backend logs for more details. "
+    "(When there are running or waiting requests, the operation will not be performed.)\n"
+)
+FILLER_WORDS = (  # each one piece of split_pieces (at most 6 letters), so filler re-splits to the same count
+    " lorem", " ipsum", " dolor", " sit", " amet", ",", " sed", " do", " tempor", " ut", " labore", " et",
+    " dolore", " magna", " aliqua", ".", " ut", " enim", " ad", " minim", " veniam", ",", " quis", " nisi",
+)
+_PIECE = re.compile(r"\s?[A-Za-z]{1,6}|\s?\d{1,3}|\s?[^\sA-Za-z\d]|\s+")
+
+
+@dataclass
+class ServerState:
+    model_path: str  # as given on the command line
+    served_model_name: str
+    server_args: dict  # every SGLang server arg (name -> value), echoed by /server_info
+    internal_states: dict  # e.g. {"avg_spec_accept_length": 3.2, "last_gen_throughput": ...}
+    twin: dict  # twin-only facts: {"simulated": True, "scenario": ..., ...}
+    accuracy: float  # probability that an answer is correct for the served quantization
+    tpot_s: float  # simulated seconds per output token for one stream
+    ttft_s: float  # simulated time to first token for a short prompt
+    time_scale: float  # wall seconds per simulated second (0.001: 1000x faster; 0: no sleeping)
+    context_length: int
+    ready: threading.Event = field(default_factory=threading.Event)  # /health is 503 until set
+
+
+# ----------------------------------------------------------------------------------------- tokens, content
+
+
+def count_tokens(text: str) -> int:
+    """Approximate token count of a prompt: one token per 4 characters, rounded up."""
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+def split_pieces(text: str) -> list[str]:
+    """Cut generated text into the pieces streamed as tokens; ``"".join(split_pieces(t)) == t``."""
+    return _PIECE.findall(text)
+
+
+def filler_pieces(n: int, start: int = 0) -> list[str]:
+    return [FILLER_WORDS[(start + i) % len(FILLER_WORDS)] for i in range(n)]
+
+
+def _piece_id(piece: str, vocab: int) -> int:
+    return int.from_bytes(hashlib.blake2b(piece.encode("utf-8"), digest_size=4).digest(), "big") % vocab
+
+
+class RequestError(Exception):
+    """A request the engine refuses; rendered in the calling endpoint's error format."""
+
+    def __init__(self, message: str, status: int = 400, err_type: str = "BadRequestError"):
+        super().__init__(message)
+        self.status = status
+        self.err_type = err_type
+
+
+@dataclass
+class _Prompt:
+    text: str | None  # None when given as token ids
+    ids: list[int] | None
+    tokens: int
+
+
+@dataclass
+class _Completion:
+    rid: str
+    prompt_tokens: int
+    cached_tokens: int
+    pieces: list[str]
+    finish: dict  # SGLang finish_reason: {"type": "stop", "matched": ...} | {"type": "length", "length": n}
+    schedule: list[tuple[float, int]]  # (simulated seconds since arrival, cumulative tokens out)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+    @property
+    def e2e_s(self) -> float:
+        return self.schedule[-1][0]
+
+
+class _PrefixCache:
+    """Block-granular stand-in for SGLang's radix cache: remembers chained hashes of prompt prefixes."""
+
+    def __init__(self, max_blocks: int = CACHE_MAX_BLOCKS):
+        self._blocks: OrderedDict[bytes, None] = OrderedDict()
+        self._max = max_blocks
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _keys(prompt: _Prompt) -> list[bytes]:
+        if prompt.ids is not None:
+            units = [str(i) for i in prompt.ids]
+            step = CACHE_BLOCK_TOKENS
+            chunks = [",".join(units[i:i + step]) for i in range(0, len(units) - step + 1, step)]
+        else:
+            text = prompt.text or ""
+            step = CACHE_BLOCK_TOKENS * CHARS_PER_TOKEN
+            chunks = [text[i:i + step] for i in range(0, len(text) - step + 1, step)]
+        keys, prev = [], b""
+        for chunk in chunks:
+            prev = hashlib.blake2b(prev + chunk.encode("utf-8"), digest_size=16).digest()
+            keys.append(prev)
+        return keys
+
+    def match_and_insert(self, prompt: _Prompt) -> int:
+        keys = self._keys(prompt)
+        with self._lock:
+            hit = 0
+            for key in keys:
+                if key not in self._blocks:
+                    break
+                hit += 1
+            for key in keys:
+                self._blocks[key] = None
+                self._blocks.move_to_end(key)
+            while len(self._blocks) > self._max:
+                self._blocks.popitem(last=False)
+        return min(hit * CACHE_BLOCK_TOKENS, max(prompt.tokens - 1, 0))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._blocks.clear()
+
+
+# ------------------------------------------------------------------------------------------------ engine
+
+
+class _Engine:
+    """What the HTTP layer calls: plans completions (content, finish reason, timing) for a ServerState."""
+
+    def __init__(self, state: ServerState):
+        self.state = state
+        self.cache = _PrefixCache()
+
+    # -- settings derived from the state
+    def _arg(self, name: str, default: Any = None) -> Any:
+        return self.state.server_args.get(name, default)
+
+    @property
+    def quantization(self) -> str:
+        return str(self.state.twin.get("quantization") or self._arg("quantization") or "")
+
+    @property
+    def eos_token_id(self) -> int:
+        return int(self.state.twin.get("eos_token_id", DEFAULT_EOS_TOKEN_ID))
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.state.twin.get("vocab_size", 151552))
+
+    @property
+    def accept_length(self) -> float:
+        if not self._arg("speculative_algorithm"):
+            return 1.0
+        try:
+            return max(1.0, float(self.state.internal_states.get("avg_spec_accept_length") or 1.0))
+        except (TypeError, ValueError, AttributeError):
+            return 1.0
+
+    # -- validation
+    def check_length(self, prompt_tokens: int, max_new_tokens: int | None) -> None:
+        ctx = self.state.context_length
+        if prompt_tokens >= ctx:
+            raise RequestError(
+                f"The input ({prompt_tokens} tokens) is longer than the model's context length ({ctx} tokens).")
+        if max_new_tokens is not None and prompt_tokens + max_new_tokens > ctx:
+            raise RequestError(
+                f"Requested token count exceeds the model's maximum context length of {ctx} tokens. "
+                f"You requested a total of {prompt_tokens + max_new_tokens} tokens: {prompt_tokens} tokens "
+                f"from the input messages and {max_new_tokens} tokens for the completion. Please reduce the "
+                f"number of tokens in the input messages or the completion to fit within the limit.")
+
+    # -- planning
+    def plan(self, prompt: _Prompt, max_new_tokens: int | None, ignore_eos: bool,
+             stop: list[str], rid: str | None = None) -> _Completion:
+        problem = problems.find_problem(prompt.text) if prompt.text else None
+        finish: dict[str, Any]
+        if problem is not None:
+            pieces = split_pieces(problems.answer_for(problem, self.state.accuracy, self.quantization))
+            finish = {"type": "stop", "matched": self.eos_token_id}
+        elif max_new_tokens is None:
+            pieces = filler_pieces(DEFAULT_MAX_NEW_TOKENS)
+            finish = {"type": "stop", "matched": self.eos_token_id}
+        else:
+            pieces = filler_pieces(max_new_tokens)
+            finish = {"type": "length", "length": max_new_tokens}
+        stopped = False
+        if stop:
+            text = "".join(pieces)
+            hits = [(text.find(s), s) for s in stop if s and s in text]
+            if hits:
+                at, matched = min(hits)
+                pieces = split_pieces(text[:at])
+                finish = {"type": "stop", "matched": matched}
+                stopped = True
+        if max_new_tokens is not None:
+            if len(pieces) > max_new_tokens:
+                pieces = pieces[:max_new_tokens]
+                finish = {"type": "length", "length": max_new_tokens}
+            elif ignore_eos and not stopped and len(pieces) < max_new_tokens:
+                pieces = pieces + filler_pieces(max_new_tokens - len(pieces))
+                finish = {"type": "length", "length": max_new_tokens}
+        cached = 0 if self._arg("disable_radix_cache") else self.cache.match_and_insert(prompt)
+        prefill_cost = float(self.state.twin.get("prefill_s_per_token", DEFAULT_PREFILL_S_PER_TOKEN))
+        first = self.state.ttft_s + (prompt.tokens - cached) * prefill_cost
+        return _Completion(rid=rid or uuid.uuid4().hex, prompt_tokens=prompt.tokens, cached_tokens=cached,
+                           pieces=pieces, finish=finish,
+                           schedule=self._schedule(len(pieces), first, self.state.tpot_s, self.accept_length))
+
+    @staticmethod
+    def _schedule(n: int, first: float, tpot: float, accept: float) -> list[tuple[float, int]]:
+        """Times (simulated s) at which the cumulative token count grows; the first token ends prefill."""
+        if n == 0:
+            return [(first, 0)]
+        out = [(first, 1)]
+        step, done = 1, 1
+        while done < n:
+            done = min(n, 1 + round(step * accept))
+            out.append((first + step * accept * tpot, done))
+            step += 1
+        return out
+
+    def meta_info(self, c: _Completion, upto: int, t_sim: float, final: bool) -> dict:
+        meta: dict[str, Any] = {
+            "id": c.rid,
+            "finish_reason": c.finish if final else None,
+            "prompt_tokens": c.prompt_tokens,
+            "weight_version": str(self._arg("weight_version", "default")),
+            "total_retractions": 0,
+            "completion_tokens": upto,
+            "cached_tokens": c.cached_tokens,
+        }
+        accept = self.accept_length
+        if accept > 1.0 and upto > 0:
+            verify_ct = max(1, math.ceil(upto / accept))
+            num_draft = int(self._arg("speculative_num_draft_tokens") or 0)
+            meta["spec_verify_ct"] = verify_ct
+            meta["spec_accept_length"] = upto / verify_ct
+            if num_draft > 1:
+                meta["spec_accept_rate"] = min(1.0, (upto / verify_ct - 1) / (num_draft - 1))
+        meta["e2e_latency"] = round(t_sim, 6)
+        return meta
+
+    def output_ids(self, c: _Completion, upto: int) -> list[int]:
+        return [_piece_id(p, self.vocab_size) for p in c.pieces[:upto]]
+
+
+# ------------------------------------------------------------------------------------------ request parsing
+
+
+def _as_int(value: Any, name: str, minimum: int = 0) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+        raise RequestError(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise RequestError(f"{name} must be at least {minimum}, got {value}")
+    return int(value)
+
+
+def _stop_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(s, str) for s in value):
+        return value
+    raise RequestError(f"stop must be a string or a list of strings, got {value!r}")
+
+
+def _prompt_from(value: Any) -> _Prompt:
+    if isinstance(value, str):
+        return _Prompt(text=value, ids=None, tokens=count_tokens(value))
+    if isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        return _Prompt(text=None, ids=list(value), tokens=len(value))
+    raise RequestError(f"Invalid prompt: {str(value)[:80]!r}")
+
+
+def _message_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    raise RequestError(f"Invalid message content: {str(content)[:80]!r}")
+
+
+def render_chat(messages: list[dict]) -> str:
+    """GLM-style chat template (approximate): what the chat prompt's token count is computed from."""
+    parts = ["[gMASK]<sop>"]
+    for m in messages:
+        parts.append(f"<|{m.get('role', 'user')}|>\n{_message_text(m.get('content'))}")
+    parts.append("<|assistant|>")
+    return "".join(parts)
+
+
+# -------------------------------------------------------------------------------------------- HTTP server
+
+
+class TwinHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, state: ServerState, address: tuple[str, int]):
+        self.state = state
+        self.engine = _Engine(state)
+        self.stopping = threading.Event()
+        super().__init__(address, _Handler)
+
+    def shutdown(self) -> None:
+        """Stop serving: in-flight streams end at their next token, then the accept loop exits."""
+        self.stopping.set()
+        super().shutdown()
+
+
+class _Disconnected(Exception):
+    pass
+
+
+_Route = Callable[["_Handler"], None]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "uvicorn"
+    sys_version = ""
+    timeout = KEEP_ALIVE_S
+    server: TwinHTTPServer
+
+    # -- plumbing
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        try:
+            phrase = HTTPStatus(int(code)).phrase
+        except ValueError:
+            phrase = ""
+        host, port = self.client_address[:2]
+        logger.info('%s:%s - "%s" %s %s', host, port, self.requestline, code, phrase)
+
+    def log_message(self, fmt: str, *args: Any) -> None:
+        logger.debug("%s - %s", self.address_string(), fmt % args)
+
+    def log_error(self, fmt: str, *args: Any) -> None:
+        # an idle keep-alive connection timing out is routine (uvicorn closes those silently)
+        level = logging.DEBUG if fmt.startswith("Request timed out") else logging.WARNING
+        logger.log(level, "%s - %s", self.address_string(), fmt % args)
+
+    def _send(self, status: int, body: bytes, content_type: str, headers: dict | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("X-SGLang-Twin", "simulated")
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if body and self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, status: int, obj: Any) -> None:
+        self._send(status, json.dumps(obj, default=str).encode("utf-8"), "application/json")
+
+    def _empty(self, status: int) -> None:
+        self._send(status, b"", "text/plain; charset=utf-8")
+
+    def _openai_error(self, status: int, message: str, err_type: str = "BadRequestError") -> None:
+        self._json(status, {"object": "error", "message": message, "type": err_type, "param": None,
+                            "code": status})
+
+    def _validation_error(self, message: str) -> None:
+        # FastAPI request validation errors, which SGLang turns from 422 into 400
+        self._openai_error(400, message, HTTPStatus.BAD_REQUEST.phrase)
+
+    def _read_body(self) -> bytes:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            data = bytearray()
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return bytes(data)
+                data += self.rfile.read(size)
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _json_body(self) -> tuple[bool, Any]:
+        """(ok, parsed body); on failure the 400 response has been sent."""
+        try:
+            raw = self._read_body()
+        except (ValueError, OSError):
+            self.close_connection = True
+            self._validation_error("Invalid request body")
+            return False, None
+        try:
+            return True, json.loads(raw.decode("utf-8")) if raw.strip() else None
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            self._validation_error(f"[{{'type': 'json_invalid', 'loc': ('body', {e.pos}), "
+                                   f"'msg': 'JSON decode error', 'input': {{}}, 'ctx': {{'error': '{e.msg}'}}}}]")
+            return False, None
+
+    def _require_json_content_type(self) -> bool:
+        media = self.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
+        if media != "application/json":
+            with contextlib.suppress(ValueError, OSError):
+                self._read_body()
+            self.close_connection = True
+            self._validation_error(
+                "[{'loc': ['header', 'content-type'], 'msg': \"Unsupported Media Type: Only 'application/json' "
+                "is allowed\", 'type': 'value_error'}]")
+            return False
+        return True
+
+    # -- streaming
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("X-SGLang-Twin", "simulated")
+        self.end_headers()
+
+    def _chunk(self, data: bytes) -> None:
+        try:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        except (BrokenPipeError, ConnectionResetError, OSError) as e:
+            self.close_connection = True
+            raise _Disconnected from e
+
+    def _event(self, obj: Any) -> None:
+        self._chunk(b"data: " + json.dumps(obj, default=str).encode("utf-8") + b"\n\n")
+
+    def _end_stream(self) -> None:
+        self._chunk(b"data: [DONE]\n\n")
+        self._chunk(b"")
+
+    def _wait_until(self, t0: float, t_sim: float) -> None:
+        """Sleep until simulated time ``t_sim`` after wall time ``t0``; raises if the server is stopping."""
+        scale = self.server.state.time_scale
+        if scale > 0:
+            delay = t0 + t_sim * scale - time.monotonic()
+            if delay > 0 and self.server.stopping.wait(delay):
+                self.close_connection = True
+                raise _Disconnected
+        elif self.server.stopping.is_set():
+            self.close_connection = True
+            raise _Disconnected
+
+    def _events(self, comps: list[_Completion]) -> Iterator[tuple[int, int, int, float]]:
+        """(index, previous count, new count, t_sim) for every step of every completion, in time order,
+        sleeping in between so that a client sees the tokens paced."""
+        steps = []
+        for i, c in enumerate(comps):
+            prev = 0
+            for t, n in c.schedule:
+                steps.append((t, i, prev, n))
+                prev = n
+        steps.sort()
+        t0 = time.monotonic()
+        for t, i, prev, n in steps:
+            self._wait_until(t0, t)
+            yield i, prev, n, t
+
+    def _wait_all(self, comps: list[_Completion]) -> None:
+        self._wait_until(time.monotonic(), max(c.e2e_s for c in comps))
+
+    # -- dispatch
+    def _routes(self) -> dict[str, tuple[tuple[str, ...], _Route]]:
+        return {
+            "/health": (("GET",), _Handler._health),
+            "/health_generate": (("GET",), _Handler._health),
+            "/v1/models": (("GET",), _Handler._models),
+            "/server_info": (("GET",), _Handler._server_info),
+            "/get_server_info": (("GET",), _Handler._server_info),
+            "/get_model_info": (("GET",), _Handler._model_info),
+            "/model_info": (("GET",), _Handler._model_info),
+            "/generate": (("POST", "PUT"), _Handler._generate),
+            "/v1/completions": (("POST",), _Handler._completions),
+            "/v1/chat/completions": (("POST",), _Handler._chat),
+            "/flush_cache": (("GET", "POST"), _Handler._flush_cache),
+        }
+
+    def _dispatch(self) -> None:
+        path = self.path.split("?", 1)[0].split("#", 1)[0]
+        if len(path) > 1:
+            path = path.rstrip("/")
+        route = self._routes().get(path)
+        try:
+            if route is None and path.startswith("/v1/models/") and self.command == "GET":
+                self._model_card(path[len("/v1/models/"):])
+            elif route is None:
+                self._read_body()
+                self._json(404, {"detail": "Not Found"})
+            elif self.command not in route[0]:
+                self._read_body()
+                self._json(405, {"detail": "Method Not Allowed"})
+            else:
+                route[1](self)
+        except _Disconnected:
+            pass
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception:  # keep the server alive; report like uvicorn does
+            logger.exception("Exception in ASGI application")
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self._send(500, b"Internal Server Error", "text/plain; charset=utf-8")
+
+    do_GET = _dispatch
+    do_POST = _dispatch
+    do_PUT = _dispatch
+    do_DELETE = _dispatch
+    do_PATCH = _dispatch
+
+    # -- endpoints: server description
+    def _health(self) -> None:
+        self._empty(200 if self.server.state.ready.is_set() and not self.server.stopping.is_set() else 503)
+
+    def _card(self, name: str) -> dict:
+        return {"id": name, "object": "model", "created": int(time.time()), "owned_by": "sglang", "root": name,
+                "parent": None, "max_model_len": self.server.state.context_length, "simulated": True}
+
+    def _models(self) -> None:
+        self._json(200, {"object": "list", "data": [self._card(self.server.state.served_model_name)],
+                         "simulated": True})
+
+    def _model_card(self, name: str) -> None:
+        if name != self.server.state.served_model_name:
+            self._json(404, {"error": {"message": f"The model '{name}' does not exist",
+                                       "type": "invalid_request_error", "param": "model",
+                                       "code": "model_not_found"}})
+        else:
+            self._json(200, self._card(name))
+
+    def _server_info(self) -> None:
+        st = self.server.state
+        if isinstance(st.internal_states, list):
+            internal = [dict(s) for s in st.internal_states]
+        else:  # one entry per data-parallel rank, as SGLang's scheduler fan-out returns them
+            internal = [dict(st.internal_states) for _ in range(max(1, int(st.server_args.get("dp_size") or 1)))]
+        info = {**st.server_args, **dict(st.twin.get("scheduler_info") or {}),
+                "internal_states": internal, "version": st.twin.get("version", SGLANG_VERSION),
+                "simulated": True, "twin": st.twin}
+        self._json(200, info)
+
+    def _model_info(self) -> None:
+        st = self.server.state
+        self._json(200, {"model_path": st.model_path,
+                         "tokenizer_path": st.server_args.get("tokenizer_path", st.model_path),
+                         "is_generation": True,
+                         "preferred_sampling_params": st.server_args.get("preferred_sampling_params"),
+                         "weight_version": st.server_args.get("weight_version", "default"),
+                         "simulated": True})
+
+    def _flush_cache(self) -> None:
+        self._read_body()
+        self.server.engine.cache.clear()
+        logger.info("Cache flushed successfully!")
+        self._send(200, FLUSH_CACHE_TEXT.encode("utf-8"), "text/plain; charset=utf-8")
+
+    # -- endpoints: native generation
+    def _generate(self) -> None:
+        ok, body = self._json_body()
+        if not ok:
+            return
+        if not isinstance(body, dict):
+            self._validation_error("Input should be a valid dictionary or object to extract fields from")
+            return
+        engine = self.server.engine
+        try:
+            comps, batched = self._plan_generate(body)
+        except RequestError as e:
+            logger.error("[http_server] Error: %s", e)
+            self._json(e.status, {"error": {"message": str(e)}})
+            return
+        if not body.get("stream"):
+            self._wait_all(comps)
+            outs = [{"text": c.text, "output_ids": engine.output_ids(c, len(c.pieces)),
+                     "meta_info": engine.meta_info(c, len(c.pieces), c.e2e_s, final=True)} for c in comps]
+            self._json(200, outs if batched else outs[0])
+            return
+        self._start_stream()
+        for i, _prev, n, t in self._events(comps):
+            c = comps[i]
+            out: dict[str, Any] = {"text": "".join(c.pieces[:n]), "output_ids": engine.output_ids(c, n),
+                                   "meta_info": engine.meta_info(c, n, t, final=(t, n) == c.schedule[-1])}
+            if batched:
+                out["index"] = i
+            self._event(out)
+        self._end_stream()
+
+    def _plan_generate(self, body: dict) -> tuple[list[_Completion], bool]:
+        engine = self.server.engine
+        text, ids = body.get("text"), body.get("input_ids")
+        if text is None and ids is None:
+            raise RequestError("Either text, input_ids or input_embeds should be provided.")
+        if text is not None:
+            batched = isinstance(text, list)
+            if batched and not all(isinstance(t, str) for t in text):
+                raise RequestError("text must be a string or a list of strings")
+            prompts = [_prompt_from(t) for t in (text if batched else [text])]
+        else:
+            batched = isinstance(ids, list) and bool(ids) and isinstance(ids[0], list)
+            prompts = [_prompt_from(x) for x in (ids if batched else [ids])]
+        if batched and not prompts:
+            raise RequestError("The batch is empty.")
+        params = body.get("sampling_params") or {}
+        if isinstance(params, list):
+            params = params[0] if params else {}
+        if not isinstance(params, dict):
+            raise RequestError("sampling_params must be an object")
+        max_new = _as_int(params.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS), "max_new_tokens")
+        ignore_eos = bool(params.get("ignore_eos", False))
+        stop = _stop_list(params.get("stop"))
+        rids = body.get("rid")
+        comps = []
+        for k, p in enumerate(prompts):
+            engine.check_length(p.tokens, max_new)
+            rid = rids[k] if isinstance(rids, list) and k < len(rids) else (rids if isinstance(rids, str) else None)
+            comps.append(engine.plan(p, max_new, ignore_eos, stop, rid=rid))
+        return comps, batched
+
+    # -- endpoints: OpenAI-compatible
+    def _openai_common(self, body: dict) -> tuple[int | None, bool, list[str], int]:
+        max_new = body.get("max_completion_tokens", body.get("max_tokens"))
+        max_new = _as_int(max_new, "max_tokens")
+        n = _as_int(body.get("n", 1), "n", minimum=1) or 1
+        return max_new, bool(body.get("ignore_eos", False)), _stop_list(body.get("stop")), n
+
+    def _usage(self, comps: list[_Completion], prompt_tokens: int) -> dict:
+        completion = sum(len(c.pieces) for c in comps)
+        details = None
+        if self.server.state.server_args.get("enable_cache_report"):
+            details = {"cached_tokens": sum(c.cached_tokens for c in comps)}
+        return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion,
+                "completion_tokens": completion, "prompt_tokens_details": details}
+
+    @staticmethod
+    def _finish(c: _Completion) -> tuple[str, Any]:
+        return c.finish["type"], c.finish.get("matched")
+
+    def _completions(self) -> None:
+        if not self._require_json_content_type():
+            return
+        ok, body = self._json_body()
+        if not ok:
+            return
+        if not isinstance(body, dict) or "prompt" not in body:
+            self._validation_error("1 validation error for CompletionRequest\nprompt\n  Field required "
+                                   "[type=missing, input_value={...}, input_type=dict]")
+            return
+        engine = self.server.engine
+        try:
+            max_new, ignore_eos, stop, n = self._openai_common(body)
+            raw = body["prompt"]
+            if isinstance(raw, list) and raw and isinstance(raw[0], (str, list)):
+                prompts = [_prompt_from(p) for p in raw]
+            else:
+                prompts = [_prompt_from(raw)]
+            comps = []
+            for p in prompts:
+                engine.check_length(p.tokens, max_new)
+                comps += [engine.plan(p, max_new, ignore_eos, stop) for _ in range(n)]
+        except RequestError as e:
+            self._openai_error(e.status, str(e), e.err_type)
+            return
+        rid, created, model = uuid.uuid4().hex, int(time.time()), body.get("model") or self._served()
+        echo = bool(body.get("echo"))
+        prompt_tokens = sum(p.tokens for p in prompts) * n
+        prefix = [(prompts[i // n].text or "") if echo else "" for i in range(len(comps))]
+        if not body.get("stream"):
+            self._wait_all(comps)
+            choices = []
+            for i, c in enumerate(comps):
+                reason, matched = self._finish(c)
+                choices.append({"index": i, "text": prefix[i] + c.text, "logprobs": None, "finish_reason": reason,
+                                "matched_stop": matched})
+            self._json(200, {"id": rid, "object": "text_completion", "created": created, "model": model,
+                             "choices": choices, "usage": self._usage(comps, prompt_tokens),
+                             "metadata": {"weight_version": "default"}})
+            return
+
+        def chunk(choices: list[dict], usage: dict | None = None) -> dict:
+            return {"id": rid, "object": "text_completion", "created": created, "model": model,
+                    "choices": choices, "usage": usage}
+
+        self._start_stream()
+        for i, prev, cur, t in self._events(comps):
+            c = comps[i]
+            text = "".join(c.pieces[prev:cur])
+            if prev == 0:
+                text = prefix[i] + text
+            if text:
+                self._event(chunk([{"index": i, "text": text, "logprobs": None, "finish_reason": None,
+                                    "matched_stop": None}]))
+            if (t, cur) == c.schedule[-1]:
+                reason, matched = self._finish(c)
+                self._event(chunk([{"index": i, "text": "", "logprobs": None, "finish_reason": reason,
+                                    "matched_stop": matched}]))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            self._event(chunk([], self._usage(comps, prompt_tokens)))
+        self._end_stream()
+
+    def _chat(self) -> None:
+        if not self._require_json_content_type():
+            return
+        ok, body = self._json_body()
+        if not ok:
+            return
+        messages = body.get("messages") if isinstance(body, dict) else None
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            missing = not isinstance(body, dict) or "messages" not in body
+            what = "Field required" if missing else "Input should be a valid list"
+            self._validation_error(f"1 validation error for ChatCompletionRequest\nmessages\n  {what} "
+                                   "[type=missing, input_value={...}, input_type=dict]")
+            return
+        if not messages:
+            self._openai_error(400, "Messages cannot be empty.")
+            return
+        engine = self.server.engine
+        try:
+            max_new, ignore_eos, stop, n = self._openai_common(body)
+            prompt = _prompt_from(render_chat(messages))
+            engine.check_length(prompt.tokens, max_new)
+            comps = [engine.plan(prompt, max_new, ignore_eos, stop) for _ in range(n)]
+        except RequestError as e:
+            self._openai_error(e.status, str(e), e.err_type)
+            return
+        rid, created, model = uuid.uuid4().hex, int(time.time()), body.get("model") or self._served()
+        prompt_tokens = prompt.tokens
+        if not body.get("stream"):
+            self._wait_all(comps)
+            choices = []
+            for i, c in enumerate(comps):
+                reason, matched = self._finish(c)
+                choices.append({"index": i, "message": {"role": "assistant", "content": c.text,
+                                                        "reasoning_content": None, "tool_calls": None},
+                                "logprobs": None, "finish_reason": reason, "matched_stop": matched})
+            self._json(200, {"id": rid, "object": "chat.completion", "created": created, "model": model,
+                             "choices": choices, "usage": self._usage(comps, prompt_tokens),
+                             "metadata": {"weight_version": "default"}})
+            return
+
+        def chunk(choices: list[dict], usage: dict | None = None) -> dict:
+            return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+                    "choices": choices, "usage": usage}
+
+        def delta(i: int, d: dict, reason: str | None = None, matched: Any = None) -> dict:
+            return {"index": i, "delta": d, "logprobs": None, "finish_reason": reason, "matched_stop": matched}
+
+        self._start_stream()
+        for i, prev, cur, t in self._events(comps):
+            c = comps[i]
+            if prev == 0:
+                self._event(chunk([delta(i, {"role": "assistant", "content": ""})]))
+            text = "".join(c.pieces[prev:cur])
+            if text:
+                self._event(chunk([delta(i, {"role": None, "content": text, "reasoning_content": None,
+                                             "tool_calls": None})]))
+            if (t, cur) == c.schedule[-1]:
+                reason, matched = self._finish(c)
+                self._event(chunk([delta(i, {}, reason, matched)]))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            self._event(chunk([], self._usage(comps, prompt_tokens)))
+        self._end_stream()
+
+    def _served(self) -> str:
+        return self.server.state.served_model_name
+
+
+def make_server(state: ServerState, host: str, port: int) -> ThreadingHTTPServer:
+    """Bind a twin HTTP server (call ``serve_forever()`` on it, ``shutdown()`` to stop). Port 0: any free."""
+    return TwinHTTPServer(state, (host, port))

@@ -1,0 +1,291 @@
+"""``python -m sandboxes.twin.launch_server``: the twin's stand-in for ``python3 -m sglang.launch_server``.
+
+It accepts SGLang's flags, prints SGLang-like start-up logs and then either serves or crashes, for the
+mechanical reasons the real engine would, given what is in the workspace files at that moment:
+
+1. weight loading asks the workspace's own Quark exclude matcher which modules stay unquantized and compares
+   every parameter of the checkpoint index with what the engine built (``weights.py``);
+2. memory: weights, KV pool, activations and graphs against the GPU (``memory.py``);
+3. JIT kernels switched on by the flags are preprocessed by the real ``cpp`` (``jit.py``);
+4. the MoE kernel selection is looked up in the CSV ``AITER_CONFIG_FMOE`` points to, with the workspace's
+   reader; a shape without an entry runs on the slow fallback path.
+
+Simulated time is compressed by ``TWIN_TIME_SCALE`` (wall seconds per simulated second, default 0.002).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from . import jit, memory, moe_csv, server_args, weights
+from .http_api import ServerState, make_server
+from .perf_model import CostModel, single_stream_tpot
+from .scenario import Scenario, ScenarioError, load
+from .serving_config import ServingConfig
+
+READY_LINE = "The server is fired up and ready to roll!"
+BANNER = "dayzero MI355X digital twin: SIMULATED SGLang ROCm engine (no GPU is used; timings come from a model)"
+DEFAULT_TIME_SCALE = 0.002
+
+log = logging.getLogger("sglang.twin")
+
+
+class LaunchError(RuntimeError):
+    """Start-up failed; ``log`` is what SGLang would have printed (a traceback or an error message)."""
+
+    def __init__(self, message: str, log_text: str = ""):
+        super().__init__(message)
+        self.log_text = log_text
+
+
+@dataclass
+class Workspace:
+    model_dir: Path
+    sglang_root: Path
+    scenario: Scenario
+
+
+def time_scale() -> float:
+    try:
+        return max(float(os.environ.get("TWIN_TIME_SCALE", DEFAULT_TIME_SCALE)), 0.0)
+    except ValueError:
+        return DEFAULT_TIME_SCALE
+
+
+def find_workspace(args) -> Workspace:
+    model_dir = Path(args.model_path)
+    if not (model_dir / "config.json").exists():
+        raise LaunchError(
+            f"OSError: {model_dir} does not appear to have a file named config.json. Checkout "
+            f"'https://huggingface.co/{args.model_path}/tree/main' for available files."
+        )
+    root = Path(args.sglang_root) if args.sglang_root else model_dir.parent / "sglang"
+    scenario_file = os.environ.get("TWIN_SCENARIO") or model_dir.parent / ".twin" / "scenario.yaml"
+    try:
+        scenario = load(scenario_file)
+    except ScenarioError as exc:
+        raise LaunchError(f"twin scenario: {exc}") from None
+    return Workspace(model_dir=model_dir, sglang_root=root, scenario=scenario)
+
+
+def visible_gpus(scenario: Scenario) -> int:
+    visible = os.environ.get("HIP_VISIBLE_DEVICES") or os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        return len([d for d in visible.split(",") if d.strip()])
+    return scenario.hardware.num_gpus
+
+
+def load_workspace_module(root: Path, rel: str, name: str) -> ModuleType:
+    path = root / rel
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None or not path.exists():
+        raise LaunchError(f"ModuleNotFoundError: No module named '{rel[:-3].replace('/', '.')}'")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def moe_selection(ws: Workspace, scale: float) -> bool:
+    """Look the model's MoE shape up in the tuned CSV the environment names; log aiter's lines."""
+    sc = ws.scenario
+    csv_path = os.environ.get("AITER_CONFIG_FMOE") or str(ws.sglang_root / sc.engine.default_moe_config)
+    try:
+        reader = load_workspace_module(ws.sglang_root, sc.engine.moe_config_reader, "twin_ws_moe_reader")
+        rows = reader.load_tuned_fmoe(csv_path) if Path(csv_path).exists() else []
+    except LaunchError:
+        raise
+    except Exception as exc:  # a broken reader or CSV is the engine's crash, with its traceback
+        raise LaunchError(f"{type(exc).__name__}: {exc} (reading {csv_path})") from None
+    if not Path(csv_path).exists():
+        log.warning(f"[aiter] AITER_CONFIG_FMOE={csv_path} does not exist; no tuned MoE configs loaded")
+    m = sc.model
+    dtype = sc.quantization.weight_format
+    key = (
+        f"(256, {{token}}, {m.hidden_size}, {m.moe.intermediate_size}, {m.moe.num_experts}, {m.moe.top_k}, "
+        f"'ActivationType.Silu', 'torch.bfloat16', '{moe_csv.dtype_code(dtype)}', "
+        f"'{moe_csv.dtype_code(dtype)}', 'QuantType.per_1x32', True, False)"
+    )
+    tuned = True
+    for token in (1, 64, 1024, 16384):
+        row = reader.lookup_tuned_fmoe(
+            rows, token=token, model_dim=m.hidden_size, inter_dim=m.moe.intermediate_size,
+            expert=m.moe.num_experts, topk=m.moe.top_k, q_dtype_w=moe_csv.dtype_code(dtype),
+        )
+        if row is None:
+            tuned = False
+            log.warning(f"[aiter] [fused_moe] using 2stage default for {key.format(token=token)}")
+        else:
+            log.info(
+                f"[aiter] [fused_moe] using 2stage (kernelName1='{row.get('kernelName1')}', "
+                f"kernelName2='{row.get('kernelName2')}') for {key.format(token=token)}"
+            )
+    if not tuned:
+        log.warning(
+            f"[aiter] no tuned fused-MoE selection for model_dim={m.hidden_size} inter_dim={m.moe.intermediate_size}"
+            f" E={m.moe.num_experts} topk={m.moe.top_k} dtype={dtype} in {csv_path}: falling back to the "
+            "heuristic (slow) path. Tune it with aiter's fmoe tuner and point AITER_CONFIG_FMOE at the result."
+        )
+    return tuned
+
+
+def serving_config(args, ws: Workspace, moe_tuned: bool) -> ServingConfig:
+    return ServingConfig(
+        tp_size=args.tp_size, dp_size=args.dp_size, enable_dp_attention=args.enable_dp_attention,
+        weight_format=ws.scenario.quantization.weight_format, kv_cache_dtype=args.kv_cache_dtype,
+        attention_backend=args.attention_backend, moe_runner_backend=args.moe_runner_backend,
+        moe_tuned=moe_tuned, speculative_algorithm=args.speculative_algorithm,
+        speculative_num_steps=args.speculative_num_steps or 0,
+        speculative_eagle_topk=args.speculative_eagle_topk or 1,
+        speculative_num_draft_tokens=args.speculative_num_draft_tokens or 0,
+        enable_aiter_allreduce_fusion=args.enable_aiter_allreduce_fusion and not args.enable_dp_attention,
+        chunked_prefill_size=args.chunked_prefill_size, max_running_requests=args.max_running_requests,
+        cuda_graph_max_bs=args.cuda_graph_max_bs, disable_cuda_graph=args.disable_cuda_graph,
+        disable_radix_cache=args.disable_radix_cache, page_size=args.page_size,
+        mem_fraction_static=args.mem_fraction_static, enable_mixed_chunk=args.enable_mixed_chunk,
+    )  # fmt: skip
+
+
+def start(args) -> tuple[ServerState, float]:
+    """Everything before serving. Returns the HTTP state and the simulated start-up seconds."""
+    scale = time_scale()
+    ws = find_workspace(args)
+    sc = ws.scenario
+    log.info(BANNER)
+    log.info(f"scenario={sc.name} ({sc.description}); engine image {sc.engine.image} (simulated)")
+    log.info(f"server_args=ServerArgs({', '.join(f'{k}={v!r}' for k, v in vars(args).items())})")
+    server_args.check_platform(args, visible_gpus(sc))
+    gpus = args.tp_size if args.enable_dp_attention else args.tp_size * args.dp_size
+    log.info("Init torch distributed begin.")
+    log.info(f"Init torch distributed ends. elapsed=1.2 s, mem usage=0.62 GB ({gpus} x {sc.hardware.name})")
+    avail = sc.hardware.memory_gb * 0.985
+    log.info(f"Load weight begin. avail mem={avail:.2f} GB")
+    try:
+        report = weights.load_weights(ws.model_dir, ws.sglang_root, with_draft=bool(args.speculative_algorithm))
+    except weights.WeightLoadError as exc:
+        raise LaunchError(str(exc), exc.log) from None
+    moe_tuned = moe_selection(ws, scale)
+    cfg = serving_config(args, ws, moe_tuned)
+    model = CostModel(sc, cfg)
+    try:
+        plan = memory.plan_memory(model, report.total_bytes)
+    except (memory.OutOfMemory, memory.NotEnoughMemory) as exc:
+        kind = "torch.OutOfMemoryError" if isinstance(exc, memory.OutOfMemory) else "RuntimeError"
+        raise LaunchError(f"{kind}: {exc}", f"{kind}: {exc}") from None
+    weights_gb = plan.weight_bytes_per_gpu / memory.GIB
+    load_s = weights_gb * sc.startup.per_gb_weights_seconds
+    log.info(
+        f"Load weight end. elapsed={load_s:.2f} s, type={sc.model.architecture}, "
+        f"quant={sc.quantization.weight_format}, avail mem={avail - weights_gb:.2f} GB, mem usage={weights_gb:.2f} GB."
+    )
+    log.info(f"Using KV cache dtype: {'torch.bfloat16' if cfg.kv_cache_dtype in ('auto', 'bf16') else 'torch.float8_e4m3fn'}")
+    log.info(
+        f"KV Cache is allocated. #tokens: {plan.max_total_num_tokens}, KV size: {plan.kv_pool_bytes_per_gpu / memory.GIB:.2f} GB"
+    )
+    kernels = jit.compile_jit_kernels(sc, ws.sglang_root, vars(args), log.info)
+    for k in kernels:
+        log.info(f"JIT kernel ready: {k}")
+    graph_bs = [] if cfg.disable_cuda_graph else [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if b <= cfg.cuda_graph_max_bs]
+    graph_s = len(graph_bs) * sc.startup.cuda_graph_seconds_per_bs * (1 + (cfg.speculative_num_steps or 0) / 2)
+    if graph_bs:
+        log.info(f"Capture cuda graph begin. This can take up to several minutes. avail mem={plan.free_bytes / memory.GIB + plan.graph_bytes / memory.GIB:.2f} GB")
+        log.info(f"Capture cuda graph bs {graph_bs}")
+        log.info(f"Capture cuda graph end. Time elapsed: {graph_s:.2f} s. mem usage={plan.graph_bytes / memory.GIB:.2f} GB. avail mem={plan.free_bytes / memory.GIB:.2f} GB.")
+    max_running = cfg.max_running_requests or max(1, min(plan.max_total_num_tokens // 2, 4096))
+    context_len = args.context_length or 202752
+    log.info(
+        f"max_total_num_tokens={plan.max_total_num_tokens}, chunked_prefill_size={cfg.chunked_prefill_size}, "
+        f"max_prefill_tokens={args.max_prefill_tokens}, max_running_requests={max_running}, "
+        f"context_len={context_len}, available_gpu_mem={plan.free_bytes / memory.GIB:.2f} GB"
+    )
+    startup_s = sc.startup.base_seconds + load_s + graph_s
+    time.sleep(startup_s * scale)
+    accuracy = sc.accuracy.get(sc.quantization.weight_format, 0.9)
+    if cfg.kv_cache_dtype.startswith("fp8"):
+        accuracy -= sc.accuracy.get("kv_fp8_penalty", 0.0)
+    twin = {
+        "simulated": True,
+        "scenario": sc.name,
+        "scenario_path": str(Path(sc.path).resolve()),
+        "quantization": sc.quantization.weight_format,
+        "serving_config": cfg.to_dict(),
+        "max_total_num_tokens": plan.max_total_num_tokens,
+        "moe_kernels": "tuned" if moe_tuned else "fallback",
+        "startup_seconds_simulated": round(startup_s, 1),
+        "time_scale": scale,
+        "version": sc.engine.version,
+        "jit_kernels": kernels,
+    }
+    state = ServerState(
+        model_path=args.model_path,
+        served_model_name=args.served_model_name or sc.model.served_name,
+        server_args=vars(args) | {"max_total_num_tokens": plan.max_total_num_tokens},
+        internal_states={
+            "avg_spec_accept_length": round(model.accept_length(), 3) if cfg.speculative else None,
+            "memory_usage": {"weight": round(weights_gb, 2), "kvcache": round(plan.kv_pool_bytes_per_gpu / memory.GIB, 2),
+                             "token_capacity": plan.max_total_num_tokens, "graph": round(plan.graph_bytes / memory.GIB, 2)},
+            "effective_max_running_requests_per_dp": max_running,
+        },
+        twin=twin,
+        accuracy=max(0.0, min(1.0, accuracy)),
+        tpot_s=single_stream_tpot(model, 1024),
+        ttft_s=model.prefill(64, [(0, 64)]).total + model.request_latency(64),
+        time_scale=scale,
+        context_length=context_len,
+        ready=threading.Event(),
+    )  # fmt: skip
+    return state, startup_s
+
+
+def configure_logging() -> None:
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("[%(asctime)s TP0] %(message)s", datefmt="%Y-%m-%d %H:%M:%S"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+
+
+def main(argv: list[str] | None = None) -> int:
+    configure_logging()
+    try:
+        args = server_args.parse(sys.argv[1:] if argv is None else argv)
+    except server_args.ServerArgsError as exc:
+        log.error(f"ValueError: {exc}")
+        return 1
+    try:
+        state, startup_s = start(args)
+    except (LaunchError, server_args.ServerArgsError, jit.JitCompileError) as exc:
+        text = getattr(exc, "log_text", "") or getattr(exc, "log", "") or ""
+        if text:
+            print(text, flush=True)
+        log.error(f"Scheduler hit an exception: {exc}")
+        log.error("Received sigquit from a child process. It usually means the child failed.")
+        log.error("Initialization failed. Please see the error messages above. (simulated MI355X twin)")
+        return 1
+    server = make_server(state, args.host, args.port)
+    host, port = server.server_address[:2]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    log.info(f"INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)")
+    log.info('POST /generate HTTP/1.1" 200 OK (warm-up: "The capital city of France is")')
+    state.ready.set()
+    log.info(f"{READY_LINE} (simulated start-up {startup_s:.0f} s on {state.twin['scenario']})")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop.wait()
+    log.info("Shutting down (SIGTERM).")
+    server.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,307 @@
+"""The twin's cost model: how long one scheduler step takes on the simulated node, and where the time goes.
+
+Every cost is derived from the hardware ceilings (memory bandwidth, matrix peak per dtype, link bandwidth)
+and the model's dimensions, scaled by the scenario's few efficiency constants (``calibration``). Nothing
+here is keyed by flag values: a flag changes an input (bytes per KV element, tokens per step, kernels per
+step, GPUs per rank), and the cost follows.
+
+Units: seconds, bytes, FLOPs. "Rank" means one DP rank: one scheduler with ``gpus_per_rank`` GPUs in TP.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .scenario import Scenario
+from .serving_config import ServingConfig
+
+BYTES_PER_PARAM = {"bf16": 2.0, "fp8": 1.0 + 4 / 4096, "mxfp4": 0.5 + 1 / 32}
+KV_BYTES = {"auto": 2.0, "bf16": 2.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
+ATTENTION_BACKEND_EFFICIENCY = {"aiter": 1.0, "triton": 0.6, "torch_native": 0.2, "wave": 0.8}
+MOE_BACKEND_EFFICIENCY = {"auto": 1.0, "aiter": 1.0, "triton": 0.7, "triton_kernel": 0.8}
+SPEC_STEP_OVERHEAD_S = 80e-6  # per draft step: sampling and tree bookkeeping
+
+
+@dataclass(frozen=True)
+class ModelSizes:
+    """Parameter counts by category, derived from the model's dimensions."""
+
+    layers: int
+    moe_layers: int
+    attention_per_layer: int
+    expert_params: int  # one routed expert (gate, up, down)
+    shared_expert_params: int
+    dense_mlp_params: int  # one dense MLP layer
+    lm_head_params: int
+    kv_elems_per_token_layer: int  # cached latent + rope elements per token per layer
+    indexer_elems_per_token_layer: int  # DSA indexer keys (stored fp8)
+    attn_flops_per_key: int  # FLOPs per (query token, attended key) per layer
+    indexer_flops_per_key: int
+
+
+def model_sizes(sc: Scenario) -> ModelSizes:
+    m, a = sc.model, sc.model.attention
+    h = m.hidden_size
+    q_heads_dim = a.num_heads * (a.qk_nope_head_dim + a.qk_rope_head_dim)
+    attention = (
+        h * a.q_lora_rank
+        + a.q_lora_rank * q_heads_dim
+        + h * (a.kv_lora_rank + a.qk_rope_head_dim)
+        + a.kv_lora_rank * a.num_heads * (a.qk_nope_head_dim + a.v_head_dim)
+        + a.num_heads * a.v_head_dim * h
+        + a.q_lora_rank * a.indexer_heads * a.indexer_head_dim
+        + h * a.indexer_head_dim
+    )
+    expert = 3 * h * m.moe.intermediate_size
+    return ModelSizes(
+        layers=m.num_hidden_layers,
+        moe_layers=m.num_hidden_layers - m.first_k_dense_replace,
+        attention_per_layer=attention,
+        expert_params=expert,
+        shared_expert_params=m.moe.num_shared_experts * expert,
+        dense_mlp_params=3 * h * m.dense_intermediate_size,
+        lm_head_params=h * m.vocab_size,
+        kv_elems_per_token_layer=a.kv_lora_rank + a.qk_rope_head_dim,
+        indexer_elems_per_token_layer=a.indexer_head_dim if a.sparse_topk else 0,
+        # absorbed MLA: scores over (kv_lora + rope), values over kv_lora, every head
+        attn_flops_per_key=2 * a.num_heads * (2 * a.kv_lora_rank + a.qk_rope_head_dim),
+        indexer_flops_per_key=2 * a.indexer_heads * a.indexer_head_dim,
+    )
+
+
+@dataclass
+class StepCost:
+    """One forward pass on one rank, split the way the benchmark reports GPU time."""
+
+    prefill_attention: float = 0.0
+    prefill_moe: float = 0.0
+    prefill_dense: float = 0.0
+    decode: float = 0.0
+    communication: float = 0.0
+    overhead: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return (
+            self.prefill_attention
+            + self.prefill_moe
+            + self.prefill_dense
+            + self.decode
+            + self.communication
+            + self.overhead
+        )
+
+    def add_to(self, acc: dict[str, float]) -> None:
+        for k, v in self.__dict__.items():
+            acc[k] = acc.get(k, 0.0) + v
+
+
+@dataclass
+class CostModel:
+    scenario: Scenario
+    config: ServingConfig
+    sizes: ModelSizes = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.sizes = model_sizes(self.scenario)
+        sc, cfg, cal = self.scenario, self.config, self.scenario.calibration
+        hw = sc.hardware
+        self.g = cfg.gpus_per_rank
+        self.moe_g = cfg.tp_size  # MoE and dense layers span the whole TP group (also under DP attention)
+        self.bw = hw.memory_bandwidth_tbs * 1e12 * cal.hbm_efficiency
+        fmt = sc.quantization.weight_format
+        self.wfmt = fmt
+        self.w_bytes = BYTES_PER_PARAM[fmt]
+        self.kv_bytes = KV_BYTES[cfg.kv_cache_dtype]
+        self.excluded_shared = any("shared_expert" in e for e in sc.quantization.exclude)
+        # smaller shards per GPU run kernels less efficiently: each doubling of the TP degree keeps a share
+        shard = cal.tp_doubling_efficiency ** math.log2(max(self.moe_g, 1))
+        self.linear_flops = hw.peak_tflops[fmt] * 1e12 * cal.gemm_efficiency[fmt] * shard
+        attn_eff = ATTENTION_BACKEND_EFFICIENCY.get(cfg.attention_backend, 0.5)
+        attn_shard = cal.tp_doubling_efficiency ** math.log2(max(self.g, 1))
+        self.attn_flops = hw.peak_tflops["bf16"] * 1e12 * cal.attention_efficiency * attn_eff * attn_shard
+        self.idx_flops = (
+            hw.peak_tflops.get("fp8", hw.peak_tflops["bf16"]) * 1e12 * cal.attention_efficiency * attn_shard
+        )
+        moe_eff = cal.gemm_efficiency[fmt] * shard * MOE_BACKEND_EFFICIENCY.get(cfg.moe_runner_backend, 0.7)
+        if not cfg.moe_tuned:
+            moe_eff *= cal.moe_fallback_efficiency
+        self.moe_flops = hw.peak_tflops[fmt] * 1e12 * moe_eff
+        self.moe_bw = self.bw * (1.0 if cfg.moe_tuned else cal.moe_fallback_efficiency**0.5)
+        self.link_bw = hw.interconnect_gbs * 1e9
+        s = self.sizes
+        shared_bytes = BYTES_PER_PARAM["bf16"] if self.excluded_shared else self.w_bytes
+        # bytes every forward reads regardless of routing (per whole model, before TP sharding)
+        self.fixed_weight_bytes = (
+            s.layers * s.attention_per_layer * self.w_bytes
+            + s.moe_layers * s.shared_expert_params * shared_bytes
+            + (s.layers - s.moe_layers) * s.dense_mlp_params * self.w_bytes
+            + s.lm_head_params * BYTES_PER_PARAM["bf16"]
+        )
+        self.expert_bytes = s.expert_params * self.w_bytes
+        self.active_linear_params = (
+            s.layers * s.attention_per_layer
+            + s.moe_layers * s.shared_expert_params
+            + (s.layers - s.moe_layers) * s.dense_mlp_params
+            + s.lm_head_params
+        )
+        self.kv_token_bytes = s.layers * (
+            s.kv_elems_per_token_layer * self.kv_bytes + s.indexer_elems_per_token_layer * 1.0
+        )
+        self.sparse_topk = sc.model.attention.sparse_topk
+
+    # --- building blocks -------------------------------------------------------------------------------
+
+    def total_weight_bytes(self) -> float:
+        moe = self.sizes.moe_layers * self.scenario.model.moe.num_experts * self.expert_bytes
+        return self.fixed_weight_bytes + moe
+
+    def experts_touched(self, tokens: float) -> float:
+        e, k = self.scenario.model.moe.num_experts, self.scenario.model.moe.top_k
+        return e * (1.0 - (1.0 - k / e) ** tokens)
+
+    def allreduce_time(self, tokens: float) -> float:
+        """All-reduces of one forward over the TP group (two per layer), fused or not."""
+        g = self.moe_g
+        if g <= 1:
+            return 0.0
+        cal = self.scenario.calibration
+        per = cal.allreduce_latency_us * 1e-6 * (1 + 0.1 * (g - 1))
+        per += tokens * self.scenario.model.hidden_size * 2 * 2 * (g - 1) / g / (self.link_bw * (g - 1))
+        t = 2 * self.sizes.layers * per
+        if self.config.enable_aiter_allreduce_fusion:
+            t *= 1.0 - cal.allreduce_fusion_saving
+        if self.config.enable_dp_attention and self.config.dp_size > 1:
+            t *= 1.5  # gather before and scatter after the MoE instead of one all-reduce
+        return t
+
+    def kernel_overhead(self, batch: int, layers: int | None = None) -> float:
+        cal = self.scenario.calibration
+        n = (layers if layers is not None else self.sizes.layers) * cal.kernels_per_layer
+        t = n * cal.kernel_overhead_us * 1e-6
+        if self.config.disable_cuda_graph or batch > self.config.cuda_graph_max_bs:
+            t *= cal.eager_overhead_factor
+        return t
+
+    def attended_keys(self, context: float) -> float:
+        return min(context, self.sparse_topk) if self.sparse_topk else context
+
+    def request_latency(self, input_tokens: int) -> float:
+        """Tokenization and HTTP handling of one request before it reaches the scheduler."""
+        cal = self.scenario.calibration
+        return cal.request_overhead_ms * 1e-3 + input_tokens * cal.tokenize_us_per_token * 1e-6
+
+    # --- steps ------------------------------------------------------------------------------------------
+
+    def prefill(self, new_tokens: int, contexts: list[tuple[int, int]], decode_batch: int = 0) -> StepCost:
+        """A prefill (extend) step over ``contexts`` = [(prefix_len, new_len), ...] summing to new_tokens."""
+        s, g = self.sizes, self.g
+        c = StepCost()
+        keys = idx_keys = 0.0
+        for prefix, new in contexts:
+            # each new token attends to its prefix and the new tokens before it
+            mean_ctx = prefix + new / 2
+            keys += new * self.attended_keys(mean_ctx)
+            idx_keys += new * mean_ctx
+        c.prefill_attention = s.layers * (
+            keys * s.attn_flops_per_key / (g * self.attn_flops)
+            + idx_keys * s.indexer_flops_per_key / (g * self.idx_flops)
+        )
+        tokens = new_tokens + decode_batch
+        dense_flops = 2 * tokens * self.active_linear_params
+        c.prefill_dense = max(
+            dense_flops / (self.moe_g * self.linear_flops), self.fixed_weight_bytes / (self.moe_g * self.bw)
+        )
+        k = self.scenario.model.moe.top_k
+        moe_flops = 2 * tokens * k * s.moe_layers * s.expert_params
+        moe_bytes = s.moe_layers * self.experts_touched(tokens) * self.expert_bytes
+        c.prefill_moe = max(moe_flops / (self.moe_g * self.moe_flops), moe_bytes / (self.moe_g * self.moe_bw))
+        c.communication = self.allreduce_time(tokens)
+        c.overhead = self.kernel_overhead(batch=10**9) + self.scenario.calibration.scheduler_overhead_ms * 1e-3
+        return c
+
+    def decode(self, batch: int, sum_context: float, tokens_per_seq: int = 1) -> StepCost:
+        """One decode (or speculative verify) step: ``batch`` sequences, ``tokens_per_seq`` tokens each."""
+        s = self.sizes
+        c = StepCost()
+        tokens = batch * tokens_per_seq
+        weight_bytes = (
+            self.fixed_weight_bytes + s.moe_layers * self.experts_touched(tokens) * self.expert_bytes
+        ) / self.moe_g
+        # latent KV is replicated across the TP ranks of an attention group: each GPU reads all of it
+        mean_ctx = sum_context / batch if batch else 0.0
+        per_seq_kv = s.layers * (
+            self.attended_keys(mean_ctx) * s.kv_elems_per_token_layer * self.kv_bytes
+            + mean_ctx * s.indexer_elems_per_token_layer
+        )
+        kv_bytes = batch * tokens_per_seq**0.5 * per_seq_kv
+        mem = weight_bytes / self.bw + kv_bytes / self.bw
+        moe_flops = 2 * tokens * self.scenario.model.moe.top_k * s.moe_layers * s.expert_params
+        flops = (2 * tokens * self.active_linear_params) / (self.moe_g * self.linear_flops)
+        flops += moe_flops / (self.moe_g * self.moe_flops)
+        flops += tokens * s.layers * self.attended_keys(mean_ctx) * s.attn_flops_per_key / (
+            self.g * self.attn_flops
+        )
+        c.decode = max(mem, flops)
+        c.communication = self.allreduce_time(tokens)
+        c.overhead = self.kernel_overhead(batch) + self.scenario.calibration.scheduler_overhead_ms * 1e-3
+        if self.config.speculative:
+            c.overhead += self.draft_time(batch)
+        return c
+
+    def draft_time(self, batch: int) -> float:
+        """The draft model's steps for one speculative iteration (one layer + LM head per step)."""
+        cfg, s = self.config, self.sizes
+        per_step_bytes = (
+            s.attention_per_layer * self.w_bytes
+            + s.shared_expert_params * BYTES_PER_PARAM["bf16"]
+            + self.experts_touched(batch * cfg.speculative_eagle_topk) * self.expert_bytes
+            + s.lm_head_params * BYTES_PER_PARAM["bf16"]
+        ) / self.moe_g
+        per_step = per_step_bytes / self.bw
+        per_step += self.kernel_overhead(batch, layers=1) + self.allreduce_time(batch) / s.layers
+        per_step += SPEC_STEP_OVERHEAD_S
+        return cfg.speculative_num_steps * per_step
+
+    # --- speculative decoding ----------------------------------------------------------------------------
+
+    def accept_length(self) -> float:
+        """Expected tokens per verify step: a chain of draft positions with decaying acceptance."""
+        cfg = self.config
+        if not cfg.speculative:
+            return 1.0
+        mtp = self.scenario.model.mtp
+        return expected_accept_length(
+            mtp.acceptance_rate if mtp else 0.6,
+            mtp.acceptance_decay if mtp else 0.8,
+            cfg.speculative_num_steps,
+            cfg.speculative_eagle_topk,
+            cfg.speculative_num_draft_tokens,
+        )
+
+    def tokens_per_verify(self) -> int:
+        return max(1, self.config.speculative_num_draft_tokens) if self.config.speculative else 1
+
+
+def expected_accept_length(alpha: float, decay: float, steps: int, topk: int, draft_tokens: int) -> float:
+    """1 + sum over positions i of P(first i drafts accepted).
+
+    Position i (0-based) is accepted with probability ``alpha * decay**i``; top-k drafting widens each
+    position's chance to ``1 - (1 - a)**topk``; the verify step checks at most ``draft_tokens - 1`` drafts.
+    """
+    depth = min(steps, max(draft_tokens - 1, 0)) if draft_tokens else steps
+    total, p = 1.0, 1.0
+    for i in range(depth):
+        a = alpha * decay**i
+        a = 1.0 - (1.0 - a) ** max(topk, 1)
+        p *= a
+        total += p
+    return total
+
+
+def single_stream_tpot(model: CostModel, context: int) -> float:
+    """Seconds per output token for one request alone on a rank (used to pace the HTTP API)."""
+    step = model.decode(1, context, model.tokens_per_verify()).total
+    return step / model.accept_length()
+

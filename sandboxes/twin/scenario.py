@@ -1,0 +1,302 @@
+"""Twin scenarios: the model, checkpoint, hardware, defects and calibration of one simulated node.
+
+A scenario is a YAML file (format: docs/twin-scenarios.md). It is loaded into the frozen dataclasses below;
+any problem is reported as ``ScenarioError`` naming the file, the line and the field. The twin runs inside a
+minimal image (python3 + PyYAML), so this module uses the standard library and PyYAML only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SCENARIO_DIR = Path(__file__).parent / "scenarios"
+DEFAULT_SCENARIO = "glm52_mi355x"
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used; the message is one line: ``file:line: field: problem``."""
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    num_heads: int
+    q_lora_rank: int
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    sparse_topk: int = 0  # 0: dense attention over the whole context
+    indexer_heads: int = 0
+    indexer_head_dim: int = 0
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    num_experts: int
+    top_k: int
+    intermediate_size: int
+    num_shared_experts: int = 0
+
+
+@dataclass(frozen=True)
+class MTPSpec:
+    layer_index: int
+    checkpoint_prefix: str
+    engine_prefix: str
+    draft_model_file: str
+    acceptance_rate: float = 0.8
+    acceptance_decay: float = 0.8
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    served_name: str
+    architecture: str
+    model_type: str
+    hidden_size: int
+    num_hidden_layers: int
+    vocab_size: int
+    attention: AttentionSpec
+    moe: MoESpec
+    mtp: MTPSpec | None = None
+    first_k_dense_replace: int = 0
+    dense_intermediate_size: int = 0
+
+
+@dataclass(frozen=True)
+class QuantSpec:
+    weight_format: str  # mxfp4 | fp8 | bf16
+    exclude: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    name: str
+    gfx_arch: str
+    num_gpus: int
+    memory_gb: float
+    memory_bandwidth_tbs: float
+    peak_tflops: dict[str, float]
+    interconnect_gbs: float = 150.0
+
+
+@dataclass(frozen=True)
+class JitTrigger:
+    flag: str
+    above: float | None = None
+    equals: Any = None
+
+    def fires(self, value: Any) -> bool:
+        if self.above is not None:
+            return value is not None and value > self.above
+        return value == self.equals
+
+
+@dataclass(frozen=True)
+class JitKernel:
+    name: str
+    source: str
+    when: JitTrigger
+    includes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    image: str
+    version: str
+    moe_config_reader: str
+    default_moe_config: str
+    jit_kernels: tuple[JitKernel, ...] = ()
+
+
+@dataclass(frozen=True)
+class UnguardedInclude:
+    file: str
+    header: str
+
+
+@dataclass(frozen=True)
+class MoEShape:
+    model_dim: int
+    inter_dim: int
+    experts: int
+    top_k: int
+    dtype: str
+
+    def key(self) -> str:
+        return f"model_dim={self.model_dim}, inter_dim={self.inter_dim}, E={self.experts}, topk={self.top_k}, dtype={self.dtype}"
+
+
+@dataclass(frozen=True)
+class DefectSpec:
+    unguarded_includes: tuple[UnguardedInclude, ...] = ()
+    tuned_moe_shapes: tuple[MoEShape, ...] = ()
+
+
+@dataclass(frozen=True)
+class StartupSpec:
+    base_seconds: float = 90.0
+    per_gb_weights_seconds: float = 0.35
+    cuda_graph_seconds_per_bs: float = 0.25
+
+
+@dataclass(frozen=True)
+class Calibration:
+    hbm_efficiency: float
+    gemm_efficiency: dict[str, float]
+    attention_efficiency: float
+    moe_fallback_efficiency: float
+    kernel_overhead_us: float
+    kernels_per_layer: int
+    eager_overhead_factor: float
+    allreduce_latency_us: float
+    allreduce_fusion_saving: float
+    scheduler_overhead_ms: float
+    activation_gb_per_gpu: float
+    tp_doubling_efficiency: float = 1.0
+    request_overhead_ms: float = 10.0
+    tokenize_us_per_token: float = 1.0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    model: ModelSpec
+    quantization: QuantSpec
+    hardware: HardwareSpec
+    engine: EngineSpec
+    accuracy: dict[str, float]
+    calibration: Calibration
+    defects: DefectSpec = field(default_factory=DefectSpec)
+    startup: StartupSpec = field(default_factory=StartupSpec)
+    path: str = ""
+
+    def exclude_entries(self) -> list[str]:
+        """The checkpoint's exclude list with every ``{a..b}`` range expanded."""
+        out: list[str] = []
+        for entry in self.quantization.exclude:
+            out.extend(expand_ranges(entry))
+        return out
+
+
+_RANGE = re.compile(r"\{(\d+)\.\.(\d+)\}")
+
+
+def expand_ranges(entry: str) -> list[str]:
+    """``"a.{1..3}.b"`` -> ``["a.1.b", "a.2.b", "a.3.b"]``; entries without a range come back alone."""
+    m = _RANGE.search(entry)
+    if not m:
+        return [entry]
+    lo, hi = int(m.group(1)), int(m.group(2))
+    out: list[str] = []
+    for i in range(lo, hi + 1):
+        out.extend(expand_ranges(entry[: m.start()] + str(i) + entry[m.end() :]))
+    return out
+
+
+def resolve(name_or_path: str | Path) -> Path:
+    """A scenario name (a file in ``scenarios/``) or a path to a YAML file."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.exists():
+            raise ScenarioError(f"{p}: no such scenario file")
+        return p
+    candidate = SCENARIO_DIR / f"{name_or_path}.yaml"
+    if not candidate.exists():
+        known = ", ".join(sorted(q.stem for q in SCENARIO_DIR.glob("*.yaml")))
+        raise ScenarioError(f"{name_or_path}: unknown scenario (known: {known})")
+    return candidate
+
+
+def available() -> list[str]:
+    return sorted(q.stem for q in SCENARIO_DIR.glob("*.yaml"))
+
+
+def load(name_or_path: str | Path = DEFAULT_SCENARIO) -> Scenario:
+    path = resolve(name_or_path)
+    text = path.read_text()
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark else 0
+        raise ScenarioError(f"{path}:{line}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if node is None or not isinstance(node, yaml.MappingNode):
+        raise ScenarioError(f"{path}:1: a scenario is a mapping of sections")
+    scenario = _build(Scenario, node, str(path), "")
+    return dataclasses.replace(scenario, path=str(path))
+
+
+# --- a small typed builder over YAML nodes, so that every error carries its line --------------------------
+
+
+def _fail(file: str, node: yaml.Node, where: str, problem: str) -> typing.NoReturn:
+    raise ScenarioError(f"{file}:{node.start_mark.line + 1}: {where or '(top)'}: {problem}")
+
+
+def _scalar(node: yaml.Node) -> Any:
+    return yaml.safe_load(yaml.serialize(node))
+
+
+def _build(tp: Any, node: yaml.Node, file: str, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if isinstance(node, yaml.ScalarNode) and node.tag.endswith(":null") and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        last: ScenarioError | None = None
+        for a in inner:
+            try:
+                return _build(a, node, file, where)
+            except ScenarioError as exc:
+                last = exc
+        assert last is not None
+        raise last
+    if tp is Any:
+        return _scalar(node)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(node, yaml.MappingNode):
+            _fail(file, node, where, f"expected a mapping for {tp.__name__}")
+        hints = typing.get_type_hints(tp)
+        fields = {f.name: f for f in dataclasses.fields(tp) if f.name != "path"}
+        values: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value
+            sub = f"{where}.{key}" if where else key
+            if key not in fields:
+                _fail(file, key_node, sub, f"unknown field (expected one of: {', '.join(fields)})")
+            values[key] = _build(hints[key], value_node, file, sub)
+        for name, f in fields.items():
+            missing = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            if missing and name not in values:
+                _fail(file, node, f"{where}.{name}" if where else name, "required field is missing")
+        return tp(**values)
+    if origin is tuple or origin is list:
+        if not isinstance(node, yaml.SequenceNode):
+            _fail(file, node, where, "expected a list")
+        item_tp = args[0]
+        return tuple(_build(item_tp, n, file, f"{where}[{i}]") for i, n in enumerate(node.value))
+    if origin is dict:
+        if not isinstance(node, yaml.MappingNode):
+            _fail(file, node, where, "expected a mapping")
+        return {k.value: _build(args[1], v, file, f"{where}.{k.value}") for k, v in node.value}
+    if not isinstance(node, yaml.ScalarNode):
+        _fail(file, node, where, f"expected a {tp.__name__}")
+    value = _scalar(node)
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
+        _fail(file, node, where, f"expected {tp.__name__}, got {value!r}")
+    return value

@@ -1,0 +1,62 @@
+"""What the performance model needs to know about one running server: layout, dtypes and kernel paths.
+
+The launcher builds a ``ServingConfig`` from the parsed SGLang flags and what it found in the workspace (for
+example which MoE shapes have a tuned kernel selection); it publishes it in ``/server_info`` under ``twin``
+so that ``bench_serving`` can rebuild the same model without sharing memory with the server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    tp_size: int = 1
+    dp_size: int = 1
+    enable_dp_attention: bool = False
+    weight_format: str = "mxfp4"  # how the served weights are stored (the checkpoint's format)
+    kv_cache_dtype: str = "auto"  # auto | bf16 | fp8_e4m3 | fp8_e5m2
+    attention_backend: str = "aiter"
+    moe_runner_backend: str = "auto"
+    moe_tuned: bool = False  # a tuned kernel selection exists for the model's MoE shape
+    speculative_algorithm: str | None = None
+    speculative_num_steps: int = 0
+    speculative_eagle_topk: int = 1
+    speculative_num_draft_tokens: int = 0
+    enable_aiter_allreduce_fusion: bool = False
+    chunked_prefill_size: int = 16384
+    max_running_requests: int | None = None
+    cuda_graph_max_bs: int = 512
+    disable_cuda_graph: bool = False
+    disable_radix_cache: bool = False
+    page_size: int = 1
+    mem_fraction_static: float = 0.90
+    enable_mixed_chunk: bool = False
+
+    @property
+    def speculative(self) -> bool:
+        return bool(self.speculative_algorithm)
+
+    @property
+    def gpus_per_rank(self) -> int:
+        """GPUs behind one scheduler (one DP rank)."""
+        return self.tp_size // self.dp_size if self.enable_dp_attention else self.tp_size
+
+    @property
+    def num_ranks(self) -> int:
+        return self.dp_size
+
+    @property
+    def gpus_used(self) -> int:
+        return self.tp_size if self.enable_dp_attention else self.tp_size * self.dp_size
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ServingConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})

@@ -1,0 +1,67 @@
+"""Benchmark requests as ``sglang.bench_serving`` builds them: datasets, lengths and Poisson arrivals.
+
+Only lengths matter to the simulation, so a request is its shared-prefix group, its lengths and its arrival
+time. The random generator is seeded from ``--seed`` exactly once, so the same flags give the same requests.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SimRequest:
+    index: int
+    group: int | None  # requests of one group share a prefix of ``prefix_len`` tokens
+    prefix_len: int
+    unique_len: int
+    output_len: int
+
+    @property
+    def input_len(self) -> int:
+        return self.prefix_len + self.unique_len
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    name: str  # random-ids | random | generated-shared-prefix
+    num_prompts: int = 1000
+    random_input_len: int = 1024
+    random_output_len: int = 1024
+    random_range_ratio: float = 0.0
+    gsp_num_groups: int = 64
+    gsp_prompts_per_group: int = 16
+    gsp_system_prompt_len: int = 2048
+    gsp_question_len: int = 128
+    gsp_output_len: int = 256
+
+
+def build_requests(spec: DatasetSpec, rng: random.Random) -> list[SimRequest]:
+    if spec.name == "generated-shared-prefix":
+        reqs = [
+            (g, spec.gsp_system_prompt_len, spec.gsp_question_len, spec.gsp_output_len)
+            for g in range(spec.gsp_num_groups)
+            for _ in range(spec.gsp_prompts_per_group)
+        ]
+        rng.shuffle(reqs)
+        return [SimRequest(i, g, p, q, o) for i, (g, p, q, o) in enumerate(reqs)]
+    if spec.name in ("random", "random-ids"):
+        def length(full: int) -> int:
+            return rng.randint(max(int(full * spec.random_range_ratio), 1), max(full, 1))
+
+        return [
+            SimRequest(i, None, 0, length(spec.random_input_len), length(spec.random_output_len))
+            for i in range(spec.num_prompts)
+        ]
+    raise ValueError(f"unsupported dataset for the twin: {spec.name}")
+
+
+def arrival_times(n: int, request_rate: float, rng: random.Random) -> list[float]:
+    """First request at t=0, then exponential gaps (a Poisson process), as bench_serving sends them."""
+    times, t = [], 0.0
+    for _ in range(n):
+        times.append(t)
+        if request_rate != float("inf"):
+            t += rng.expovariate(request_rate)
+    return times

@@ -1,0 +1,448 @@
+"""The twin's HTTP server, spoken to over real sockets with urllib, as an SGLang client would."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from sandboxes.twin import problems
+from sandboxes.twin.data import make_problems
+from sandboxes.twin.http_api import FLUSH_CACHE_TEXT, ServerState, make_server, split_pieces
+
+ANSWER_RE = re.compile(r"#### (-?\d+)\s*$")
+
+
+def _state(**overrides: Any) -> ServerState:
+    base: dict[str, Any] = dict(
+        model_path="/models/GLM-5.2-MXFP4",
+        served_model_name="glm-5.2",
+        server_args={"model_path": "/models/GLM-5.2-MXFP4", "tp_size": 8, "dp_size": 1,
+                     "kv_cache_dtype": "fp8_e4m3", "speculative_algorithm": None},
+        internal_states={"avg_spec_accept_length": 1.0, "last_gen_throughput": 70.0},
+        twin={"simulated": True, "scenario": "glm52_mi355x", "quantization": "mxfp4"},
+        accuracy=0.955,
+        tpot_s=0.01,
+        ttft_s=0.0,
+        time_scale=0.0,
+        context_length=8192,
+        ready=threading.Event(),
+    )
+    base.update(overrides)
+    return ServerState(**base)
+
+
+class Client:
+    def __init__(self, base: str):
+        self.base = base
+        self.server: Any = None
+
+    def request(self, method: str, path: str, body: bytes | None = None,
+                content_type: str = "application/json") -> tuple[int, bytes, Any]:
+        req = urllib.request.Request(self.base + path, data=body, method=method)
+        if body is not None:
+            req.add_header("Content-Type", content_type)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return resp.status, resp.read(), resp.headers
+        except urllib.error.HTTPError as e:
+            return e.code, e.read(), e.headers
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        status, data, _ = self.request("GET", path)
+        return status, data
+
+    def post(self, path: str, obj: Any) -> tuple[int, Any]:
+        status, data, _ = self.request("POST", path, json.dumps(obj).encode())
+        return status, json.loads(data) if data else None
+
+    def stream(self, path: str, obj: Any) -> Iterator[tuple[float, Any]]:
+        """(arrival time, parsed event) for each SSE event; the final event is the string "[DONE]"."""
+        req = urllib.request.Request(self.base + path, data=json.dumps(obj).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            assert resp.status == 200
+            assert resp.headers["Content-Type"].startswith("text/event-stream")
+            for raw in resp:
+                line = raw.decode().rstrip("\r\n")
+                if not line:
+                    continue
+                assert line.startswith("data: ")
+                payload = line[len("data: "):]
+                yield time.monotonic(), payload if payload == "[DONE]" else json.loads(payload)
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., tuple[Client, ServerState]]]:
+    started = []
+
+    def start(**overrides: Any) -> tuple[Client, ServerState]:
+        state = _state(**overrides)
+        server = make_server(state, "127.0.0.1", 0)
+        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        thread.start()
+        started.append((server, thread))
+        client = Client(f"http://127.0.0.1:{server.server_address[1]}")
+        client.server = server
+        return client, state
+
+    yield start
+    for server, thread in started:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+        assert not thread.is_alive()
+
+
+@pytest.fixture
+def ready(serve) -> tuple[Client, ServerState]:
+    client, state = serve()
+    state.ready.set()
+    return client, state
+
+
+def _prompt_for(problem: problems.Problem) -> str:
+    shots = problems.load_problems()[:2]
+    few = "".join(f"Question: {p.question}\nAnswer: {p.solution}\n\n" for p in shots if p.id != problem.id)
+    return few + f"Question: {problem.question}\nAnswer:"
+
+
+# ---------------------------------------------------------------------------------------- description
+
+
+def test_health_is_503_until_ready(serve):
+    client, state = serve()
+    assert client.get("/health") == (503, b"")
+    assert client.get("/health_generate")[0] == 503
+    state.ready.set()
+    assert client.get("/health") == (200, b"")
+    assert client.get("/health_generate") == (200, b"")
+
+
+def test_models(ready):
+    client, _ = ready
+    status, data = client.get("/v1/models")
+    assert status == 200
+    body = json.loads(data)
+    assert body["object"] == "list"
+    card = body["data"][0]
+    assert card["id"] == card["root"] == "glm-5.2"
+    assert card["object"] == "model" and card["owned_by"] == "sglang"
+    assert card["max_model_len"] == 8192 and isinstance(card["created"], int)
+    status, data = client.get("/v1/models/glm-5.2")
+    assert status == 200 and json.loads(data)["id"] == "glm-5.2"
+    status, data = client.get("/v1/models/other")
+    assert status == 404 and json.loads(data)["error"]["code"] == "model_not_found"
+
+
+def test_server_info(serve):
+    client, state = serve(server_args={"tp_size": 4, "dp_size": 2, "enable_dp_attention": True},
+                          internal_states={"avg_spec_accept_length": 3.2})
+    state.ready.set()
+    for path in ("/server_info", "/get_server_info"):
+        status, data = client.get(path)
+        assert status == 200
+        info = json.loads(data)
+        assert info["simulated"] is True
+        assert info["twin"]["simulated"] is True and info["twin"]["quantization"] == "mxfp4"
+        assert info["tp_size"] == 4 and info["dp_size"] == 2 and info["enable_dp_attention"] is True
+        assert isinstance(info["internal_states"], list) and len(info["internal_states"]) == 2
+        assert info["internal_states"][0]["avg_spec_accept_length"] == 3.2
+        assert info["version"] == "0.5.12"
+    status, data = client.get("/get_model_info")
+    assert status == 200 and json.loads(data)["model_path"] == "/models/GLM-5.2-MXFP4"
+
+
+def test_version_from_twin(serve):
+    client, _ = serve(twin={"simulated": True, "version": "0.5.15.post1", "quantization": "mxfp4"})
+    assert json.loads(client.get("/server_info")[1])["version"] == "0.5.15.post1"
+
+
+# ----------------------------------------------------------------------------------------- /generate
+
+
+def test_generate_non_stream(ready):
+    client, _ = ready
+    status, out = client.post("/generate", {"text": "The capital city of France is",
+                                            "sampling_params": {"max_new_tokens": 8, "temperature": 0}})
+    assert status == 200
+    meta = out["meta_info"]
+    assert meta["finish_reason"] == {"type": "length", "length": 8}
+    assert meta["completion_tokens"] == 8 == len(split_pieces(out["text"]))
+    assert meta["prompt_tokens"] == 8  # ceil(29 / 4)
+    assert meta["cached_tokens"] == 0 and isinstance(meta["id"], str) and "e2e_latency" in meta
+
+
+def test_generate_batch_and_input_ids(ready):
+    client, _ = ready
+    status, out = client.post("/generate", {"text": ["a b c", "d e f"], "sampling_params": {"max_new_tokens": 2}})
+    assert status == 200 and isinstance(out, list) and len(out) == 2
+    status, out = client.post("/generate", {"input_ids": [1, 2, 3, 4, 5], "sampling_params": {"max_new_tokens": 3}})
+    assert status == 200 and out["meta_info"]["prompt_tokens"] == 5 and out["meta_info"]["completion_tokens"] == 3
+
+
+def test_generate_ignore_eos_gives_exactly_max_new_tokens(ready):
+    client, _ = ready
+    problem = problems.load_problems()[0]
+    for text in ("hello", _prompt_for(problem)):
+        status, out = client.post("/generate", {"text": text, "sampling_params": {"max_new_tokens": 300,
+                                                                                   "ignore_eos": True}})
+        assert status == 200
+        assert out["meta_info"]["completion_tokens"] == 300
+        assert out["meta_info"]["finish_reason"]["type"] == "length"
+
+
+def test_generate_stream(ready):
+    client, _ = ready
+    events = [e for _, e in client.stream("/generate", {"text": "hello", "stream": True,
+                                                         "sampling_params": {"max_new_tokens": 10}})]
+    assert events[-1] == "[DONE]"
+    chunks = events[:-1]
+    assert len(chunks) == 10
+    texts = [c["text"] for c in chunks]
+    assert all(b.startswith(a) for a, b in zip(texts, texts[1:], strict=False))  # cumulative
+    assert [c["meta_info"]["completion_tokens"] for c in chunks] == list(range(1, 11))
+    assert all(c["meta_info"]["finish_reason"] is None for c in chunks[:-1])
+    assert chunks[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 10}
+
+
+def test_generate_errors(ready):
+    client, _ = ready
+    status, out = client.post("/generate", {"sampling_params": {}})
+    assert status == 400 and "message" in out["error"]
+    status, out = client.post("/generate", {"text": "x" * 40000})  # 10000 tokens > 8192
+    assert status == 400 and "context length" in out["error"]["message"]
+
+
+# ------------------------------------------------------------------------------------ OpenAI endpoints
+
+
+def test_chat_completion(ready):
+    client, _ = ready
+    status, out = client.post("/v1/chat/completions", {"model": "glm-5.2", "max_tokens": 12,
+                                                       "messages": [{"role": "user", "content": "Say hi"}]})
+    assert status == 200
+    assert out["object"] == "chat.completion" and out["model"] == "glm-5.2" and out["id"]
+    choice = out["choices"][0]
+    assert choice["index"] == 0 and choice["finish_reason"] == "length" and choice["logprobs"] is None
+    assert choice["message"]["role"] == "assistant" and choice["message"]["content"]
+    usage = out["usage"]
+    assert usage["completion_tokens"] == 12
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+
+
+def test_chat_completion_stream(ready):
+    client, _ = ready
+    events = [e for _, e in client.stream("/v1/chat/completions", {
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Count."}],
+        "max_tokens": 15, "stream": True, "stream_options": {"include_usage": True}})]
+    assert events[-1] == "[DONE]"
+    chunks = events[:-1]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert len(split_pieces(content)) == 15
+    finals = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert len(finals) == 1 and finals[0]["choices"][0]["finish_reason"] == "length"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 15
+
+
+def test_completions(ready):
+    client, _ = ready
+    status, out = client.post("/v1/completions", {"model": "x", "prompt": "Once upon a time", "max_tokens": 5})
+    assert status == 200 and out["object"] == "text_completion"
+    assert out["choices"][0]["finish_reason"] == "length" and out["usage"]["completion_tokens"] == 5
+    events = [e for _, e in client.stream("/v1/completions", {"prompt": "Once", "max_tokens": 5, "stream": True})]
+    assert events[-1] == "[DONE]"
+    text = "".join(c["choices"][0]["text"] for c in events[:-1])
+    assert len(split_pieces(text)) == 5
+    assert events[-2]["choices"][0]["finish_reason"] == "length"
+
+
+def test_openai_validation(ready):
+    client, _ = ready
+    status, out = client.post("/v1/chat/completions", {"model": "glm-5.2"})
+    assert status == 400 and out["object"] == "error" and out["code"] == 400 and "messages" in out["message"]
+    status, out = client.post("/v1/completions", {"max_tokens": 3})
+    assert status == 400 and out["object"] == "error"
+    status, data, _ = client.request("POST", "/v1/chat/completions", b'{"messages": []}', "text/plain")
+    assert status == 400 and "application/json" in json.loads(data)["message"]
+    big = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 9000}
+    status, out = client.post("/v1/chat/completions", big)
+    assert status == 400 and "maximum context length of 8192" in out["message"]
+
+
+def test_bad_json_and_unknown_path(ready):
+    client, _ = ready
+    for path in ("/generate", "/v1/chat/completions", "/v1/completions"):
+        status, data, _ = client.request("POST", path, b"{not json")
+        assert status == 400
+        body = json.loads(data)
+        assert body["object"] == "error" and body["code"] == 400
+    status, data = client.get("/no/such/path")
+    assert status == 404 and json.loads(data) == {"detail": "Not Found"}
+    status, data = client.get("/generate")
+    assert status == 405
+
+
+def test_flush_cache_and_prefix_cache(ready):
+    client, _ = ready
+    prompt = "shared system prompt " * 60
+    _, first = client.post("/generate", {"text": prompt + "question one", "sampling_params": {"max_new_tokens": 1}})
+    _, second = client.post("/generate", {"text": prompt + "question two", "sampling_params": {"max_new_tokens": 1}})
+    assert first["meta_info"]["cached_tokens"] == 0
+    assert second["meta_info"]["cached_tokens"] >= len(prompt) // 4 - 16
+    status, data, headers = client.request("POST", "/flush_cache", b"")
+    assert status == 200 and data.decode() == FLUSH_CACHE_TEXT and headers["Content-Type"].startswith("text/plain")
+    _, third = client.post("/generate", {"text": prompt + "question two", "sampling_params": {"max_new_tokens": 1}})
+    assert third["meta_info"]["cached_tokens"] == 0
+
+
+def test_requests_are_logged(ready, caplog):
+    client, _ = ready
+    with caplog.at_level(logging.INFO, logger="sglang.twin.http"):
+        client.get("/health")
+    lines = [r.getMessage() for r in caplog.records if r.name == "sglang.twin.http"]
+    assert any('"GET /health HTTP/1.1" 200' in line for line in lines)
+
+
+# ------------------------------------------------------------------------------ problems and accuracy
+
+
+def test_bundled_file_is_what_the_generator_makes():
+    data = json.loads(problems.DATA_FILE.read_text(encoding="utf-8"))
+    assert data == make_problems.generate()
+    loaded = problems.load_problems()
+    assert len(loaded) == 300 and len({p.id for p in loaded}) == 300 and len({p.question for p in loaded}) == 300
+    for p in loaded:
+        assert isinstance(p.answer, int) and p.solution.endswith(f"#### {p.answer}")
+
+
+def test_find_problem_takes_the_last_question_and_ignores_whitespace():
+    ps = problems.load_problems()
+    target = ps[17]
+    prompt = _prompt_for(target).replace(" ", "  \n ", 5)
+    assert problems.find_problem(prompt) == target
+    assert problems.find_problem("What is 2 + 2?") is None
+    assert problems.find_problem(f"Q: {ps[3].question}\nQ: {ps[9].question}\nQ:\t{ps[3].question}") == ps[3]
+
+
+def test_answer_for_is_deterministic():
+    for p in problems.load_problems()[:50]:
+        right = problems.answer_for(p, 1.0, "mxfp4")
+        assert right.endswith(f"The answer is {p.answer}.\n#### {p.answer}")
+        wrong = problems.answer_for(p, 0.0, "mxfp4")
+        value = int(ANSWER_RE.search(wrong).group(1))
+        assert value != p.answer and value >= 0
+        assert problems.answer_for(p, 0.5, "fp8") == problems.answer_for(p, 0.5, "fp8")
+
+
+def test_bundled_problem_answered_with_gsm8k_marker(serve):
+    client, state = serve(accuracy=1.0)
+    state.ready.set()
+    problem = problems.load_problems()[42]
+    status, out = client.post("/generate", {"text": _prompt_for(problem),
+                                            "sampling_params": {"max_new_tokens": 512, "temperature": 0,
+                                                                "stop": ["Question", "</s>"]}})
+    assert status == 200
+    assert out["text"].endswith(f"#### {problem.answer}")
+    assert out["meta_info"]["finish_reason"]["type"] == "stop"
+    status, out = client.post("/v1/chat/completions", {"messages": [{"role": "user", "content": problem.question}]})
+    assert out["choices"][0]["message"]["content"].endswith(f"#### {problem.answer}")
+    assert out["choices"][0]["finish_reason"] == "stop"
+
+
+def _score(client: Client) -> list[bool]:
+    ps = problems.load_problems()
+
+    def ask(p: problems.Problem) -> bool:
+        status, out = client.post("/v1/chat/completions", {
+            "messages": [{"role": "user", "content": _prompt_for(p)}], "temperature": 0, "max_tokens": 400})
+        assert status == 200
+        m = ANSWER_RE.search(out["choices"][0]["message"]["content"])
+        return m is not None and int(m.group(1)) == p.answer
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return list(pool.map(ask, ps))
+
+
+def test_accuracy_over_all_problems_is_calibrated_and_deterministic(ready):
+    client, _ = ready
+    first, second = _score(client), _score(client)
+    assert first == second
+    assert abs(sum(first) / len(first) - 0.955) <= 0.04
+
+
+# ------------------------------------------------------------------------------------------- pacing
+
+
+def test_stream_is_paced(serve):
+    client, state = serve(tpot_s=0.01, ttft_s=0.0, time_scale=1.0)
+    state.ready.set()
+    t0 = time.monotonic()
+    events = list(client.stream("/generate", {"text": "hi", "stream": True,
+                                              "sampling_params": {"max_new_tokens": 20, "ignore_eos": True}}))
+    elapsed = time.monotonic() - t0
+    assert elapsed >= 0.15
+    chunks = [(t, e) for t, e in events if e != "[DONE]"]
+    assert len(chunks) == 20
+    assert chunks[-1][0] - chunks[0][0] >= 0.15  # tokens arrive spread out, not all at the end
+
+
+def test_time_scale_shrinks_waits(serve):
+    client, state = serve(tpot_s=0.05, ttft_s=1.0, time_scale=0.01)
+    state.ready.set()
+    t0 = time.monotonic()
+    status, out = client.post("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 40}})
+    elapsed = time.monotonic() - t0
+    assert status == 200 and 0.02 <= elapsed < 1.0  # (1.0 + 39 * 0.05) s simulated = 2.95 s -> 0.03 s
+    assert out["meta_info"]["e2e_latency"] == pytest.approx(2.95, abs=0.01)
+
+
+def test_concurrent_streams_run_in_parallel(serve):
+    client, state = serve(tpot_s=0.01, ttft_s=0.0, time_scale=1.0)
+    state.ready.set()
+
+    def one(_: int) -> int:
+        return sum(1 for _, e in client.stream("/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "go"}], "max_tokens": 20, "stream": True}) if e != "[DONE]")
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        counts = list(pool.map(one, range(8)))
+    assert all(c == counts[0] for c in counts)
+    assert time.monotonic() - t0 < 8 * 0.19  # serially it would take at least 8 x 0.19 s
+
+
+def test_shutdown_ends_in_flight_stream(serve):
+    client, state = serve(tpot_s=1.0, ttft_s=0.0, time_scale=1.0)
+    state.ready.set()
+    seen: list[Any] = []
+
+    def consume() -> None:
+        try:
+            for _, e in client.stream("/generate", {"text": "x", "stream": True,
+                                                    "sampling_params": {"max_new_tokens": 100}}):
+                seen.append(e)
+        except Exception as e:  # the server cuts the stream short
+            seen.append(e)
+
+    reader = threading.Thread(target=consume, daemon=True)
+    reader.start()
+    time.sleep(0.3)
+    assert reader.is_alive()  # 100 tokens at 1 s each
+    t0 = time.monotonic()
+    client.server.shutdown()
+    reader.join(timeout=3)
+    assert not reader.is_alive()
+    assert time.monotonic() - t0 < 3
+    assert seen and seen[0] != "[DONE]"

@@ -1,0 +1,434 @@
+"""The twin's workspace: materialised checkpoint metadata + SGLang excerpt, and the failures they cause.
+
+These tests drive the mechanisms the way an agent would: edit config.json or the workspace sources, then
+load weights / build JIT kernels again. Nothing in the twin knows what "the fix" is.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sandboxes.twin import moe_csv
+from sandboxes.twin import scenario as scenario_mod
+from sandboxes.twin.__main__ import main as cli_main
+from sandboxes.twin.checkpoint import ModelDims, checkpoint_modules, param_specs
+from sandboxes.twin.jit import ROCM_INCLUDE, JitCompileError, compile_jit_kernels
+from sandboxes.twin.materialize import (
+    HIP_EQUIVALENTS,
+    QUARK_UTILS,
+    MaterializeError,
+    build_config,
+    materialize,
+    workspace_scenario,
+)
+from sandboxes.twin.weights import WeightLoadError, WorkspaceImportError, load_weights
+
+pytestmark = pytest.mark.skipif(shutil.which("cpp") is None, reason="the twin's JIT needs cpp")
+
+
+@pytest.fixture(scope="session")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    dest = tmp_path_factory.mktemp("pristine") / "ws"
+    materialize(scenario_mod.DEFAULT_SCENARIO, dest)
+    return dest
+
+
+@pytest.fixture
+def ws(pristine: Path, tmp_path: Path) -> Path:
+    dest = tmp_path / "ws"
+    shutil.copytree(pristine, dest)
+    return dest
+
+
+def _load(ws: Path, *, with_draft: bool):
+    return load_weights(ws / "model", ws / "sglang", with_draft=with_draft)
+
+
+def _edit_config(ws: Path, fn) -> None:
+    path = ws / "model" / "config.json"
+    cfg = json.loads(path.read_text())
+    fn(cfg)
+    path.write_text(json.dumps(cfg, indent=2))
+
+
+def _add_excludes(ws: Path, entries: list[str]) -> None:
+    _edit_config(ws, lambda cfg: cfg["quantization_config"]["exclude"].extend(entries))
+
+
+def _engine_excludes(prefix: str) -> list[str]:
+    """What an agent adds: the checkpoint's MTP-layer exclude entries again, under the engine's names."""
+    esc = re.escape(prefix)
+    return [f"{prefix}.mlp.shared_experts.{p}" for p in ("gate_proj", "up_proj", "down_proj")] + [
+        f"re:{esc}\\.self_attn\\.indexer\\..*"
+    ]
+
+
+def _guard_include(source: Path, header: str) -> None:
+    lines = source.read_text().splitlines()
+    out: list[str] = []
+    for i, line in enumerate(lines):
+        if line.strip() == f"#include <{header}>" and (i == 0 or lines[i - 1].strip() != "#ifndef USE_ROCM"):
+            out += ["#ifndef USE_ROCM", line, "#endif"]
+        else:
+            out.append(line)
+    source.write_text("\n".join(out) + "\n")
+
+
+def _import(path: Path):
+    spec = importlib.util.spec_from_file_location(f"_ws_{abs(hash(str(path)))}", path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# --- materialize ----------------------------------------------------------------------------------------------
+
+
+def test_materialize_writes_the_workspace(pristine: Path) -> None:
+    sc = scenario_mod.load()
+    model = pristine / "model"
+    cfg = json.loads((model / "config.json").read_text())
+    assert cfg["architectures"] == ["GlmMoeDsaForCausalLM"]
+    assert cfg["num_hidden_layers"] == 78 and cfg["num_nextn_predict_layers"] == 1
+    assert cfg["dayzero_twin"] == {"simulated": True, "scenario": "glm52_mi355x"}
+    qc = cfg["quantization_config"]
+    assert qc["quant_method"] == "quark"
+    assert qc["global_quant_config"]["weight"]["dtype"] == "fp4"
+    assert qc["global_quant_config"]["weight"]["group_size"] == 32
+    assert qc["global_quant_config"]["input_tensors"]["is_dynamic"] is True
+    assert qc["exclude"] == sc.exclude_entries()
+    assert "model.layers.78.mlp.shared_experts.gate_proj" in qc["exclude"]
+
+    index = json.loads((model / "model.safetensors.index.json").read_text())
+    assert index["metadata"]["simulated"] is True
+    wm = index["weight_map"]
+    # quantized routed expert (also in the MTP layer), bf16 shared expert, bf16 lm_head and router
+    assert wm["model.layers.5.mlp.experts.17.gate_proj.weight"] == {"dtype": "U8", "shape": [2048, 3072]}
+    assert wm["model.layers.5.mlp.experts.17.gate_proj.weight_scale"] == {"dtype": "U8", "shape": [2048, 192]}
+    assert wm["model.layers.78.mlp.experts.255.down_proj.weight"] == {"dtype": "U8", "shape": [6144, 1024]}
+    assert wm["model.layers.78.mlp.shared_experts.gate_proj.weight"] == {"dtype": "BF16", "shape": [2048, 6144]}
+    assert "model.layers.78.mlp.shared_experts.gate_proj.weight_scale" not in wm
+    assert wm["model.layers.78.eh_proj.weight"] == {"dtype": "BF16", "shape": [6144, 12288]}
+    assert wm["model.layers.10.self_attn.indexer.wq_b.weight"]["dtype"] == "BF16"
+    assert wm["model.layers.10.self_attn.q_b_proj.weight"]["dtype"] == "U8"
+    assert wm["lm_head.weight"] == {"dtype": "BF16", "shape": [154880, 6144]}
+    assert wm["model.layers.3.mlp.gate.weight"]["dtype"] == "BF16"
+    assert wm["model.layers.1.mlp.gate_proj.weight"]["shape"] == [12288, 3072]
+    assert not any(k.startswith("model.layers.79.") for k in wm)
+    assert index["metadata"]["total_size"] > 300 * 2**30
+
+    for name in ("tokenizer_config.json", "generation_config.json"):
+        assert "simulated" in json.loads((model / name).read_text())["_comment"]
+    root = pristine / "sglang"
+    for rel in (QUARK_UTILS, sc.model.mtp.draft_model_file, sc.engine.moe_config_reader,
+                *(k.source for k in sc.engine.jit_kernels)):
+        text = (root / rel).read_text()
+        assert "dayzero MI355X twin (simulated)" in text.splitlines()[0], rel
+    assert (root / sc.engine.default_moe_config).read_text().startswith("# dayzero MI355X twin (simulated)")
+    assert "simulated" in (root / "README.twin").read_text()
+    assert workspace_scenario(pristine).name == "glm52_mi355x"
+
+
+def test_catalogue_from_config_equals_from_spec() -> None:
+    sc = scenario_mod.load()
+    assert ModelDims.from_config(build_config(sc)) == ModelDims.from_spec(sc.model)
+
+
+def test_packing_rule() -> None:
+    dims = ModelDims.from_spec(scenario_mod.load().model)
+    mod = next(m for m in checkpoint_modules(dims) if m.name == "model.layers.4.self_attn.o_proj")
+    assert mod.shape == (6144, 64 * 256)
+    assert param_specs(mod, "mxfp4") == [("weight", "U8", (6144, 8192)), ("weight_scale", "U8", (6144, 512))]
+    assert param_specs(mod, "fp8") == [("weight", "F8_E4M3", (6144, 16384)), ("weight_scale", "F32", (6144, 1))]
+    assert param_specs(mod, "bf16") == [("weight", "BF16", (6144, 16384))]
+
+
+def test_materialize_refuses_non_empty_dest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dest = tmp_path / "ws"
+    assert cli_main(["materialize", "--scenario", "glm52_mi355x", "--dest", str(dest)]) == 0
+    (dest / "model" / "config.json").write_text("{}")
+    with pytest.raises(MaterializeError, match="not empty"):
+        materialize("glm52_mi355x", dest)
+    assert cli_main(["materialize", "--dest", str(dest)]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert cli_main(["materialize", "--dest", str(dest), "--force"]) == 0
+    assert json.loads((dest / "model" / "config.json").read_text())["num_hidden_layers"] == 78
+
+
+def test_cli_lists_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["scenarios"]) == 0
+    assert "glm52_mi355x" in capsys.readouterr().out
+
+
+def test_materialize_is_fast(tmp_path: Path) -> None:
+    t0 = time.perf_counter()
+    materialize("glm52_mi355x", tmp_path / "ws")
+    assert time.perf_counter() - t0 < 5.0
+
+
+# --- weight loading: fix 1 ----------------------------------------------------------------------------------
+
+
+def test_load_without_draft_passes(ws: Path) -> None:
+    t0 = time.perf_counter()
+    report = _load(ws, with_draft=False)
+    assert time.perf_counter() - t0 < 3.0
+    assert report.quant_format == "mxfp4"
+    assert report.draft_bytes == 0
+    assert report.not_loaded == []
+    assert report.target_bytes_by_category["routed_experts"] > report.target_bytes_by_category["shared_experts"] > 0
+    assert "model.layers.3.mlp.shared_experts.gate_proj" in report.unquantized_modules
+    index = json.loads((ws / "model" / "model.safetensors.index.json").read_text())
+    mtp = sum(1 for k in index["weight_map"] if k.startswith("model.layers.78."))
+    assert report.num_tensors == len(index["weight_map"]) - mtp
+
+
+def test_load_with_draft_fails_on_mtp_shared_expert(ws: Path) -> None:
+    with pytest.raises(WeightLoadError) as info:
+        _load(ws, with_draft=True)
+    err = info.value
+    assert err.draft
+    assert err.param is not None and err.param.startswith("model.decoder.mlp.shared_experts.")
+    assert err.checkpoint_param is not None
+    assert err.checkpoint_param.startswith("model.layers.78.mlp.shared_experts.")
+    log = err.log
+    assert f"Failed to load parameter '{err.param}'" in log
+    assert "Traceback (most recent call last):" in log
+    assert "load_weights_and_postprocess" in log and "default_weight_loader" in log
+    assert str(ws / "sglang" / "python/sglang/srt/models/glm_moe_dsa_nextn.py") in log
+    shapes = {"gate_proj": ([2048, 6144], [2048, 3072]), "up_proj": ([2048, 6144], [2048, 3072]),
+              "down_proj": ([6144, 2048], [6144, 1024])}
+    ckpt, engine = shapes[err.param.split(".")[-2]]
+    assert f"shape {ckpt}" in log and f"U8 {engine}" in log
+    last = log.strip().splitlines()[-1]
+    assert last == (f"AssertionError: Attempted to load weight (torch.Size([{ckpt[0]}, {ckpt[1]}])) "
+                    f"into parameter (torch.Size([{engine[0]}, {engine[1]}]))")
+
+
+def test_engine_name_excludes_in_config_fix_the_draft(ws: Path) -> None:
+    _add_excludes(ws, _engine_excludes("model.decoder"))
+    report = _load(ws, with_draft=True)
+    assert report.draft_bytes_by_category["shared_experts"] == 3 * 2048 * 6144 * 2
+    assert report.not_loaded == []
+    assert "model.decoder.mlp.shared_experts.down_proj" in report.unquantized_modules
+    assert _load(ws, with_draft=False).total_bytes == report.target_bytes
+
+
+def test_patched_matcher_fixes_the_draft(ws: Path) -> None:
+    utils = ws / "sglang" / QUARK_UTILS
+    utils.write_text(utils.read_text() + '''
+
+_should_ignore_checkpoint_names = should_ignore_layer
+
+
+def should_ignore_layer(layer_name, ignore, fused_mapping=MappingProxyType({})):
+    """Also try the checkpoint's name of the NextN layer."""
+    if _should_ignore_checkpoint_names(layer_name, ignore, fused_mapping):
+        return True
+    if layer_name is not None and layer_name.startswith("model.decoder."):
+        alias = "model.layers.78." + layer_name[len("model.decoder."):]
+        return _should_ignore_checkpoint_names(alias, ignore, fused_mapping)
+    return False
+''')
+    report = _load(ws, with_draft=True)
+    assert report.draft_bytes > 0
+
+
+def test_regex_exclude_entries(ws: Path) -> None:
+    def rewrite(cfg: dict[str, Any]) -> None:
+        cfg["quantization_config"]["exclude"] = [
+            "lm_head",
+            r"re:model\.(layers\.\d+|decoder)\.mlp\.shared_experts\.",
+            r"re:model\.(layers\.\d+|decoder)\.self_attn\.indexer\.",
+        ]
+
+    _edit_config(ws, rewrite)
+    assert _load(ws, with_draft=True).draft_bytes > 0
+    mod = _import(ws / "sglang" / QUARK_UTILS)
+    assert mod.should_ignore_layer("model.layers.3.mlp.shared_experts.up_proj", [r"re:model\.layers\.\d+\.mlp"])
+    assert not mod.should_ignore_layer("x.model.layers.3.mlp", [r"re:model\.layers"])  # re.match: anchored
+    assert mod.should_ignore_layer("lm_head", ["lm_head"])
+    assert not mod.should_ignore_layer("lm_head_2", ["lm_head"])
+    assert mod.should_ignore_layer(
+        "model.layers.3.mlp.gate_up_proj", ["model.layers.3.mlp.gate_proj", "model.layers.3.mlp.up_proj"],
+        {"gate_up_proj": ["gate_proj", "up_proj"]})
+
+
+def test_quantizing_what_the_checkpoint_kept_bf16_fails_in_the_target(ws: Path) -> None:
+    _edit_config(ws, lambda cfg: cfg["quantization_config"].update(exclude=["lm_head"]))
+    with pytest.raises(WeightLoadError) as info:
+        _load(ws, with_draft=False)
+    assert not info.value.draft
+    assert info.value.param.startswith("model.layers.")
+
+
+def test_editing_the_draft_prefix_moves_the_engine_names(ws: Path) -> None:
+    draft = ws / "sglang" / "python/sglang/srt/models/glm_moe_dsa_nextn.py"
+    text = draft.read_text()
+    assert 'NEXTN_DECODER_PREFIX = "model.decoder"' in text
+    draft.write_text(text.replace('NEXTN_DECODER_PREFIX = "model.decoder"', 'NEXTN_DECODER_PREFIX = "model.layers.78"'))
+    report = _load(ws, with_draft=True)
+    assert "model.layers.78.mlp.shared_experts.gate_proj" in report.unquantized_modules
+
+
+def test_broken_remap_gives_key_error(ws: Path) -> None:
+    draft = ws / "sglang" / "python/sglang/srt/models/glm_moe_dsa_nextn.py"
+    draft.write_text(draft.read_text().replace('return f"{NEXTN_DECODER_PREFIX}.{rest}"',
+                                               'return f"{NEXTN_DECODER_PREFIX}.layer.{rest}"'))
+    with pytest.raises(WeightLoadError) as info:
+        _load(ws, with_draft=True)
+    assert info.value.log.strip().splitlines()[-1].startswith("KeyError: 'model.decoder.layer.")
+
+
+def test_syntax_error_in_workspace_is_a_traceback(ws: Path) -> None:
+    utils = ws / "sglang" / QUARK_UTILS
+    utils.write_text(utils.read_text().replace("def check_equal_or_regex_match(", "def check_equal_or_regex_match(("))
+    with pytest.raises(WorkspaceImportError) as info:
+        _load(ws, with_draft=False)
+    log = info.value.log
+    assert "SyntaxError" in log and str(utils) in log
+    assert log.startswith("Traceback (most recent call last):")
+
+
+def test_error_raised_inside_workspace_code_shows_its_frame(ws: Path) -> None:
+    draft = ws / "sglang" / "python/sglang/srt/models/glm_moe_dsa_nextn.py"
+    draft.write_text(draft.read_text().replace("    rest = name[len(prefix) + 1 :]\n",
+                                               "    rest = name[len(prefix) + 1 :]\n    rest = undefined_name\n"))
+    with pytest.raises(WeightLoadError) as info:
+        _load(ws, with_draft=True)
+    log = info.value.log
+    assert f'File "{draft}"' in log and "in remap_weight_name" in log
+    assert log.strip().splitlines()[-1] == "NameError: name 'undefined_name' is not defined"
+
+
+# --- JIT kernels: fix 2 -------------------------------------------------------------------------------------
+
+
+def test_jit_with_deep_speculation_fails_on_unguarded_cuda_header(ws: Path) -> None:
+    sc = workspace_scenario(ws)
+    lines: list[str] = []
+    with pytest.raises(JitCompileError) as info:
+        compile_jit_kernels(sc, ws / "sglang", {"speculative_num_steps": 5}, lines.append)
+    kernel = sc.engine.jit_kernels[0]
+    log = info.value.log
+    assert "cuda_runtime.h: No such file or directory" in log
+    assert str(ws / "sglang" / kernel.source) in log
+    assert f"RuntimeError: JIT compilation of {kernel.name} failed (exit 1)" in log
+    assert lines and kernel.name in lines[0]
+
+
+def test_jit_guarded_include_builds(ws: Path) -> None:
+    sc = workspace_scenario(ws)
+    kernel = sc.engine.jit_kernels[0]
+    _guard_include(ws / "sglang" / kernel.source, "cuda_runtime.h")
+    assert compile_jit_kernels(sc, ws / "sglang", {"speculative_num_steps": 5}, None) == [kernel.name]
+
+
+def test_jit_not_triggered_at_three_steps(ws: Path) -> None:
+    sc = workspace_scenario(ws)
+    assert compile_jit_kernels(sc, ws / "sglang", {"speculative_num_steps": 3}, None) == []
+    assert compile_jit_kernels(sc, ws / "sglang", {"speculative_num_steps": None}, None) == []
+    assert compile_jit_kernels(sc, ws / "sglang", {}, None) == []
+
+
+def test_rocm_include_tree() -> None:
+    headers = {p.relative_to(ROCM_INCLUDE).as_posix() for p in ROCM_INCLUDE.rglob("*") if p.is_file()}
+    assert not any(Path(h).name.startswith(("cuda", "cub")) for h in headers)
+    assert set(HIP_EQUIVALENTS.values()) | {"hipcub/hipcub.hpp", "stdint.h", "stddef.h"} <= headers
+
+
+# --- MoE kernel selection CSV ---------------------------------------------------------------------------------
+
+
+def test_tuned_fmoe_reader(ws: Path) -> None:
+    sc = workspace_scenario(ws)
+    reader = _import(ws / "sglang" / sc.engine.moe_config_reader)
+    assert tuple(reader.FMOE_CSV_COLUMNS) == moe_csv.FMOE_CSV_COLUMNS
+    csv_path = ws / "sglang" / sc.engine.default_moe_config
+    rows = reader.load_tuned_fmoe(str(csv_path))
+    assert len(rows) == 14 * len(sc.defects.tuned_moe_shapes)
+    assert {r["cu_num"] for r in rows} == {256}
+    fp8 = moe_csv.dtype_code("fp8")
+    shape = dict(model_dim=6144, inter_dim=2048, expert=256, topk=8)
+    assert reader.lookup_tuned_fmoe(rows, token=100, q_dtype_w=fp8, **shape)["token"] == 128
+    assert reader.lookup_tuned_fmoe(rows, token=1, q_dtype_w=fp8, **shape)["token"] == 1
+    assert reader.lookup_tuned_fmoe(rows, token=20000, q_dtype_w=fp8, **shape)["token"] == 8192
+    fp4 = moe_csv.dtype_code("mxfp4")
+    assert reader.lookup_tuned_fmoe(rows, token=100, q_dtype_w=fp4, **shape) is None
+
+    base = next(r for r in rows if r["model_dim"] == 6144)
+    tuned = [dict(base, token=t, q_dtype_a=fp4, q_dtype_w=fp4, us=10.0) for t in (64, 256)]
+    moe_csv.write_rows(csv_path, [*moe_csv.read_rows(csv_path), *tuned])
+    rows = reader.load_tuned_fmoe(str(csv_path))
+    hit = reader.lookup_tuned_fmoe(rows, token=100, q_dtype_w=fp4, **shape)
+    assert hit is not None and hit["token"] == 256 and hit["us"] == 10.0
+    assert reader.tuned_fmoe_path({"AITER_CONFIG_FMOE": "/x.csv"}) == "/x.csv"
+    assert reader.tuned_fmoe_path({}) == sc.engine.default_moe_config
+
+
+# --- a different scenario, the same mechanisms ----------------------------------------------------------------
+
+
+def _other_scenario(tmp_path: Path) -> Path:
+    data = yaml.safe_load(scenario_mod.resolve(scenario_mod.DEFAULT_SCENARIO).read_text())
+    data["name"] = "other_moe_test"
+    model = data["model"]
+    model.update(served_name="acme/Other-MoE", architecture="OtherMoeForCausalLM", model_type="other_moe",
+                 hidden_size=4096, num_hidden_layers=40, vocab_size=100000, first_k_dense_replace=1,
+                 dense_intermediate_size=8192)
+    model["moe"].update(num_experts=64, top_k=4, intermediate_size=1024)
+    model["mtp"].update(layer_index=40, checkpoint_prefix="model.layers.40", engine_prefix="model.mtp_block",
+                        draft_model_file="python/sglang/srt/models/other_moe_nextn.py")
+    data["quantization"]["exclude"] = [
+        "lm_head",
+        "model.layers.{1..40}.mlp.shared_experts.gate_proj",
+        "model.layers.{1..40}.mlp.shared_experts.up_proj",
+        "model.layers.{1..40}.mlp.shared_experts.down_proj",
+        r"re:model\.layers\.\d+\.self_attn\.indexer\..*",
+    ]
+    source = "sgl-kernel/csrc/spec/draft_extend_meta.cuh"
+    data["engine"]["jit_kernels"] = [{
+        "name": "draft_extend_meta", "source": source,
+        "when": {"flag": "speculative_num_steps", "above": 2},
+        "includes": ["cuda_fp16.h", "hip/hip_fp16.h", "cuda_runtime.h", "stddef.h"],
+    }]
+    data["defects"]["unguarded_includes"] = [{"file": source, "header": "cuda_fp16.h"}]
+    data["defects"]["tuned_moe_shapes"] = [
+        {"model_dim": 4096, "inter_dim": 1024, "experts": 64, "top_k": 4, "dtype": "fp8"}]
+    path = tmp_path / "other_moe_test.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_other_scenario_same_mechanisms(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    materialize(_other_scenario(tmp_path), ws)
+    sc = workspace_scenario(ws)
+    assert sc.name == "other_moe_test"
+    assert _load(ws, with_draft=False).draft_bytes == 0
+    with pytest.raises(WeightLoadError) as info:
+        _load(ws, with_draft=True)
+    assert info.value.param.startswith("model.mtp_block.mlp.shared_experts.")
+    assert "model.layers.40.mlp.shared_experts." in info.value.log
+    assert "other_moe_nextn.py" in info.value.log
+    _add_excludes(ws, _engine_excludes("model.mtp_block"))
+    assert _load(ws, with_draft=True).draft_bytes > 0
+
+    root = ws / "sglang"
+    kernel = sc.engine.jit_kernels[0]
+    assert compile_jit_kernels(sc, root, {"speculative_num_steps": 2}, None) == []
+    with pytest.raises(JitCompileError) as jinfo:
+        compile_jit_kernels(sc, root, {"speculative_num_steps": 3}, None)
+    assert "cuda_fp16.h: No such file or directory" in jinfo.value.log
+    _guard_include(root / kernel.source, "cuda_fp16.h")
+    assert compile_jit_kernels(sc, root, {"speculative_num_steps": 3}, None) == ["draft_extend_meta"]
