@@ -32,7 +32,7 @@ from sandboxes.twin.materialize import (
 )
 from sandboxes.twin.weights import WeightLoadError, WorkspaceImportError, load_weights
 
-pytestmark = pytest.mark.skipif(shutil.which("cpp") is None, reason="the twin's JIT needs cpp")
+needs_cpp = pytest.mark.skipif(shutil.which("cpp") is None, reason="the twin's JIT needs cpp")
 
 
 @pytest.fixture(scope="session")
@@ -314,6 +314,7 @@ def test_error_raised_inside_workspace_code_shows_its_frame(ws: Path) -> None:
 # --- JIT kernels: fix 2 -------------------------------------------------------------------------------------
 
 
+@needs_cpp
 def test_jit_with_deep_speculation_fails_on_unguarded_cuda_header(ws: Path) -> None:
     sc = workspace_scenario(ws)
     lines: list[str] = []
@@ -327,6 +328,7 @@ def test_jit_with_deep_speculation_fails_on_unguarded_cuda_header(ws: Path) -> N
     assert lines and kernel.name in lines[0]
 
 
+@needs_cpp
 def test_jit_guarded_include_builds(ws: Path) -> None:
     sc = workspace_scenario(ws)
     kernel = sc.engine.jit_kernels[0]
@@ -334,6 +336,7 @@ def test_jit_guarded_include_builds(ws: Path) -> None:
     assert compile_jit_kernels(sc, ws / "sglang", {"speculative_num_steps": 5}, None) == [kernel.name]
 
 
+@needs_cpp
 def test_jit_not_triggered_at_three_steps(ws: Path) -> None:
     sc = workspace_scenario(ws)
     assert compile_jit_kernels(sc, ws / "sglang", {"speculative_num_steps": 3}, None) == []
@@ -410,6 +413,7 @@ def _other_scenario(tmp_path: Path) -> Path:
     return path
 
 
+@needs_cpp
 def test_other_scenario_same_mechanisms(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     materialize(_other_scenario(tmp_path), ws)

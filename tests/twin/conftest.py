@@ -1,0 +1,104 @@
+"""Fixtures that run the twin the way a user does: a materialised workspace and real server processes."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from sandboxes.twin import bench_serving
+from sandboxes.twin.materialize import materialize
+
+READY = "The server is fired up and ready to roll!"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, proc: subprocess.Popen, port: int, log: Path):
+        self.proc, self.port, self.log = proc, port, log
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def bench(self, tmp: Path, *flags: str) -> dict:
+        out = tmp / f"bench-{time.monotonic_ns()}.jsonl"
+        args = bench_serving.build_parser().parse_args(
+            ["--backend", "sglang", "--base-url", self.url, "--output-file", str(out), *flags]
+        )
+        return bench_serving.run(args)
+
+
+def start_server(ws: Path, log: Path, flags: list[str], env: dict | None = None, timeout: float = 60) -> Server:
+    """Start ``launch_server``; return once ready, or raise with the log if it exits first."""
+    port = free_port()
+    full_env = {**os.environ, "TWIN_TIME_SCALE": "0", **(env or {})}
+    with open(log, "w") as f:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sandboxes.twin.launch_server", "--model-path", str(ws / "model"),
+             "--port", str(port), *flags],
+            stdout=f, stderr=subprocess.STDOUT, env=full_env,
+        )  # fmt: skip
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = log.read_text()
+        if READY in text:
+            return Server(proc, port, log)
+        if proc.poll() is not None:
+            raise LaunchFailed(proc.returncode, log.read_text())
+        time.sleep(0.05)
+    proc.kill()
+    raise TimeoutError(log.read_text())
+
+
+class LaunchFailed(Exception):
+    def __init__(self, code: int, log: str):
+        super().__init__(f"exit {code}")
+        self.code, self.log = code, log
+
+
+@contextmanager
+def running(ws: Path, log: Path, flags: list[str], env: dict | None = None) -> Iterator[Server]:
+    server = start_server(ws, log, flags, env)
+    try:
+        yield server
+    finally:
+        server.proc.terminate()
+        server.proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def fixed_workspace(tmp_path_factory) -> Path:
+    """The default scenario with both published fixes applied and the MoE selection tuned."""
+    ws = tmp_path_factory.mktemp("fixed") / "ws"
+    materialize("glm52_mi355x", ws)
+    import json
+
+    cfg_path = ws / "model" / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["quantization_config"]["exclude"].append(r"re:model\.decoder\.(mlp\.shared_experts|self_attn\.indexer)\..*")
+    cfg_path.write_text(json.dumps(cfg))
+    kernel = ws / "sglang/python/sglang/jit_kernel/csrc/elementwise/fused_metadata_copy.cuh"
+    kernel.write_text(
+        kernel.read_text().replace(
+            "#include <cuda_runtime.h>", "#ifndef USE_ROCM\n#include <cuda_runtime.h>\n#endif", 1
+        )
+    )
+    subprocess.run(
+        [sys.executable, "-m", "sandboxes.twin.tune_moe", "--scenario", str(ws / ".twin/scenario.yaml"),
+         "--shape", "model_dim=6144,inter_dim=2048,expert=256,topk=8,dtype=mxfp4", "-o", str(ws / "tuned.csv")],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return ws

@@ -1,0 +1,134 @@
+"""Physical sense of the performance model, property-tested: more capacity never hurts, load raises
+TTFT, longer prompts and lower cache hits cost more, nothing beats the hardware's ceilings."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sandboxes.twin.memory import plan_memory
+from sandboxes.twin.perf_model import BYTES_PER_PARAM, CostModel
+from sandboxes.twin.scenario import load
+from sandboxes.twin.serving_config import ServingConfig
+from sandboxes.twin.simulator import simulate
+from sandboxes.twin.workload import DatasetSpec, arrival_times, build_requests
+
+SC = load("glm52_mi355x")
+STEP_GRAIN = 0.005  # how far a run's end can move when batching changes by one scheduler step
+SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+layouts = st.sampled_from([(8, 1), (4, 2), (2, 4)])
+configs = st.builds(
+    lambda layout, kv, tuned, spec, fusion, graph: ServingConfig(
+        tp_size=layout[0], dp_size=layout[1], kv_cache_dtype=kv, moe_tuned=tuned,
+        speculative_algorithm="EAGLE" if spec else None, speculative_num_steps=spec,
+        speculative_num_draft_tokens=spec + 1 if spec else 0, enable_aiter_allreduce_fusion=fusion,
+        cuda_graph_max_bs=graph,
+    ),  # fmt: skip
+    layouts, st.sampled_from(["auto", "fp8_e4m3"]), st.booleans(), st.sampled_from([0, 3, 5]), st.booleans(),
+    st.sampled_from([64, 512]),
+)
+
+
+def run(scenario, cfg, rate, *, prefix=12000, unique=8000, out=300, n=120, seed=7):
+    model = CostModel(scenario, cfg)
+    rng = random.Random(seed)
+    spec = DatasetSpec("generated-shared-prefix", gsp_num_groups=max(1, n // 20), gsp_prompts_per_group=20,
+                       gsp_system_prompt_len=prefix, gsp_question_len=unique, gsp_output_len=out)  # fmt: skip
+    reqs = build_requests(spec, rng)
+    result = simulate(model, reqs, arrival_times(len(reqs), rate, rng), plan_memory(model).max_total_num_tokens)
+    ok = [t for t in result.traces if not t.error]
+    ttfts = sorted(t.first_token - t.send for t in ok)
+    return sum(t.req.output_len for t in ok) / result.duration, ttfts[len(ttfts) // 2], result
+
+
+def faster_hardware(factor: float):
+    hw = SC.hardware
+    return dataclasses.replace(SC, hardware=dataclasses.replace(
+        hw, memory_bandwidth_tbs=hw.memory_bandwidth_tbs * factor,
+        peak_tflops={k: v * factor for k, v in hw.peak_tflops.items()},
+        interconnect_gbs=hw.interconnect_gbs * factor))  # fmt: skip
+
+
+@SETTINGS
+@given(cfg=configs, rate=st.floats(0.3, 4.0), factor=st.floats(1.05, 3.0))
+def test_throughput_never_falls_when_capacity_rises(cfg, rate, factor):
+    slow, _, _ = run(SC, cfg, rate)
+    fast, _, _ = run(faster_hardware(factor), cfg, rate)
+    assert fast >= slow * (1 - 1e-9)
+
+
+@SETTINGS
+@given(cfg=configs, kv=st.integers(200_000, 2_000_000), more=st.floats(1.1, 4.0), rate=st.floats(0.5, 4.0))
+def test_more_kv_cache_never_lowers_throughput(cfg, kv, more, rate):
+    model = CostModel(SC, cfg)
+    rng = random.Random(3)
+    reqs = build_requests(DatasetSpec("generated-shared-prefix", gsp_num_groups=6, gsp_prompts_per_group=20,
+                                      gsp_system_prompt_len=12000, gsp_question_len=8000,
+                                      gsp_output_len=300), rng)  # fmt: skip
+    arrivals = arrival_times(len(reqs), rate, rng)
+
+    def tput(capacity):
+        r = simulate(model, reqs, arrivals, capacity)
+        return sum(t.req.output_len for t in r.traces if not t.error) / r.duration
+
+    # Admitting more requests can move the last completion by a scheduler step: allow that much (0.5 %).
+    assert tput(int(kv * more)) >= tput(kv) * (1 - STEP_GRAIN)
+
+
+@SETTINGS
+@given(cfg=configs, low=st.floats(0.2, 2.0), more=st.floats(1.2, 3.0))
+def test_ttft_rises_with_load(cfg, low, more):
+    _, ttft_low, _ = run(SC, cfg, low)
+    _, ttft_high, _ = run(SC, cfg, low * more)
+    assert ttft_high >= ttft_low * (1 - STEP_GRAIN)  # arrivals can land on a different step boundary
+
+
+@SETTINGS
+@given(cfg=configs, prompt=st.integers(100, 30000), extra=st.integers(1, 30000), ctx=st.integers(0, 50000))
+def test_longer_prompts_cost_more(cfg, prompt, extra, ctx):
+    model = CostModel(SC, cfg)
+    assert model.prefill(prompt + extra, [(ctx, prompt + extra)]).total > model.prefill(prompt, [(ctx, prompt)]).total
+    _, short, _ = run(SC, cfg, 0.2, prefix=0, unique=prompt, n=20)
+    _, long, _ = run(SC, cfg, 0.2, prefix=0, unique=prompt + extra, n=20)
+    assert long >= short
+
+
+@SETTINGS
+@given(cfg=configs, total=st.integers(4000, 30000), hit=st.floats(0.1, 0.9), less=st.floats(0.1, 0.9))
+def test_lower_cache_hit_costs_more(cfg, total, hit, less):
+    prefix = int(total * hit)
+    lower = int(prefix * less)
+    _, ttft_hit, r_hit = run(SC, cfg, 0.5, prefix=prefix, unique=total - prefix)
+    _, ttft_lower, r_lower = run(SC, cfg, 0.5, prefix=lower, unique=total - lower)
+    busy = lambda r: sum(v for k, v in r.breakdown.items() if k != "idle")  # noqa: E731
+    assert busy(r_lower) >= busy(r_hit)
+    assert ttft_lower >= ttft_hit
+
+
+@SETTINGS
+@given(cfg=configs, batch=st.integers(1, 512), ctx=st.integers(100, 100000), new=st.integers(1, 32768))
+def test_no_step_beats_the_hardware_ceilings(cfg, batch, ctx, new):
+    model = CostModel(SC, cfg)
+    hw = SC.hardware
+    gpus = model.moe_g
+    weights = model.fixed_weight_bytes / gpus  # every decode step reads at least the always-active weights
+    assert model.decode(batch, batch * ctx).total >= weights / (hw.memory_bandwidth_tbs * 1e12)
+    flops = 2 * new * model.active_linear_params / gpus
+    peak = max(hw.peak_tflops.values()) * 1e12
+    assert model.prefill(new, [(ctx, new)]).total >= flops / peak
+    assert BYTES_PER_PARAM[model.wfmt] > 0
+
+
+def test_simulated_output_never_exceeds_bandwidth_bound():
+    """Output tokens per second across the node never beat streaming the active weights at peak bandwidth."""
+    for cfg in (ServingConfig(tp_size=8), ServingConfig(tp_size=4, dp_size=2, moe_tuned=True)):
+        tput, _, _ = run(SC, cfg, 50.0, prefix=0, unique=100, out=500, n=200)
+        model = CostModel(SC, cfg)
+        per_step_bytes = model.fixed_weight_bytes / model.moe_g
+        steps_per_s = SC.hardware.memory_bandwidth_tbs * 1e12 / per_step_bytes
+        max_batch = 200
+        assert tput <= steps_per_s * max_batch * cfg.dp_size
