@@ -277,7 +277,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise BenchError("the server is not a dayzero twin: use SGLang's own bench_serving against a real engine")
     scenario = load(twin["scenario_path"])
     cfg = ServingConfig.from_dict(twin["serving_config"])
-    model = CostModel(scenario, cfg)
+    model = CostModel(scenario, cfg, twin.get("weight_bytes"))
     kv_capacity = int(twin.get("max_total_num_tokens") or plan_memory(model).max_total_num_tokens)
     spec = DatasetSpec(
         name=args.dataset_name, num_prompts=args.num_prompts, random_input_len=args.random_input_len,

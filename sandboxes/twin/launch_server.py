@@ -174,9 +174,9 @@ def start(args) -> tuple[ServerState, float]:
         raise LaunchError(str(exc), exc.log) from None
     moe_tuned = moe_selection(ws, scale)
     cfg = serving_config(args, ws, moe_tuned)
-    model = CostModel(sc, cfg)
+    model = CostModel(sc, cfg, report.target_bytes_by_category)
     try:
-        plan = memory.plan_memory(model, report.total_bytes)
+        plan = memory.plan_memory(model, report.draft_bytes)
     except (memory.OutOfMemory, memory.NotEnoughMemory) as exc:
         kind = "torch.OutOfMemoryError" if isinstance(exc, memory.OutOfMemory) else "RuntimeError"
         raise LaunchError(f"{kind}: {exc}", f"{kind}: {exc}") from None
@@ -218,6 +218,7 @@ def start(args) -> tuple[ServerState, float]:
         "quantization": sc.quantization.weight_format,
         "serving_config": cfg.to_dict(),
         "max_total_num_tokens": plan.max_total_num_tokens,
+        "weight_bytes": dict(report.target_bytes_by_category),
         "moe_kernels": "tuned" if moe_tuned else "fallback",
         "startup_seconds_simulated": round(startup_s, 1),
         "time_scale": scale,

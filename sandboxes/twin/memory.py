@@ -41,14 +41,15 @@ class MemoryPlan:
         )
 
 
-def plan_memory(model: CostModel, weight_bytes_total: float | None = None) -> MemoryPlan:
-    """Raise ``OutOfMemory`` or ``NotEnoughMemory`` as SGLang would; else the plan."""
+def plan_memory(model: CostModel, draft_bytes: float = 0.0) -> MemoryPlan:
+    """Raise ``OutOfMemory`` or ``NotEnoughMemory`` as SGLang would; else the plan.
+
+    ``draft_bytes``: weights of the speculative draft model, when one was loaded (TP-sharded like the rest).
+    """
     sc, cfg = model.scenario, model.config
     cal = sc.calibration
     gpu = sc.hardware.memory_gb * GIB
-    weights = (weight_bytes_total if weight_bytes_total is not None else model.total_weight_bytes()) / model.moe_g
-    if cfg.speculative:
-        weights *= 1.0 + 1.0 / model.sizes.layers  # the draft (MTP) layer
+    weights = (model.total_weight_bytes() + draft_bytes) / model.moe_g
     if weights > gpu * 0.98:
         raise OutOfMemory(
             f"HIP out of memory. Tried to allocate {weights / GIB / 8:.2f} GiB. GPU 0 has a total capacity of"

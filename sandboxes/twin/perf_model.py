@@ -10,13 +10,15 @@ Units: seconds, bytes, FLOPs. "Rank" means one DP rank: one scheduler with ``gpu
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .scenario import Scenario
+from .checkpoint import ModelDims, checkpoint_modules, layer_entries, tensor_bytes
+from .scenario import ModelSpec, QuantSpec, Scenario, expand_ranges
 from .serving_config import ServingConfig
 
-BYTES_PER_PARAM = {"bf16": 2.0, "fp8": 1.0 + 4 / 4096, "mxfp4": 0.5 + 1 / 32}
 KV_BYTES = {"auto": 2.0, "bf16": 2.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
 ATTENTION_BACKEND_EFFICIENCY = {"aiter": 1.0, "triton": 0.6, "torch_native": 0.2, "wave": 0.8}
 MOE_BACKEND_EFFICIENCY = {"auto": 1.0, "aiter": 1.0, "triton": 0.7, "triton_kernel": 0.8}
@@ -25,11 +27,11 @@ SPEC_STEP_OVERHEAD_S = 80e-6  # per draft step: sampling and tree bookkeeping
 
 @dataclass(frozen=True)
 class ModelSizes:
-    """Parameter counts by category, derived from the model's dimensions."""
+    """Parameter counts by category (from the checkpoint's module catalogue) and cache/FLOP shapes."""
 
     layers: int
     moe_layers: int
-    attention_per_layer: int
+    attention_per_layer: int  # MLA projections and the DSA indexer of one layer
     expert_params: int  # one routed expert (gate, up, down)
     shared_expert_params: int
     dense_mlp_params: int  # one dense MLP layer
@@ -40,34 +42,46 @@ class ModelSizes:
     indexer_flops_per_key: int
 
 
-def model_sizes(sc: Scenario) -> ModelSizes:
-    m, a = sc.model, sc.model.attention
-    h = m.hidden_size
-    q_heads_dim = a.num_heads * (a.qk_nope_head_dim + a.qk_rope_head_dim)
-    attention = (
-        h * a.q_lora_rank
-        + a.q_lora_rank * q_heads_dim
-        + h * (a.kv_lora_rank + a.qk_rope_head_dim)
-        + a.kv_lora_rank * a.num_heads * (a.qk_nope_head_dim + a.v_head_dim)
-        + a.num_heads * a.v_head_dim * h
-        + a.q_lora_rank * a.indexer_heads * a.indexer_head_dim
-        + h * a.indexer_head_dim
-    )
-    expert = 3 * h * m.moe.intermediate_size
+def _count(entries, category: str) -> int:
+    return sum(math.prod(e.shape) for e in entries if e.category == category and len(e.shape) == 2)
+
+
+@functools.lru_cache(maxsize=32)
+def model_sizes(spec: ModelSpec) -> ModelSizes:
+    dims = ModelDims.from_spec(spec)
+    a = spec.attention
+    moe_layer = layer_entries(dims, spec.num_hidden_layers - 1)
+    dense_layer = layer_entries(dims, 0) if spec.first_k_dense_replace else moe_layer
     return ModelSizes(
-        layers=m.num_hidden_layers,
-        moe_layers=m.num_hidden_layers - m.first_k_dense_replace,
-        attention_per_layer=attention,
-        expert_params=expert,
-        shared_expert_params=m.moe.num_shared_experts * expert,
-        dense_mlp_params=3 * h * m.dense_intermediate_size,
-        lm_head_params=h * m.vocab_size,
+        layers=spec.num_hidden_layers,
+        moe_layers=spec.num_hidden_layers - spec.first_k_dense_replace,
+        attention_per_layer=_count(moe_layer, "attention") + _count(moe_layer, "indexer"),
+        expert_params=_count(moe_layer, "routed_experts") // max(spec.moe.num_experts, 1),
+        shared_expert_params=_count(moe_layer, "shared_experts"),
+        dense_mlp_params=_count(dense_layer, "dense_mlp"),
+        lm_head_params=spec.hidden_size * spec.vocab_size,
         kv_elems_per_token_layer=a.kv_lora_rank + a.qk_rope_head_dim,
         indexer_elems_per_token_layer=a.indexer_head_dim if a.sparse_topk else 0,
         # absorbed MLA: scores over (kv_lora + rope), values over kv_lora, every head
         attn_flops_per_key=2 * a.num_heads * (2 * a.kv_lora_rank + a.qk_rope_head_dim),
         indexer_flops_per_key=2 * a.indexer_heads * a.indexer_head_dim,
     )
+
+
+@functools.lru_cache(maxsize=32)
+def reference_weight_bytes(spec: ModelSpec, quant: QuantSpec) -> dict[str, int]:
+    """Bytes per category of the checkpoint as exported, when no engine load report is at hand."""
+    from .materialize import checkpoint_params  # the checkpoint's own packing and exclude decisions
+
+    out: dict[str, int] = {}
+    dims = ModelDims.from_spec(spec)
+    categories = {m.name: m.category for m in checkpoint_modules(dims, include_mtp=False)}
+    exclude = [e for entry in quant.exclude for e in expand_ranges(entry)]
+    for name, meta in checkpoint_params(dims, quant.weight_format, exclude).items():
+        category = categories.get(name.rsplit(".", 1)[0])
+        if category is not None:
+            out[category] = out.get(category, 0) + tensor_bytes(meta["dtype"], meta["shape"])
+    return out
 
 
 @dataclass
@@ -99,12 +113,16 @@ class StepCost:
 
 @dataclass
 class CostModel:
+    """Step costs for one serving configuration. ``weight_bytes`` is what the engine loaded, by category
+    (the launcher's weight-load report); without it, the checkpoint's own bytes are used."""
+
     scenario: Scenario
     config: ServingConfig
+    weight_bytes: Mapping[str, int] | None = None
     sizes: ModelSizes = field(init=False)
 
     def __post_init__(self) -> None:
-        self.sizes = model_sizes(self.scenario)
+        self.sizes = model_sizes(self.scenario.model)
         sc, cfg, cal = self.scenario, self.config, self.scenario.calibration
         hw = sc.hardware
         self.g = cfg.gpus_per_rank
@@ -112,9 +130,7 @@ class CostModel:
         self.bw = hw.memory_bandwidth_tbs * 1e12 * cal.hbm_efficiency
         fmt = sc.quantization.weight_format
         self.wfmt = fmt
-        self.w_bytes = BYTES_PER_PARAM[fmt]
         self.kv_bytes = KV_BYTES[cfg.kv_cache_dtype]
-        self.excluded_shared = any("shared_expert" in e for e in sc.quantization.exclude)
         # smaller shards per GPU run kernels less efficiently: each doubling of the TP degree keeps a share
         shard = cal.tp_doubling_efficiency ** math.log2(max(self.moe_g, 1))
         self.linear_flops = hw.peak_tflops[fmt] * 1e12 * cal.gemm_efficiency[fmt] * shard
@@ -131,15 +147,14 @@ class CostModel:
         self.moe_bw = self.bw * (1.0 if cfg.moe_tuned else cal.moe_fallback_efficiency**0.5)
         self.link_bw = hw.interconnect_gbs * 1e9
         s = self.sizes
-        shared_bytes = BYTES_PER_PARAM["bf16"] if self.excluded_shared else self.w_bytes
-        # bytes every forward reads regardless of routing (per whole model, before TP sharding)
-        self.fixed_weight_bytes = (
-            s.layers * s.attention_per_layer * self.w_bytes
-            + s.moe_layers * s.shared_expert_params * shared_bytes
-            + (s.layers - s.moe_layers) * s.dense_mlp_params * self.w_bytes
-            + s.lm_head_params * BYTES_PER_PARAM["bf16"]
-        )
-        self.expert_bytes = s.expert_params * self.w_bytes
+        loaded = dict(self.weight_bytes or reference_weight_bytes(sc.model, sc.quantization))
+        self.loaded_bytes = sum(loaded.values())
+        experts = loaded.get("routed_experts", 0)
+        self.expert_bytes = experts / max(s.moe_layers * sc.model.moe.num_experts, 1)
+        # bytes every forward reads whatever the routing (the embedding is a lookup, not a stream)
+        self.fixed_weight_bytes = self.loaded_bytes - experts - loaded.get("embedding", 0) - loaded.get("mtp", 0)
+        self.layer_fixed_bytes = (self.fixed_weight_bytes - loaded.get("lm_head", 0)) / s.layers
+        self.lm_head_bytes = loaded.get("lm_head", 0)
         self.active_linear_params = (
             s.layers * s.attention_per_layer
             + s.moe_layers * s.shared_expert_params
@@ -154,8 +169,7 @@ class CostModel:
     # --- building blocks -------------------------------------------------------------------------------
 
     def total_weight_bytes(self) -> float:
-        moe = self.sizes.moe_layers * self.scenario.model.moe.num_experts * self.expert_bytes
-        return self.fixed_weight_bytes + moe
+        return float(self.loaded_bytes)
 
     def experts_touched(self, tokens: float) -> float:
         e, k = self.scenario.model.moe.num_experts, self.scenario.model.moe.top_k
@@ -254,10 +268,9 @@ class CostModel:
         """The draft model's steps for one speculative iteration (one layer + LM head per step)."""
         cfg, s = self.config, self.sizes
         per_step_bytes = (
-            s.attention_per_layer * self.w_bytes
-            + s.shared_expert_params * BYTES_PER_PARAM["bf16"]
+            self.layer_fixed_bytes
             + self.experts_touched(batch * cfg.speculative_eagle_topk) * self.expert_bytes
-            + s.lm_head_params * BYTES_PER_PARAM["bf16"]
+            + self.lm_head_bytes
         ) / self.moe_g
         per_step = per_step_bytes / self.bw
         per_step += self.kernel_overhead(batch, layers=1) + self.allreduce_time(batch) / s.layers

@@ -1,6 +1,6 @@
 """How fast the twin's benchmark simulates: wall seconds for production-workload runs (prints figures).
 
-    python tests/benchmarks/twin_speed.py
+    python -m tests.benchmarks.twin_speed
 
 Not a test: speeds are measured here and reported, never asserted.
 """

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import socket
 import subprocess
@@ -34,11 +36,13 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
     def bench(self, tmp: Path, *flags: str) -> dict:
+        """Run the twin's bench_serving in-process against this server (its table is not printed)."""
         out = tmp / f"bench-{time.monotonic_ns()}.jsonl"
         args = bench_serving.build_parser().parse_args(
             ["--backend", "sglang", "--base-url", self.url, "--output-file", str(out), *flags]
         )
-        return bench_serving.run(args)
+        with contextlib.redirect_stdout(io.StringIO()):
+            return bench_serving.run(args)
 
 
 def start_server(ws: Path, log: Path, flags: list[str], env: dict | None = None, timeout: float = 60) -> Server:
