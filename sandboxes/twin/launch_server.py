@@ -16,6 +16,7 @@ Simulated time is compressed by ``TWIN_TIME_SCALE`` (wall seconds per simulated 
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import signal
@@ -52,6 +53,7 @@ class Workspace:
     model_dir: Path
     sglang_root: Path
     scenario: Scenario
+    model_config: dict
 
 
 def time_scale() -> float:
@@ -74,7 +76,11 @@ def find_workspace(args) -> Workspace:
         scenario = load(scenario_file)
     except ScenarioError as exc:
         raise LaunchError(f"twin scenario: {exc}") from None
-    return Workspace(model_dir=model_dir, sglang_root=root, scenario=scenario)
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except json.JSONDecodeError as exc:
+        raise LaunchError(f"json.decoder.JSONDecodeError: {exc} (in {model_dir / 'config.json'})") from None
+    return Workspace(model_dir=model_dir, sglang_root=root, scenario=scenario, model_config=config)
 
 
 def visible_gpus(scenario: Scenario) -> int:
@@ -110,7 +116,7 @@ def moe_selection(ws: Workspace, scale: float) -> bool:
     m = sc.model
     dtype = sc.quantization.weight_format
     key = (
-        f"(256, {{token}}, {m.hidden_size}, {m.moe.intermediate_size}, {m.moe.num_experts}, {m.moe.top_k}, "
+        f"({moe_csv.cu_count(sc.hardware.gfx_arch)}, {{token}}, {m.hidden_size}, {m.moe.intermediate_size}, {m.moe.num_experts}, {m.moe.top_k}, "
         f"'ActivationType.Silu', 'torch.bfloat16', '{moe_csv.dtype_code(dtype)}', "
         f"'{moe_csv.dtype_code(dtype)}', 'QuantType.per_1x32', True, False)"
     )
@@ -200,7 +206,7 @@ def start(args) -> tuple[ServerState, float]:
         log.info(f"Capture cuda graph bs {graph_bs}")
         log.info(f"Capture cuda graph end. Time elapsed: {graph_s:.2f} s. mem usage={plan.graph_bytes / memory.GIB:.2f} GB. avail mem={plan.free_bytes / memory.GIB:.2f} GB.")
     max_running = cfg.max_running_requests or max(1, min(plan.max_total_num_tokens // 2, 4096))
-    context_len = args.context_length or 202752
+    context_len = args.context_length or ws.model_config.get("max_position_embeddings", 131072)
     log.info(
         f"max_total_num_tokens={plan.max_total_num_tokens}, chunked_prefill_size={cfg.chunked_prefill_size}, "
         f"max_prefill_tokens={args.max_prefill_tokens}, max_running_requests={max_running}, "

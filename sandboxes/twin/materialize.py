@@ -183,7 +183,7 @@ def build_config(sc: Scenario) -> dict[str, Any]:
         "routed_scaling_factor": 2.5,
         "hidden_act": "silu",
         "rms_norm_eps": 1e-05,
-        "max_position_embeddings": 202752,
+        "max_position_embeddings": m.max_position_embeddings,
         "rope_theta": 1000000,
         "rope_scaling": None,
         "attention_bias": False,

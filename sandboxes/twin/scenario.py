@@ -69,6 +69,7 @@ class ModelSpec:
     mtp: MTPSpec | None = None
     first_k_dense_replace: int = 0
     dense_intermediate_size: int = 0
+    max_position_embeddings: int = 131072
 
 
 @dataclass(frozen=True)
