@@ -106,3 +106,11 @@ def fixed_workspace(tmp_path_factory) -> Path:
         check=True, capture_output=True,
     )  # fmt: skip
     return ws
+
+
+# CI runs the property tests on a fixed set of examples, so a green run is reproducible; locally they explore.
+from hypothesis import settings as _hypothesis_settings  # noqa: E402
+
+_hypothesis_settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    _hypothesis_settings.load_profile("ci")
