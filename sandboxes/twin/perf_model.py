@@ -126,7 +126,10 @@ class CostModel:
         sc, cfg, cal = self.scenario, self.config, self.scenario.calibration
         hw = sc.hardware
         self.g = cfg.gpus_per_rank
-        self.moe_g = cfg.tp_size  # MoE and dense layers span the whole TP group (also under DP attention)
+        self.moe_g = cfg.tp_size  # MoE and dense weights are sharded over the whole TP group
+        # Under DP attention the attention ranks share that group in lockstep: a weight read serves every
+        # rank's tokens, but the group's FLOPs are split between the ranks.
+        self.flop_g = cfg.tp_size / cfg.dp_size if cfg.enable_dp_attention else cfg.tp_size
         self.bw = hw.memory_bandwidth_tbs * 1e12 * cal.hbm_efficiency
         fmt = sc.quantization.weight_format
         self.wfmt = fmt
@@ -225,12 +228,12 @@ class CostModel:
         tokens = new_tokens + decode_batch
         dense_flops = 2 * tokens * self.active_linear_params
         c.prefill_dense = max(
-            dense_flops / (self.moe_g * self.linear_flops), self.fixed_weight_bytes / (self.moe_g * self.bw)
+            dense_flops / (self.flop_g * self.linear_flops), self.fixed_weight_bytes / (self.moe_g * self.bw)
         )
         k = self.scenario.model.moe.top_k
         moe_flops = 2 * tokens * k * s.moe_layers * s.expert_params
         moe_bytes = s.moe_layers * self.experts_touched(tokens) * self.expert_bytes
-        c.prefill_moe = max(moe_flops / (self.moe_g * self.moe_flops), moe_bytes / (self.moe_g * self.moe_bw))
+        c.prefill_moe = max(moe_flops / (self.flop_g * self.moe_flops), moe_bytes / (self.moe_g * self.moe_bw))
         c.communication = self.allreduce_time(tokens)
         c.overhead = self.kernel_overhead(batch=10**9) + self.scenario.calibration.scheduler_overhead_ms * 1e-3
         return c
@@ -252,8 +255,8 @@ class CostModel:
         kv_bytes = batch * tokens_per_seq**0.5 * per_seq_kv
         mem = weight_bytes / self.bw + kv_bytes / self.bw
         moe_flops = 2 * tokens * self.scenario.model.moe.top_k * s.moe_layers * s.expert_params
-        flops = (2 * tokens * self.active_linear_params) / (self.moe_g * self.linear_flops)
-        flops += moe_flops / (self.moe_g * self.moe_flops)
+        flops = (2 * tokens * self.active_linear_params) / (self.flop_g * self.linear_flops)
+        flops += moe_flops / (self.flop_g * self.moe_flops)
         flops += tokens * s.layers * self.attended_keys(mean_ctx) * s.attn_flops_per_key / (
             self.g * self.attn_flops
         )

@@ -83,12 +83,16 @@ def parse_shape(text: str) -> dict:
 
 
 def shapes_from_untuned(path: str) -> list[dict]:
-    shapes = []
+    """Shapes of an aiter-style untuned CSV, each with the token buckets its rows list."""
+    shapes: dict[tuple, dict] = {}
     for row in moe_csv.read_rows(path):
         dtype = moe_csv.dtype_from_code(str(row.get("q_dtype_w", ""))) or "mxfp4"
-        shapes.append({"model_dim": int(row["model_dim"]), "inter_dim": int(row["inter_dim"]),
-                       "expert": int(row["expert"]), "topk": int(row["topk"]), "dtype": dtype})  # fmt: skip
-    return shapes
+        shape = {"model_dim": int(row["model_dim"]), "inter_dim": int(row["inter_dim"]),
+                 "expert": int(row["expert"]), "topk": int(row["topk"]), "dtype": dtype}  # fmt: skip
+        entry = shapes.setdefault(tuple(shape.values()), {**shape, "tokens": []})
+        if row.get("token") not in ("", None):
+            entry["tokens"].append(int(row["token"]))
+    return list(shapes.values())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -125,10 +129,13 @@ def main(argv: list[str] | None = None) -> int:
     cu = moe_csv.cu_count(hw.gfx_arch)
     print("[aiter] fmoe tuner (SIMULATED by the dayzero MI355X twin: timings come from a model)")
     rows = []
+    measured = 0
     for shape in shapes:
         shape = dict(shape, cu_num=cu)
         peak = hw.peak_tflops.get(shape["dtype"], hw.peak_tflops["bf16"])
-        for token in tokens:
+        shape_tokens = sorted(set(shape.pop("tokens", None) or tokens))
+        measured += len(shape_tokens)
+        for token in shape_tokens:
             row = measure(shape, token, peak, hw.memory_bandwidth_tbs * 1e12)
             rows.append(row)
             print(f"[aiter] tuned cu_num={cu} token={token} model_dim={shape['model_dim']} "
@@ -144,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             if key not in keys:
                 kept.append(r)
     moe_csv.write_rows(out, kept + rows)
-    candidates = len(shapes) * len(tokens) * len(BLOCK_M) * len(KSPLIT)
+    candidates = measured * len(BLOCK_M) * len(KSPLIT)
     minutes = candidates * SECONDS_PER_CANDIDATE / 60
     print(f"[aiter] wrote {len(rows)} tuned rows ({len(kept)} kept) to {out}; "
           f"{candidates} candidates measured, simulated tuning time {minutes:.1f} min")

@@ -1,0 +1,224 @@
+"""Benchmarking the live server with the engine's own benchmark (``bench_serving``), and finding the knee."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from tasks.spec import Workload
+
+from .base import Cost, ToolInput, ToolResult, tool
+from .context import ToolContext
+
+
+class BenchMetrics(BaseModel):
+    """One benchmark run, from the JSON line ``bench_serving`` appends."""
+
+    workload: str
+    request_rate: float | None
+    max_concurrency: int | None = None
+    completed: int
+    num_prompts: int
+    success_rate: float
+    output_throughput: float
+    request_throughput: float
+    median_ttft_ms: float
+    p99_ttft_ms: float
+    median_tpot_ms: float
+    p99_tpot_ms: float
+    median_itl_ms: float
+    p99_itl_ms: float
+    median_e2e_latency_ms: float
+    decode_tok_s: float = Field(description="one stream's decode speed: 1000 / median TPOT")
+    accept_length: float | None = None
+    duration_s: float
+    simulated: bool = False
+    bottleneck: str | None = None
+    gpu_time_share: dict[str, float] | None = None
+
+
+def bench_argv(ctx: ToolContext, workload: Workload, rate: float | None, output_file: str) -> tuple[list[str], int]:
+    """The benchmark command for ``workload`` at ``rate``; returns it with the number of prompts sent."""
+    argv = ctx.render(ctx.engine.benchmark, base_url=ctx.server.handle.base_url, output_file=output_file)
+    argv += ["--dataset-name", workload.dataset]
+    params = dict(workload.params)
+    rate = rate if rate is not None else workload.request_rate
+    if workload.dataset == "generated-shared-prefix":
+        groups, per_group = int(params.pop("gsp-num-groups", 0) or 0), workload.prompts_per_group
+        if workload.duration_s and rate:
+            groups = max(2, math.ceil(rate * workload.duration_s / per_group))
+        groups = groups or 16
+        params.update({"gsp-num-groups": groups, "gsp-prompts-per-group": per_group})
+        prompts = groups * per_group
+    else:
+        prompts = int(params.pop("num-prompts", 0) or 0)
+        if workload.duration_s and rate:
+            prompts = max(20, math.ceil(rate * workload.duration_s))
+        prompts = prompts or 100
+        params["num-prompts"] = prompts
+    for k, v in params.items():
+        argv += [f"--{k}", str(v)]
+    if rate is not None:
+        argv += ["--request-rate", str(rate)]
+    if workload.max_concurrency:
+        argv += ["--max-concurrency", str(workload.max_concurrency)]
+    return argv, prompts
+
+
+def parse_record(name: str, record: dict[str, Any], prompts: int) -> BenchMetrics:
+    completed = int(record.get("completed", 0))
+    tpot = float(record.get("median_tpot_ms") or 0.0)
+    share = (record.get("gpu_time_breakdown") or {}).get("share")
+    return BenchMetrics(
+        workload=name, request_rate=None if record.get("request_rate") in (None, float("inf")) else record["request_rate"],
+        max_concurrency=record.get("max_concurrency"), completed=completed, num_prompts=prompts,
+        success_rate=completed / prompts if prompts else 0.0,
+        output_throughput=float(record["output_throughput"]), request_throughput=float(record["request_throughput"]),
+        median_ttft_ms=float(record["median_ttft_ms"]), p99_ttft_ms=float(record["p99_ttft_ms"]),
+        median_tpot_ms=tpot, p99_tpot_ms=float(record.get("p99_tpot_ms") or 0.0),
+        median_itl_ms=float(record.get("median_itl_ms") or 0.0), p99_itl_ms=float(record.get("p99_itl_ms") or 0.0),
+        median_e2e_latency_ms=float(record.get("median_e2e_latency_ms") or 0.0),
+        decode_tok_s=1000.0 / tpot if tpot > 0 else 0.0, accept_length=record.get("accept_length"),
+        duration_s=float(record["duration"]), simulated=bool(record.get("simulated")),
+        bottleneck=record.get("bottleneck"), gpu_time_share=share,
+    )  # fmt: skip
+
+
+def run_one(ctx: ToolContext, name: str, rate: float | None) -> tuple[BenchMetrics | None, str, Cost]:
+    """One benchmark run; returns (metrics or None, error text, cost)."""
+    workload = ctx.task.workloads[name]
+    n = ctx.next_id()
+    out_rel = f"bench/{n:03d}-{name}.jsonl"
+    out = ctx.run_dir / out_rel
+    out.parent.mkdir(parents=True, exist_ok=True)
+    argv, prompts = bench_argv(ctx, workload, rate, str(out))
+    result = ctx.sandbox.run(argv, env=ctx.engine_env(ctx.server.env), timeout_s=3600)
+    (ctx.run_dir / f"bench/{n:03d}-{name}.log").write_text(result.stdout + result.stderr)
+    if result.exit_code != 0 or not out.exists():
+        err = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+        return None, f"benchmark failed (exit {result.exit_code}): {err[0]}", Cost(wall_seconds=result.wall_seconds)
+    record = json.loads(out.read_text().strip().splitlines()[-1])
+    metrics = parse_record(name, record, prompts)
+    cost = Cost(wall_seconds=result.wall_seconds,
+                simulated_seconds=metrics.duration_s if metrics.simulated else None,
+                node_hours=metrics.duration_s / 3600 * ctx.node_fraction())  # fmt: skip
+    return metrics, "", cost
+
+
+def _add(a: Cost, b: Cost) -> Cost:
+    sim = None if a.simulated_seconds is None and b.simulated_seconds is None else \
+        (a.simulated_seconds or 0.0) + (b.simulated_seconds or 0.0)  # fmt: skip
+    return Cost(wall_seconds=a.wall_seconds + b.wall_seconds, simulated_seconds=sim,
+                node_hours=a.node_hours + b.node_hours)  # fmt: skip
+
+
+class BenchInput(ToolInput):
+    workload: str = Field(description="a workload name from the task")
+    request_rate: float | None = Field(None, gt=0, description="requests/s; default: the workload's")
+    rates: list[float] | None = Field(None, description="a sweep of request rates instead of one rate")
+
+
+class BenchResult(ToolResult):
+    runs: list[BenchMetrics] = []
+
+
+def _need_server(ctx: ToolContext, workload: str) -> str | None:
+    if ctx.server is None:
+        return "no server is up: launch_server first"
+    if workload not in ctx.task.workloads:
+        return f"unknown workload {workload!r} (known: {', '.join(ctx.task.workloads)})"
+    return None
+
+
+@tool
+def run_benchmark(ctx: ToolContext, args: BenchInput) -> BenchResult:
+    """Benchmark the live server on a task workload at one request rate or a sweep of rates."""
+    if err := _need_server(ctx, args.workload):
+        return BenchResult(ok=False, summary=err)
+    runs, cost = [], Cost()
+    for rate in args.rates or [args.request_rate]:
+        metrics, err, c = run_one(ctx, args.workload, rate)
+        cost = _add(cost, c)
+        if metrics is None:
+            return BenchResult(ok=False, runs=runs, summary=err, cost=cost)
+        runs.append(metrics)
+    last = runs[-1]
+    return BenchResult(runs=runs, cost=cost, summary=(
+        f"{args.workload}: {last.output_throughput:.0f} tok/s, TTFT p50 {last.median_ttft_ms:.0f} ms, "
+        f"decode {last.decode_tok_s:.1f} tok/s/stream" + (f", bottleneck: {last.bottleneck}" if last.bottleneck else "")))
+
+
+class KneeInput(ToolInput):
+    workload: str
+    ttft_limit_ms: float | None = Field(None, gt=0, description="default: the workload's ttft_limit_ms")
+    start_rate: float = Field(1.0, gt=0)
+    max_rate: float = Field(16.0, gt=0)
+    resolution: float = Field(0.1, gt=0, description="stop when the bracket is this narrow (requests/s)")
+
+
+class KneeResult(ToolResult):
+    knee_rate: float | None = None
+    throughput_at_knee: float = 0.0
+    first_failing_rate: float | None = None
+    runs: list[BenchMetrics] = []
+
+
+@tool
+def find_knee(ctx: ToolContext, args: KneeInput) -> KneeResult:
+    """Find the highest request rate whose TTFT p50 stays within the limit: grow the rate until it fails,
+    then bisect the bracket to the resolution. Reports the output throughput at that rate."""
+    if err := _need_server(ctx, args.workload):
+        return KneeResult(ok=False, summary=err)
+    limit = args.ttft_limit_ms or ctx.task.workloads[args.workload].ttft_limit_ms
+    if limit is None:
+        return KneeResult(ok=False, summary="no TTFT limit: pass ttft_limit_ms or set it in the workload")
+    results: dict[float, BenchMetrics] = {}
+    cost = Cost()
+
+    def ok(rate: float) -> bool | None:
+        nonlocal cost
+        rate = round(rate, 3)
+        if rate not in results:
+            metrics, _err, c = run_one(ctx, args.workload, rate)
+            cost = _add(cost, c)
+            if metrics is None:
+                return None
+            results[rate] = metrics
+        m = results[rate]
+        return m.median_ttft_ms <= limit and m.success_rate >= 0.99
+
+    lo, hi = None, None
+    rate = args.start_rate
+    while rate <= args.max_rate:
+        verdict = ok(rate)
+        if verdict is None:
+            return KneeResult(ok=False, runs=list(results.values()), cost=cost, summary="a benchmark run failed")
+        if verdict:
+            lo, rate = rate, rate * 1.5
+        else:
+            hi = rate
+            break
+    if lo is None and hi is not None:  # even the first rate fails: search downwards
+        rate = hi / 2
+        while rate >= args.resolution:
+            if ok(rate):
+                lo = rate
+                break
+            hi, rate = rate, rate / 2
+    while lo is not None and hi is not None and hi - lo > args.resolution:
+        mid = round((lo + hi) / 2, 3)
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    runs = [results[r] for r in sorted(results)]
+    if lo is None:
+        return KneeResult(ok=False, first_failing_rate=hi, runs=runs, cost=cost,
+                          summary=f"TTFT p50 exceeds {limit:.0f} ms even at {hi} req/s")  # fmt: skip
+    best = results[round(lo, 3)]
+    return KneeResult(knee_rate=lo, throughput_at_knee=best.output_throughput, first_failing_rate=hi, runs=runs,
+                      cost=cost, summary=f"knee at {lo:g} req/s: {best.output_throughput:.0f} tok/s, TTFT p50 "
+                      f"{best.median_ttft_ms:.0f} ms ({len(runs)} runs)")  # fmt: skip

@@ -1,0 +1,69 @@
+"""What every tool call can see: the task, the chosen engine, the sandbox, the run, and live tool state."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sandboxes.base import Sandbox, ServerHandle
+from tasks.spec import EngineSpec, TaskSpec
+
+
+@dataclass
+class ServerState:
+    handle: ServerHandle
+    flags: dict[str, Any]
+    env: dict[str, str]
+    info: dict[str, Any] = field(default_factory=dict)  # /server_info once up
+
+
+@dataclass
+class ToolContext:
+    task: TaskSpec
+    engine_name: str  # "twin" | "sglang"
+    engine: EngineSpec
+    sandbox: Sandbox
+    run_id: str
+    run_dir: Path
+    repos: dict[str, Path] = field(default_factory=dict)  # source name -> git repository in the workspace
+    server: ServerState | None = None
+    last_log: Path | None = None
+    baseline_accuracy: float | None = None
+    trial: int = 0
+    _counter: itertools.count = field(default_factory=lambda: itertools.count(1))
+
+    def next_id(self) -> int:
+        return next(self._counter)
+
+    def placeholders(self, **extra: Any) -> dict[str, str]:
+        values = {"python": sys.executable, "workspace": str(self.sandbox.root), "host": "127.0.0.1"}
+        values.update({k: str(v) for k, v in extra.items()})
+        return values
+
+    def render(self, template: list[str], **extra: Any) -> list[str]:
+        values = self.placeholders(**extra)
+        return [part.format_map(_Missing(values)) for part in template]
+
+    def render_value(self, text: str, **extra: Any) -> str:
+        return text.format_map(_Missing(self.placeholders(**extra)))
+
+    def engine_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = {**self.engine.env, **self.task.resolved_env(), **(extra or {})}
+        return {k: self.render_value(v) for k, v in env.items()}
+
+    def node_fraction(self) -> float:
+        """Share of the node a configuration occupies (for node-hours)."""
+        flags = self.server.flags if self.server else {}
+        tp, dp = int(flags.get("tp-size", 1) or 1), int(flags.get("dp-size", 1) or 1)
+        gpus = tp if flags.get("enable-dp-attention") else tp * dp
+        return min(1.0, gpus / self.task.hardware.gpus)
+
+
+class _Missing(dict):
+    """format_map that leaves unknown ``{placeholders}`` as they are."""
+
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"

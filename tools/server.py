@@ -1,0 +1,176 @@
+"""Starting, reading and stopping the engine's server, through the sandbox."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+from typing import Any, Literal
+
+from pydantic import Field
+
+from .base import Cost, ToolInput, ToolResult, tool
+from .context import ServerState, ToolContext
+from .diagnose import Diagnosis, MoEShape, classify, moe_fallbacks
+
+FlagValue = int | float | str | bool | None
+
+
+def flags_to_argv(flags: dict[str, FlagValue]) -> list[str]:
+    """``{"tp-size": 4, "enable-x": True, "y": None}`` -> ``["--tp-size", "4", "--enable-x"]``."""
+    argv: list[str] = []
+    for name, value in flags.items():
+        flag = "--" + name.lstrip("-").replace("_", "-")
+        if value is None or value is False:
+            continue
+        argv += [flag] if value is True else [flag, str(value)]
+    return argv
+
+
+class LaunchInput(ToolInput):
+    flags: dict[str, FlagValue] = Field(default_factory=dict,
+                                        description="engine flags without '--', e.g. {'tp-size': 8}; true for "
+                                                    "switches, null to leave a flag out")  # fmt: skip
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment variables")
+
+
+class LaunchResult(ToolResult):
+    status: Literal["up", "crashed", "timeout"]
+    endpoint: str | None = None
+    startup_seconds: float | None = Field(None, description="simulated on the twin, wall on a real node")
+    simulated: bool = False
+    exit_code: int | None = None
+    argv: list[str] = []
+    log_path: str = ""
+    log_tail: list[str] = []
+    diagnosis: Diagnosis | None = None
+    moe_fallback_shapes: list[MoEShape] = []
+
+
+def _get_json(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def _stop_current(ctx: ToolContext) -> None:
+    if ctx.server is not None:
+        ctx.sandbox.stop_server(ctx.server.handle)
+        ctx.server = None
+
+
+@tool
+def launch_server(ctx: ToolContext, args: LaunchInput) -> LaunchResult:
+    """Start the engine with these flags and environment (stopping any server this run started) and wait
+    until it is ready, has crashed, or timed out. A crash comes back with its log tail and a diagnosis."""
+    _stop_current(ctx)
+    port = ctx.sandbox.free_port()
+    argv = ctx.render(ctx.engine.launch, port=port) + flags_to_argv(args.flags)
+    env = ctx.engine_env(args.env)
+    n = ctx.next_id()
+    log = ctx.run_dir / "logs" / f"server-{n:03d}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    handle = ctx.sandbox.start_server(argv, env, log, port)
+    ready = ctx.sandbox.wait_ready(handle, ctx.engine.ready_line, ctx.engine.startup_timeout_s)
+    ctx.last_log = log
+    text = log.read_text(errors="replace")
+    tail = text.splitlines()[-30:]
+    fallbacks = moe_fallbacks(text)
+    rel = str(log.relative_to(ctx.run_dir))
+    if ready.state == "ready":
+        info = _get_json(handle.base_url + "/server_info")
+        ctx.server = ServerState(handle=handle, flags=dict(args.flags), env=dict(args.env), info=info)
+        twin = info.get("twin") or {}
+        simulated = bool(info.get("simulated"))
+        startup = twin.get("startup_seconds_simulated") if simulated else ready.wall_seconds
+        return LaunchResult(
+            status="up", endpoint=handle.base_url, startup_seconds=startup, simulated=simulated, argv=argv,
+            log_path=rel, log_tail=tail[-5:], moe_fallback_shapes=fallbacks,
+            summary=f"up at {handle.base_url} after {startup:.0f} s" + (" (simulated)" if simulated else "")
+            + (f"; {len(fallbacks)} MoE shape(s) on the untuned fallback path" if fallbacks else ""),
+            cost=_startup_cost(ctx, startup or 0.0, simulated, ready.wall_seconds),
+        )  # fmt: skip
+    if ready.state == "timeout":
+        code = ctx.sandbox.stop_server(handle)
+        diagnosis = classify(log.read_text(errors="replace"), timed_out=True)
+        return LaunchResult(ok=False, status="timeout", exit_code=code, argv=argv, log_path=rel, log_tail=tail,
+                            diagnosis=diagnosis, summary=f"timed out after {ready.wall_seconds:.0f} s: {diagnosis.summary}",
+                            cost=Cost(wall_seconds=ready.wall_seconds))  # fmt: skip
+    ctx.sandbox.stop_server(handle)
+    diagnosis = _workspace_relative(ctx, classify(text))
+    return LaunchResult(ok=False, status="crashed", exit_code=ready.exit_code, argv=argv, log_path=rel,
+                        log_tail=tail, diagnosis=diagnosis, moe_fallback_shapes=fallbacks,
+                        summary=f"crashed (exit {ready.exit_code}): {diagnosis.summary}",
+                        cost=Cost(wall_seconds=ready.wall_seconds))  # fmt: skip
+
+
+def _workspace_relative(ctx: ToolContext, d: Diagnosis) -> Diagnosis:
+    """Point file paths in a diagnosis at the workspace (the path the source tools take)."""
+    if d.file:
+        root = str(ctx.sandbox.root.resolve()).rstrip("/") + "/"
+        if d.file.startswith(root):
+            d.file = d.file[len(root):]
+    return d
+
+
+def _startup_cost(ctx: ToolContext, startup_s: float, simulated: bool, wall: float) -> Cost:
+    return Cost(wall_seconds=wall, simulated_seconds=startup_s if simulated else None,
+                node_hours=startup_s / 3600 * ctx.node_fraction())  # fmt: skip
+
+
+class StopInput(ToolInput):
+    pass
+
+
+class StopResult(ToolResult):
+    exit_code: int | None = None
+
+
+@tool
+def stop_server(ctx: ToolContext, args: StopInput) -> StopResult:
+    """Stop the server this run started (gracefully, then by force)."""
+    if ctx.server is None:
+        return StopResult(summary="no server running")
+    code = ctx.sandbox.stop_server(ctx.server.handle)
+    ctx.server = None
+    return StopResult(exit_code=code, summary=f"stopped (exit {code})")
+
+
+class ReadLogInput(ToolInput):
+    log_path: str | None = Field(None, description="a log under the run directory; default: the last server log")
+    tail: int | None = Field(40, ge=1, le=2000, description="last N lines (ignored with grep)")
+    grep: str | None = Field(None, description="regular expression; matching lines with context")
+    context: int = Field(2, ge=0, le=50)
+    max_lines: int = Field(200, ge=1, le=5000)
+
+
+class ReadLogResult(ToolResult):
+    log_path: str = ""
+    lines: list[str] = []
+    total_lines: int = 0
+
+
+@tool
+def read_log(ctx: ToolContext, args: ReadLogInput) -> ReadLogResult:
+    """Read the server log: its last lines, or the lines matching a regex with context."""
+    path = ctx.run_dir / args.log_path if args.log_path else ctx.last_log
+    if path is None or not path.exists():
+        return ReadLogResult(ok=False, summary="no such log")
+    if args.log_path and ctx.run_dir.resolve() not in path.resolve().parents:
+        return ReadLogResult(ok=False, summary="logs are read from the run directory only")
+    lines = path.read_text(errors="replace").splitlines()
+    rel = str(path.relative_to(ctx.run_dir))
+    if args.grep:
+        try:
+            pattern = re.compile(args.grep)
+        except re.error as exc:
+            return ReadLogResult(ok=False, summary=f"bad regex: {exc}", log_path=rel)
+        keep: set[int] = set()
+        for i, ln in enumerate(lines):
+            if pattern.search(ln):
+                keep.update(range(max(0, i - args.context), min(len(lines), i + args.context + 1)))
+        out = [f"{i + 1}: {lines[i]}" for i in sorted(keep)][: args.max_lines]
+        return ReadLogResult(lines=out, total_lines=len(lines), log_path=rel,
+                             summary=f"{len(out)} line(s) around matches of {args.grep!r}")  # fmt: skip
+    start = max(0, len(lines) - (args.tail or 40))
+    out = [f"{i + 1}: {lines[i]}" for i in range(start, len(lines))][-args.max_lines :]
+    return ReadLogResult(lines=out, total_lines=len(lines), log_path=rel, summary=f"last {len(out)} line(s)")
