@@ -173,3 +173,18 @@ def test_tool_schemas_are_valid_openai_functions(runner):
     for s in schemas:
         assert s["type"] == "function" and s["function"]["parameters"]["type"] == "object"
         assert s["function"]["description"]
+
+
+def test_search_source_and_rate_sweep(runner):
+    found = runner.call("search_source", {"regex": r"def should_ignore_layer", "glob": "sglang/**/*.py"})
+    assert found.ok and found.result["matches"][0]["path"].endswith("quark/utils.py")
+    assert not runner.call("search_source", {"regex": "("}).ok
+    assert runner.call("launch_server", {"flags": {"tp-size": 8}}).ok
+    sweep = runner.call("run_benchmark", {"workload": "throughput", "rates": [0.5, 1.0]})
+    assert sweep.ok
+    runs = sweep.result["runs"]
+    assert [r["request_rate"] for r in runs] == [0.5, 1.0]
+    assert runs[1]["output_throughput"] > runs[0]["output_throughput"]
+    assert sweep.result["cost"]["simulated_seconds"] > 1000  # two ten-minute runs, simulated
+    log = runner.call("read_log", {"grep": "fired up", "context": 0})
+    assert log.ok and "ready to roll" in log.result["lines"][0]
