@@ -1,15 +1,133 @@
-"""The ``agent`` command line.
-
-Today it drives the MI355X digital twin (``agent twin ...``); ``agent run TASK`` arrives with the agent loop.
-"""
+"""The ``agent`` command line: ``agent run TASK``, ``agent runs``, ``agent resume RUN``, ``agent twin ...``."""
 
 from __future__ import annotations
 
-import typer
+import json
+from pathlib import Path
 
-app = typer.Typer(help="dayzero: bring a new model up on new accelerators, by an agent.", no_args_is_help=True)
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+app = typer.Typer(help="dayzero: bring a new model up on new accelerators, by an agent.", no_args_is_help=True,
+                  pretty_exceptions_enable=False)  # fmt: skip
 twin_app = typer.Typer(help="The MI355X digital twin (a simulated SGLang ROCm node).", no_args_is_help=True)
 app.add_typer(twin_app, name="twin")
+console = Console()
+
+RUNS = Path("runs")
+
+
+def _progress_table(state, task, elapsed: float) -> Table:
+    table = Table(title=f"{task.name} - stage: {state.stage} - step {state.step} - {elapsed:.0f} s", expand=False)
+    table.add_column("target")
+    table.add_column("goal", justify="right")
+    table.add_column("best (verified)", justify="right")
+    table.add_column("candidate", justify="right")
+    for t in task.targets:
+        best, cand = state.bests.get(t.name), state.candidates.get(t.name)
+        mark = "[green]met[/]" if best and best.verified and best.value >= t.min else ""
+        table.add_row(t.name, f"{t.min:g}", f"{best.value:.3f} {mark}" if best else "-", f"{cand.value:.3f}" if cand else "-")
+    b = state.budget
+    table.caption = (f"trials {b.trials} | patches {len(state.patches)} | node-hours {b.node_hours:.2f} | "
+                     f"{state.rationale[:100]}")  # fmt: skip
+    return table
+
+
+def _execute(run, resume: bool) -> None:
+    from .graph import execute
+
+    console.print(f"[bold]{run.choice.reason}[/]")
+    console.print(f"run [cyan]{run.run_id}[/] -> {run.run_dir}  (policy: {run.policy.name})")
+    try:
+        with Live(console=console, refresh_per_second=4, transient=True) as live:
+            state = execute(run, resume=resume,
+                            on_step=lambda s, t: live.update(_progress_table(s, run.task, t)))  # fmt: skip
+    except KeyboardInterrupt:
+        run.close()
+        console.print(f"[yellow]interrupted; continue with: agent resume {run.run_id}[/]")
+        raise typer.Exit(130) from None
+    finally:
+        run.sandbox.close()
+    _print_summary(run.run_dir)
+
+
+def _print_summary(run_dir: Path) -> None:
+    summary = json.loads((run_dir / "summary.json").read_text())
+    table = Table(title=f"run {summary['run_id']}: {summary['finish_reason']}")
+    for col in ("target", "goal", "achieved", "met"):
+        table.add_column(col)
+    for name, t in summary["targets"].items():
+        achieved = "-" if t["achieved"] is None else f"{t['achieved']:.3f}"
+        table.add_row(name, f"{t['target']:g}", achieved, "[green]yes[/]" if t["met"] else "[red]no[/]")
+    console.print(table)
+    for c in summary["commits"]:
+        console.print(f"commit {', '.join(s[:10] for s in c['commits'])}  {c['title']}")
+    hours = summary.get("simulated_node_hours", summary.get("node_hours"))
+    console.print(f"branch {summary['branch']} | {'simulated ' if summary['simulated'] else ''}node-hours {hours}")
+    console.print(f"winning launch command: {run_dir / 'launch.sh'}")
+
+
+@app.command()
+def run(
+    task: Path = typer.Argument(..., help="task file, e.g. tasks/glm52_mi355x.yaml"),
+    sandbox: str = typer.Option(None, help="auto | local | docker (default: the task's)"),
+    policy: str = typer.Option("auto", help="auto | playbook | llm | replay"),
+    llm_model: str = typer.Option(None, help="model name at the OpenAI-compatible endpoint"),
+    llm_base_url: str = typer.Option(None, help="OpenAI-compatible endpoint (key from OPENAI_API_KEY)"),
+    max_trials: int = typer.Option(None, help="at most this many launches (default: the task's budget)"),
+    run_id: str = typer.Option(None, help="name the run (default: task-timestamp)"),
+    replay: Path = typer.Option(None, help="with --policy replay: the trace.jsonl to replay"),
+) -> None:
+    """Bring the task's model up, fix what breaks, tune to the targets; everything lands in runs/<run-id>/."""
+    from sandboxes.base import SandboxError
+    from tasks.spec import TaskError, load_task
+
+    from .policies.factory import PolicyError
+    from .run import Run, RunOptions, new_run_id
+
+    try:
+        spec = load_task(task)
+        options = RunOptions(run_id=run_id or new_run_id(spec), task_path=str(task), sandbox=sandbox, policy=policy,
+                             llm_model=llm_model, llm_base_url=llm_base_url, max_trials=max_trials,
+                             replay_trace=str(replay) if replay else None)  # fmt: skip
+        if (RUNS / options.run_id).exists():
+            raise typer.BadParameter(f"run {options.run_id} exists; use: agent resume {options.run_id}")
+        the_run = Run.create(options, RUNS)
+    except (TaskError, SandboxError, PolicyError, ValueError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    _execute(the_run, resume=False)
+
+
+@app.command()
+def resume(run_id: str = typer.Argument(..., help="a run under runs/")) -> None:
+    """Continue a run that was interrupted or killed, without repeating a finished trial or commit."""
+    from .run import Run
+
+    if not (RUNS / run_id / "run.json").exists():
+        console.print(f"[red]error:[/] no run {run_id!r} under {RUNS}/ (see: agent runs)")
+        raise typer.Exit(2)
+    _execute(Run.open(run_id, RUNS), resume=True)
+
+
+@app.command("runs")
+def list_runs() -> None:
+    """List the runs under runs/ with their outcome."""
+    table = Table()
+    for col in ("run", "task", "finished", "targets met"):
+        table.add_column(col)
+    for d in sorted(p for p in RUNS.glob("*") if (p / "run.json").exists()):
+        summary = d / "summary.json"
+        if summary.exists():
+            s = json.loads(summary.read_text())
+            met = sum(t["met"] for t in s["targets"].values())
+            table.add_row(d.name, s["task"], s["finish_reason"], f"{met}/{len(s['targets'])}")
+        else:
+            opts = json.loads((d / "run.json").read_text())
+            table.add_row(d.name, Path(opts["task_path"]).stem, "[yellow]not finished (agent resume)[/]", "-")
+    console.print(table)
 
 
 @twin_app.command("scenarios")
@@ -31,6 +149,6 @@ def twin_materialize(dest: str, scenario: str = "glm52_mi355x", force: bool = Fa
 @twin_app.command("walkthrough")
 def twin_walkthrough() -> None:
     """Run docs/twin.md: materialise, crash, patch, relaunch, tune and benchmark."""
-    from sandboxes.twin.walkthrough import run
+    from sandboxes.twin.walkthrough import run as run_walkthrough
 
-    raise typer.Exit(run())
+    raise typer.Exit(run_walkthrough())

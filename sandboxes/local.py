@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -228,7 +229,40 @@ class LocalSandbox(Sandbox):
         )
         with self._lock:
             self._servers[handle.id] = _Server(proc=proc, handle=handle, log_offset=offset)
+            self._record_servers()
         return handle
+
+    # A record of the live server groups survives this process: if the agent is killed, the next sandbox
+    # on the same workspace stops what it left running (and nothing else: the command line must match).
+    @property
+    def _record(self) -> Path:
+        return self.root / ".dayzero-servers.json"
+
+    def _record_servers(self) -> None:
+        live = {str(s.proc.pid): s.handle.argv for s in self._servers.values() if not s.stopped}
+        tmp = self._record.with_suffix(".tmp")
+        tmp.write_text(json.dumps(live))
+        os.replace(tmp, self._record)
+
+    def reap_stale(self) -> list[int]:
+        """Stop server groups an earlier (killed) sandbox on this workspace left running; return their pids."""
+        try:
+            stale = json.loads(self._record.read_text())
+        except (OSError, ValueError):
+            return []
+        reaped = []
+        for pid_text, argv in stale.items():
+            pid = int(pid_text)
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if [c.decode(errors="replace") for c in cmdline if c][: len(argv)] == list(argv):
+                _killpg(pid, signal.SIGKILL)
+                reaped.append(pid)
+        with self._lock:
+            self._record_servers()
+        return reaped
 
     def _own(self, handle: ServerHandle) -> _Server:
         server = self._servers.get(handle.id)
@@ -306,6 +340,7 @@ class LocalSandbox(Sandbox):
                 _killpg(pgid, signal.SIGKILL)
                 proc.wait()
             server.exit_code, server.stopped = proc.returncode, True
+            self._record_servers()
             return server.exit_code
 
     def run(

@@ -27,6 +27,7 @@ class CommitInput(ToolInput):
     change: str = Field(description="what the patch changes and why that fixes the root cause")
     evidence: Evidence
     source: str | None = Field(None, description="which workspace repository; default: every one that changed")
+    patch_id: str | None = Field(None, description="names the change; committing the same id twice is a no-op")
 
 
 class CommitRecord(BaseModel):
@@ -50,6 +51,7 @@ def message(args: CommitInput, run_id: str, trial: int) -> str:
         f"Evidence after: {args.evidence.after}\n\n"
         f"Dayzero-Run: {run_id}\n"
         f"Dayzero-Trial: {trial}\n"
+        + (f"Dayzero-Patch: {args.patch_id}\n" if args.patch_id else "")
     )
 
 
@@ -73,6 +75,12 @@ def commit(ctx: ToolContext, args: CommitInput) -> CommitResult:
     records = []
     for name in names:
         repo = git.Repo(ctx.repos[name])
+        if args.patch_id and branch in repo.heads:
+            done = [c for c in repo.iter_commits(branch) if f"Dayzero-Patch: {args.patch_id}\n" in c.message]
+            if done:  # already committed (a resumed run repeating its commit step)
+                records.append(CommitRecord(source=name, sha=done[0].hexsha, branch=branch,
+                                            files=sorted(done[0].stats.files)))  # fmt: skip
+                continue
         if not repo.is_dirty(untracked_files=True):
             continue
         ensure_branch(repo, branch)

@@ -118,7 +118,7 @@ def moe_selection(ws: Workspace, scale: float) -> bool:
     key = (
         f"({moe_csv.cu_count(sc.hardware.gfx_arch)}, {{token}}, {m.hidden_size}, {m.moe.intermediate_size}, {m.moe.num_experts}, {m.moe.top_k}, "
         f"'ActivationType.Silu', 'torch.bfloat16', '{moe_csv.dtype_code(dtype)}', "
-        f"'{moe_csv.dtype_code(dtype)}', 'QuantType.per_1x32', True, False)"
+        f"'{moe_csv.dtype_code(dtype)}', '{moe_csv.quant_type(dtype)}', True, False)"
     )
     tuned = True
     for token in (1, 64, 1024, 16384):

@@ -304,9 +304,10 @@ def expected_accept_length(alpha: float, decay: float, steps: int, topk: int, dr
     """1 + sum over positions i of P(first i drafts accepted).
 
     Position i (0-based) is accepted with probability ``alpha * decay**i``; top-k drafting widens each
-    position's chance to ``1 - (1 - a)**topk``; the verify step checks at most ``draft_tokens - 1`` drafts.
+    position's chance to ``1 - (1 - a)**topk`` but spends ``topk`` of the verify step's draft tokens per level.
     """
-    depth = min(steps, max(draft_tokens - 1, 0)) if draft_tokens else steps
+    # a tree of ``draft_tokens`` nodes with ``topk`` branches per level covers (draft_tokens - 1) // topk levels
+    depth = min(steps, max(draft_tokens - 1, 0) // max(topk, 1)) if draft_tokens else steps
     total, p = 1.0, 1.0
     for i in range(depth):
         a = alpha * decay**i

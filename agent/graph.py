@@ -1,0 +1,169 @@
+"""The agent loop as a LangGraph ``StateGraph``: decide -> act -> assess -> verify -> commit -> (decide | finish).
+
+Nodes are plain functions of the state (``AgentState``) and the run's live objects (``Run``): the policy
+proposes tool calls (decide), the tools run them (act), trials, bests and the budget are updated (assess), a
+patch counts once a relaunch and a benchmark confirm it and a best once the accuracy check passes (verify),
+verified patches become commits (commit). State is checkpointed to SQLite after every node, durably.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import END, START, StateGraph
+
+from tools.git_ops import Evidence
+
+from .outcomes import apply_observations, bests_met, budget_exhausted
+from .run import Run
+from .state import AgentState, Best, Observation
+
+RECURSION_LIMIT = 100_000
+
+
+def build_graph(run: Run):
+    def decide(state: AgentState) -> dict[str, Any]:
+        if reason := budget_exhausted(state, run):
+            return {"done": True, "finish_reason": reason, "pending": []}
+        decision = run.policy.decide(state, run.policy_ctx)
+        step = state.step + 1
+        calls = []
+        for i, call in enumerate(decision.calls):  # ids fixed before acting: a resumed act reuses results
+            calls.append(call.model_copy(update={"call_id": call.call_id or f"s{step}c{i}"}))
+        run.trace.emit("decision", step=step, policy=run.policy.name, stage=decision.stage,
+                       rationale=decision.rationale, proposed_calls=[{"tool": c.tool, "input": c.args} for c in calls])  # fmt: skip
+        budget = state.budget.model_copy(update={"llm_tokens": state.budget.llm_tokens + decision.llm_tokens})
+        update: dict[str, Any] = {"pending": calls, "rationale": decision.rationale, "stage": decision.stage,
+                                  "memo": decision.memo, "step": step, "budget": budget}  # fmt: skip
+        if decision.done:
+            update.update(done=True, finish_reason=decision.rationale or "the policy finished")
+        return update
+
+    def act(state: AgentState) -> dict[str, Any]:
+        observations = []
+        for call in state.pending:
+            record = run.recorded(call.call_id) or run.call(call)
+            observations.append(Observation(call_id=record.call_id, tool=record.tool, args=record.input,
+                                            ok=record.ok, error=record.error, result=record.result,
+                                            step=state.step))  # fmt: skip
+        return {"observations": observations, "pending": []}
+
+    def assess(state: AgentState) -> dict[str, Any]:
+        update = apply_observations(state, run)
+        if update["trials"]:
+            run.ctx.trial = update["trials"][-1].id  # commits name the trial that verified them
+        merged = state.model_copy(update=update)
+        if not merged.done and bests_met(merged, run.task):
+            update.update(done=True, finish_reason="all targets met")
+        return update
+
+    def verify(state: AgentState) -> dict[str, Any]:
+        patches = [p.model_copy() for p in state.patches]
+        trial = state.current_trial()
+        for p in patches:
+            if p.status == "applied" and trial and trial.step > p.step_applied and trial.status == "up" and trial.metrics:
+                metric = ", ".join(f"{k} {v:.1f}" for k, v in trial.metrics.items())
+                p.status, p.after = "verified", f"trial {trial.id} launched and benchmarked: {metric}"
+        update: dict[str, Any] = {"patches": patches}
+        candidates = dict(state.candidates)
+        bests = dict(state.bests)
+        trials = [t.model_copy() for t in state.trials]
+        if candidates and trial and trial.status == "up" and state.server_flags == trial.flags and run.task.accuracy:
+            current = trials[-1]
+            if current.accuracy is None and any(c.trial == current.id for c in candidates.values()):
+                rec = run.call_tool("run_eval", {"suite": run.task.accuracy.suite}, call_id=f"s{state.step}eval")
+                current.accuracy = rec.result.get("accuracy")
+                current.accuracy_ok = bool(rec.ok and rec.result.get("within_tolerance"))
+                update["budget"] = run.charge(state.budget, rec)
+                if current.accuracy is not None:
+                    delta = rec.result.get("delta")
+                    if delta is not None:
+                        acc = Best(target="accuracy", value=delta, trial=current.id, flags=current.flags,
+                                   env=current.env, verified=current.accuracy_ok)  # fmt: skip
+                        for t in run.task.targets:
+                            if t.metric == "accuracy_delta" and (t.name not in bests or delta < bests[t.name].value):
+                                bests[t.name] = acc.model_copy(update={"target": t.name})
+            for name, cand in list(candidates.items()):
+                owner = next((t for t in trials if t.id == cand.trial), None)
+                if owner is None or owner.accuracy_ok is None:
+                    continue
+                if owner.accuracy_ok:
+                    bests[name] = cand.model_copy(update={"verified": True})
+                del candidates[name]
+        update.update(candidates=candidates, bests=bests, trials=trials)
+        merged = state.model_copy(update=update)
+        if not merged.done and bests_met(merged, run.task):
+            update.update(done=True, finish_reason="all targets met")
+        return update
+
+    def commit(state: AgentState) -> dict[str, Any]:
+        patches = [p.model_copy() for p in state.patches]
+        ready = [p for p in patches if p.status == "verified"]
+        if not ready:
+            return {}
+        args = {
+            "title": ready[0].title[:72],
+            "what_failed": ready[0].reason,
+            "root_cause": ready[0].root_cause,
+            "change": "; ".join(f"{p.change} ({', '.join(p.files)})" for p in ready),
+            "evidence": Evidence(before=ready[0].reason, after=ready[-1].after or "").model_dump(),
+            "patch_id": f"{run.run_id}/{ready[0].id}",
+        }
+        rec = run.call_tool("commit", args, call_id=f"s{state.step}commit{ready[0].id}")
+        shas = [c["sha"] for c in rec.result.get("commits", [])] if rec.ok else []
+        for p in ready:
+            p.status, p.commits = ("committed", shas) if rec.ok else (p.status, p.commits)
+        return {"patches": patches}
+
+    def finish(state: AgentState) -> dict[str, Any]:
+        run.finish(state)
+        return {"done": True}
+
+    g = StateGraph(AgentState)
+    for name, fn in (("decide", decide), ("act", act), ("assess", assess), ("verify", verify),
+                     ("commit", commit), ("finish", finish)):  # fmt: skip
+        g.add_node(name, fn)
+    g.add_edge(START, "decide")
+    g.add_conditional_edges("decide", lambda s: "finish" if s.done and not s.pending else "act")
+    g.add_edge("act", "assess")
+    g.add_edge("assess", "verify")
+    g.add_edge("verify", "commit")
+    g.add_conditional_edges("commit", lambda s: "finish" if s.done else "decide")
+    g.add_edge("finish", END)
+    return g
+
+
+def checkpointer(run_dir: Path) -> SqliteSaver:
+    conn = sqlite3.connect(run_dir / "checkpoints.sqlite", check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    return SqliteSaver(conn)
+
+
+def execute(run: Run, resume: bool = False, on_step=None) -> AgentState:
+    """Run (or resume) the graph to the end; ``on_step(state)`` after every node, for progress display."""
+    saver = checkpointer(run.run_dir)
+    graph = build_graph(run).compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": run.run_id}, "recursion_limit": RECURSION_LIMIT}
+    start = None
+    if not resume or graph.get_state(config).values in (None, {}):
+        start = AgentState(run_id=run.run_id, task_path=str(run.task_path))
+    else:
+        # the previous process may have died with a server up: it is gone now, so forget it
+        graph.update_state(config, {"server_flags": None, "server_env": {}})
+    t0 = time.monotonic()
+    final: dict[str, Any] = {}
+    for values in graph.stream(start, config, stream_mode="values", durability="sync"):
+        final = values if isinstance(values, dict) else values.model_dump()
+        if on_step:
+            on_step(AgentState.model_validate(final), time.monotonic() - t0)
+    return AgentState.model_validate(final)
+
+
+def state_json(state: AgentState) -> str:
+    return json.dumps(state.model_dump(mode="json"), indent=2)

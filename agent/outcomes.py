@@ -1,0 +1,112 @@
+"""Turning tool results into the run's record: trials, patches, candidate bests, budget, and when to stop."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tasks.spec import TaskSpec
+
+from .state import AgentState, Best, Observation, Patch, Trial
+
+if TYPE_CHECKING:
+    from .run import Run
+
+PATCH_TOOLS = ("edit_file", "apply_patch")
+
+
+def _metric_updates(task: TaskSpec, obs: Observation) -> dict[str, float]:
+    """target name -> value measured by this observation."""
+    out: dict[str, float] = {}
+    r = obs.result
+    for t in task.targets:
+        if obs.tool == "run_benchmark" and r.get("runs") and r["runs"][-1]["workload"] == t.workload:
+            runs = r["runs"]
+            if t.metric == "decode_tok_s":
+                out[t.name] = max(x["decode_tok_s"] for x in runs)
+            elif t.metric == "output_throughput":
+                out[t.name] = max(x["output_throughput"] for x in runs if x["success_rate"] >= 0.99)
+        elif obs.tool == "find_knee" and t.metric == "throughput_at_knee" and obs.args.get("workload") == t.workload:
+            if r.get("knee_rate"):
+                out[t.name] = float(r["throughput_at_knee"])
+    return out
+
+
+def apply_observations(state: AgentState, run: Run) -> dict[str, Any]:
+    trials = [t.model_copy(deep=True) for t in state.trials]
+    patches = [p.model_copy() for p in state.patches]
+    candidates = dict(state.candidates)
+    budget = state.budget
+    history = list(state.history)
+    server_flags, server_env = state.server_flags, dict(state.server_env)
+    for obs in state.observations:
+        cost = obs.result.get("cost") or {}
+        budget = budget.model_copy(update={
+            "wall_seconds": budget.wall_seconds + (cost.get("wall_seconds") or 0.0),
+            "node_hours": budget.node_hours + (cost.get("node_hours") or 0.0),
+            "simulated_seconds": budget.simulated_seconds + (cost.get("simulated_seconds") or 0.0),
+            "tool_calls": budget.tool_calls + 1,
+        })  # fmt: skip
+        history.append(Observation(call_id=obs.call_id, tool=obs.tool, args=obs.args, ok=obs.ok, error=obs.error,
+                                   result={"summary": obs.result.get("summary", "")}, step=obs.step))  # fmt: skip
+        if obs.tool == "launch_server" and obs.result.get("status"):
+            diag = (obs.result.get("diagnosis") or {}).get("summary")
+            trials.append(Trial(id=len(trials) + 1, flags=obs.args.get("flags", {}), env=obs.args.get("env", {}),
+                                status=obs.result["status"], diagnosis=diag, step=obs.step))  # fmt: skip
+            budget = budget.model_copy(update={"trials": budget.trials + 1})
+            up = obs.result["status"] == "up"
+            server_flags, server_env = (trials[-1].flags, trials[-1].env) if up else (None, {})
+        elif obs.tool == "stop_server" and obs.ok:
+            server_flags, server_env = None, {}
+        elif obs.tool in PATCH_TOOLS and obs.ok:
+            _record_patch(state, patches, obs)
+        elif obs.ok and trials and trials[-1].status == "up":
+            for name, value in _metric_updates(run.task, obs).items():
+                trial = trials[-1]
+                trial.metrics[name] = max(value, trial.metrics.get(name, 0.0))
+                best = state.bests.get(name)
+                cand = candidates.get(name)
+                if (best is None or value > best.value) and (cand is None or value > cand.value):
+                    candidates[name] = Best(target=name, value=value, trial=trial.id, flags=trial.flags, env=trial.env)
+    return {"trials": trials, "patches": patches, "candidates": candidates, "budget": budget, "history": history,
+            "server_flags": server_flags, "server_env": server_env}  # fmt: skip
+
+
+def _record_patch(state: AgentState, patches: list[Patch], obs: Observation) -> None:
+    files = [obs.args["path"]] if obs.tool == "edit_file" else list(obs.result.get("files", []))
+    diff = obs.result.get("diff") or obs.args.get("diff", "")
+    crash = next((t for t in reversed(state.trials) if t.status != "up"), None)
+    reason = crash.diagnosis if crash and crash.diagnosis else "(no failure recorded)"
+    memo_patch = (state.memo or {}).get("patch_note", {})
+    last = patches[-1] if patches else None
+    if last and last.status == "applied" and last.category == memo_patch.get("category", last.category):
+        # the same failure, one more instance: one patch
+        last.files = sorted(set(last.files) | set(files))
+        last.diff += diff
+        return
+    patches.append(Patch(id=len(patches) + 1, files=files, diff=diff, reason=reason,
+                         category=memo_patch.get("category", "unknown"),
+                         title=memo_patch.get("title") or f"Patch {', '.join(files)}",
+                         root_cause=memo_patch.get("root_cause") or state.rationale,
+                         change=memo_patch.get("change") or f"edit {', '.join(files)}", step_applied=obs.step))  # fmt: skip
+
+
+def bests_met(state: AgentState, task: TaskSpec) -> bool:
+    for t in task.targets:
+        b = state.bests.get(t.name)
+        if b is None or not b.verified or b.value < t.min:
+            return False
+    return True
+
+
+def budget_exhausted(state: AgentState, run: Run) -> str | None:
+    b, limits = state.budget, run.task.budgets
+    max_trials = run.options.max_trials or limits.trials
+    if b.trials >= max_trials:
+        return f"trial budget spent ({b.trials} of {max_trials})"
+    if b.wall_seconds >= limits.wall_minutes * 60:
+        return f"wall-time budget spent ({b.wall_seconds / 60:.1f} of {limits.wall_minutes} min)"
+    if b.node_hours >= limits.node_hours:
+        return f"node-hour budget spent ({b.node_hours:.2f} of {limits.node_hours})"
+    if limits.llm_tokens and b.llm_tokens >= limits.llm_tokens:
+        return f"LLM token budget spent ({b.llm_tokens} of {limits.llm_tokens})"
+    return None

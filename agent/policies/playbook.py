@@ -1,0 +1,424 @@
+"""The offline expert: a staged plan, and fixes reasoned from the diagnosis and the workspace.
+
+Stages: bring-up (the largest tensor-parallel layout, measured), kernel tuning (shapes the log says ran on a
+fallback path), single-stream decode (speculative decoding, then KV-cache dtype and all-reduce fusion, each kept
+only if it helps), throughput layout (each TP x DP split, and DP attention, by their knee), knee (throughput
+knobs one at a time on the best layout). Each stage starts from the best the previous one found.
+
+A crash is answered from its diagnosis: a weight shape mismatch on a module the checkpoint keeps unquantized
+means the exclude list names it differently from the engine, so the same entries are added under the
+engine's prefix; a missing CUDA header in a ROCm build is guarded; out-of-memory trades static memory, graph
+batch or prefill chunk; an invalid flag is dropped. No model, path or number of a particular case is known here.
+
+One tool call per decision, so every step is checkpointed and a resumed run repeats nothing finished.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from typing import Any
+
+from agent.state import AgentState, Call, Observation
+from tasks.spec import TaskSpec
+
+from .base import Decision, PolicyContext
+
+MAX_FIXES_PER_CONFIG = 6
+SPEC_KEYS = ("speculative-algorithm", "speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens")
+
+
+def _allowed(task: TaskSpec, flag: str) -> list[Any]:
+    return list(task.search_space.flags.get(flag, []))
+
+
+def _module(param: str | None) -> str | None:
+    return re.sub(r"\.(weight|weight_scale|bias|weight_scale_inv|input_scale)$", "", param) if param else None
+
+
+def _excluded(name: str, entries: list[str]) -> bool:
+    """Quark's rule: an exact name, or a ``re:`` pattern matched at the start of the name."""
+    for e in entries:
+        if e.startswith("re:"):
+            try:
+                if re.match(e[3:], name):
+                    return True
+            except re.error:
+                continue
+        elif e == name:
+            return True
+    return False
+
+
+def _split_prefix(checkpoint: str, engine: str) -> tuple[str, str]:
+    """The differing prefixes of two module names that share a suffix (``a.b.x.y``, ``c.x.y`` -> ``a.b``, ``c``)."""
+    cp, ep = checkpoint.split("."), engine.split(".")
+    n = 0
+    while n < min(len(cp), len(ep)) and cp[-1 - n] == ep[-1 - n]:
+        n += 1
+    return ".".join(cp[: len(cp) - n]), ".".join(ep[: len(ep) - n])
+
+
+class PlaybookPolicy:
+    name = "playbook"
+
+    def decide(self, state: AgentState, ctx: PolicyContext) -> Decision:
+        memo = copy.deepcopy(state.memo) or {"phase": "bringup", "queue": [], "current": None, "best": {}}
+        memo.pop("patch_note", None)  # read by the graph when the edit was recorded
+        for obs in state.observations:
+            if obs.tool == "tune_moe" and obs.ok:
+                memo.setdefault("env", {}).update(obs.result.get("env", {}))
+        for _ in range(50):  # advance the plan until it yields a call (or finishes)
+            out = self._advance(state, ctx, memo)
+            if out is not None:
+                calls, rationale = out
+                return Decision(calls=calls, rationale=rationale, stage=memo["phase"], memo=memo,
+                                done=not calls)  # fmt: skip
+        return Decision(calls=[], rationale="the plan made no progress", stage=memo["phase"], memo=memo, done=True)
+
+    # --- the plan ----------------------------------------------------------------------------------------------
+
+    def _advance(self, state: AgentState, ctx: PolicyContext, memo: dict) -> tuple[list[Call], str] | None:
+        task = ctx.task
+        obs = state.observations[-1] if state.observations else None
+        cur = memo.get("current")
+        if cur is not None:
+            return self._work_on(state, ctx, memo, cur, obs)
+        if memo["queue"]:
+            item = memo["queue"].pop(0)
+            base = memo["best"].get(item["from"], memo.get("base", {"flags": {}, "env": {}}))
+            flags = {**base["flags"], **item.get("set", {})}
+            for k in item.get("unset", []):
+                flags.pop(k, None)
+            flags = {k: v for k, v in flags.items() if v is not None}
+            env = {**base.get("env", {}), **memo.get("env", {})}
+            if item["from"] != "none" and flags == base["flags"] and env == base.get("env", {}):
+                return None  # nothing new to try
+            memo["current"] = {"label": item["label"], "flags": flags, "env": env, "measure": item["measure"],
+                               "keep_as": item["keep_as"], "group": item.get("group"), "step": "launch",
+                               "fixes": 0, "seen": []}  # fmt: skip
+            return None
+        return self._next_phase(state, task, memo)
+
+    def _next_phase(self, state: AgentState, task: TaskSpec, memo: dict) -> tuple[list[Call], str] | None:
+        phase = memo["phase"]
+        single = next((t for t in task.targets if t.metric == "decode_tok_s"), None)
+        knee = next((t for t in task.targets if t.metric == "throughput_at_knee"), None)
+        if phase == "bringup" and "base" not in memo:
+            tps = sorted(v for v in _allowed(task, "tp-size") if v and v <= task.hardware.gpus) or [task.hardware.gpus]
+            memo["queue"] = [{"label": f"bring-up at TP{tps[-1]}", "from": "none", "set": {"tp-size": tps[-1]},
+                              "measure": "single" if single else "knee", "keep_as": "base"}]  # fmt: skip
+            return None
+        if phase == "bringup":
+            memo["phase"] = "tune"
+            shapes = memo.get("fallback_shapes")
+            if shapes:
+                memo["tuning"] = True
+                return ([Call(tool="tune_moe", args={"shapes": shapes})],
+                        f"the log shows {len(shapes)} MoE shape(s) on aiter's untuned fallback path; tune them")  # fmt: skip
+            return None
+        if phase == "tune":
+            memo["phase"] = "single"
+            if single:
+                memo["queue"] = self._single_plan(task)
+            return None
+        if phase == "single":
+            memo["phase"] = "layout"
+            if knee:
+                memo["queue"] = self._layout_plan(task, memo)
+            return None
+        if phase == "layout":
+            memo["phase"] = "knee"
+            if knee and "throughput" in memo["best"]:
+                memo["queue"] = self._knee_plan(task, memo)
+            return None
+        memo["phase"] = "done"
+        return [], "plan complete: every stage searched within its candidates"
+
+    def _single_plan(self, task: TaskSpec) -> list[dict]:
+        plan = []
+        algs = [a for a in _allowed(task, "speculative-algorithm") if a]
+        if algs:
+            # a common shallow depth first, then deeper one step at a time until depth stops paying
+            steps = sorted(s for s in _allowed(task, "speculative-num-steps") if s)
+            shallow = max([s for s in steps if s <= 3] or steps[:1])
+            for s in [shallow] + [s for s in steps if s > shallow]:
+                plan.append({"label": f"speculative decoding {s}/1/{s + 1}", "from": "single",
+                             "set": {"speculative-algorithm": algs[0], "speculative-num-steps": s,
+                                     "speculative-eagle-topk": 1, "speculative-num-draft-tokens": s + 1},
+                             "measure": "single", "keep_as": "single", "group": "depth" if s > shallow else None})  # fmt: skip
+        plan += self._knob_items(task, "single", "single")
+        return plan
+
+    @staticmethod
+    def _knob_items(task: TaskSpec, source: str, measure: str) -> list[dict]:
+        items = []
+        kv = [v for v in _allowed(task, "kv-cache-dtype") if v and str(v).startswith("fp8")]
+        if kv:
+            items.append({"label": f"KV cache {kv[0]}", "from": source, "set": {"kv-cache-dtype": kv[0]},
+                          "measure": measure, "keep_as": source})  # fmt: skip
+        if True in _allowed(task, "enable-aiter-allreduce-fusion"):
+            items.append({"label": "all-reduce fusion", "from": source, "set": {"enable-aiter-allreduce-fusion": True},
+                          "measure": measure, "keep_as": source})  # fmt: skip
+        return items
+
+    def _layout_plan(self, task: TaskSpec, memo: dict) -> list[dict]:
+        gpus = task.hardware.gpus
+        tps = [v for v in _allowed(task, "tp-size") if v]
+        dps = [v for v in _allowed(task, "dp-size") if v]
+        base_tp = memo.get("base", {}).get("flags", {}).get("tp-size", gpus)
+        min_tp = memo.get("min_tp", 1)
+        layouts = [(tp, dp, False) for tp in sorted(tps, reverse=True) for dp in sorted(dps)
+                   if tp * dp == gpus and tp >= min_tp]  # fmt: skip
+        if True in _allowed(task, "enable-dp-attention"):
+            layouts += [(base_tp, dp, True) for dp in sorted(dps) if dp > 1 and base_tp % dp == 0]
+        plan = []
+        for tp, dp, dpa in layouts:
+            flags = {"tp-size": tp, "dp-size": dp, "enable-dp-attention": True if dpa else None}
+            plan.append({"label": f"layout TP{tp} x DP{dp}" + (" with DP attention" if dpa else ""), "from": "base",
+                         "set": flags, "unset": list(SPEC_KEYS), "measure": "knee", "keep_as": "throughput"})  # fmt: skip
+        return plan
+
+    def _knee_plan(self, task: TaskSpec, memo: dict) -> list[dict]:
+        plan = self._knob_items(task, "throughput", "knee")
+        spec = {k: v for k, v in memo["best"].get("single", {}).get("flags", {}).items() if k in SPEC_KEYS}
+        if spec:
+            plan.append({"label": "speculative decoding under load", "from": "throughput", "set": spec,
+                         "measure": "knee", "keep_as": "throughput"})  # fmt: skip
+        for flag, label in (("mem-fraction-static", "static memory"), ("chunked-prefill-size", "prefill chunk"),
+                            ("cuda-graph-max-bs", "graph batch"), ("max-running-requests", "running requests")):
+            for v in _allowed(task, flag):
+                if v is not None:
+                    plan.append({"label": f"{label} {v}", "from": "throughput", "set": {flag: v}, "measure": "knee",
+                                 "keep_as": "throughput"})  # fmt: skip
+        return plan
+
+    # --- one configuration: launch, fix, measure, keep ----------------------------------------------------------
+
+    def _work_on(self, state: AgentState, ctx: PolicyContext, memo: dict, cur: dict,
+                 obs: Observation | None) -> tuple[list[Call], str] | None:  # fmt: skip
+        task = ctx.task
+        if cur["step"] == "launch":
+            cur["step"] = "launching"
+            return [Call(tool="launch_server", args={"flags": cur["flags"], "env": cur["env"]})], f"try {cur['label']}"
+        if cur["step"] == "launching":
+            if obs is None or obs.tool != "launch_server":
+                cur["step"] = "launch"
+                return None
+            if obs.ok:
+                if obs.result.get("moe_fallback_shapes") and not memo.get("tuning"):
+                    memo["fallback_shapes"] = obs.result["moe_fallback_shapes"]
+                cur["step"] = "measuring"
+                return self._measure(task, cur, memo), f"measure {cur['label']}"
+            return self._fix(state, ctx, memo, cur, obs)
+        if cur["step"] == "fixing":
+            if obs is not None and not obs.ok:
+                return self._abandon(memo, cur, f"the patch did not apply: {obs.error}")
+            cur["step"] = "launching"
+            return [Call(tool="launch_server", args={"flags": cur["flags"], "env": cur["env"]})], \
+                f"relaunch {cur['label']} with the fix"  # fmt: skip
+        if cur["step"] == "measuring":
+            if obs is None or obs.tool not in ("run_benchmark", "find_knee"):
+                cur["step"] = "launch"
+                return None
+            if not obs.ok and "no server" in (obs.error or ""):
+                cur["step"] = "launch"  # a resumed run: the server went away with the old process
+                return None
+            if cur.get("probe"):  # one run just above the best knee so far: only a pass earns a knee search
+                cur.pop("probe")
+                run = (obs.result.get("runs") or [{}])[-1]
+                limit = self._knee_target(task)[1]
+                if obs.ok and run.get("median_ttft_ms", limit + 1) <= limit and run.get("success_rate", 0) >= 0.99:
+                    return [Call(tool="find_knee", args={"workload": self._knee_target(task)[0],
+                                                         "start_rate": obs.args["request_rate"], "resolution": 0.1})], \
+                        f"{cur['label']} sustains {obs.args['request_rate']} req/s: find its knee"  # fmt: skip
+                obs = obs.model_copy(update={"tool": "find_knee", "result": {"throughput_at_knee": 0.0}})
+            value = self._value(obs)
+            trial = state.current_trial()
+            if trial and trial.accuracy_ok is False:
+                return self._abandon(memo, cur, f"accuracy {trial.accuracy:.3f} is outside the tolerance")
+            keep_as = cur["keep_as"]
+            best = memo["best"].get(keep_as)
+            if keep_as == "base" or best is None or value > best["value"]:
+                entry = {"flags": cur["flags"], "env": cur["env"], "value": value}
+                memo["best"][keep_as] = entry
+                if keep_as == "base":
+                    memo["base"] = entry
+                    memo["best"]["single"] = dict(entry)
+                    memo["best"]["none"] = dict(entry)
+                if cur["measure"] == "knee" and obs.result.get("knee_rate"):
+                    memo["knee_rate"] = obs.result["knee_rate"]
+                verdict = f"kept: {value:.1f}" + (f" (was {best['value']:.1f})" if best else "")
+            else:
+                verdict = f"not kept: {value:.1f} vs {best['value']:.1f}"
+                if cur.get("group"):  # deeper along this axis will not pay either
+                    memo["queue"] = [q for q in memo["queue"] if q.get("group") != cur["group"]]
+            memo["current"] = None
+            memo.setdefault("tried", []).append(f"{cur['label']}: {verdict}")
+            return None
+        memo["current"] = None
+        return None
+
+    def _measure(self, task: TaskSpec, cur: dict, memo: dict) -> list[Call]:
+        if cur["measure"] == "single":
+            t = next(t for t in task.targets if t.metric == "decode_tok_s")
+            return [Call(tool="run_benchmark", args={"workload": t.workload})]
+        workload, _ = self._knee_target(task)
+        if memo.get("knee_rate") and memo["best"].get("throughput"):
+            cur["probe"] = True
+            rate = round(memo["knee_rate"] + 0.1, 3)
+            return [Call(tool="run_benchmark", args={"workload": workload, "request_rate": rate})]
+        return [Call(tool="find_knee", args={"workload": workload, "start_rate": 1.0, "resolution": 0.1})]
+
+    @staticmethod
+    def _knee_target(task: TaskSpec) -> tuple[str, float]:
+        t = next(t for t in task.targets if t.metric == "throughput_at_knee")
+        return t.workload, task.workloads[t.workload].ttft_limit_ms or float("inf")
+
+    @staticmethod
+    def _value(obs: Observation) -> float:
+        if obs.tool == "find_knee":
+            return float(obs.result.get("throughput_at_knee") or 0.0) if obs.ok else 0.0
+        runs = obs.result.get("runs") or []
+        return max((r["decode_tok_s"] for r in runs), default=0.0) if obs.ok else 0.0
+
+    def _abandon(self, memo: dict, cur: dict, why: str) -> tuple[list[Call], str] | None:
+        memo["current"] = None
+        memo.setdefault("tried", []).append(f"{cur['label']}: abandoned ({why})")
+        if cur["keep_as"] == "base":
+            memo["phase"] = "done"
+            return [], f"bring-up failed and could not be fixed: {why}"
+        return None
+
+    # --- fixes ---------------------------------------------------------------------------------------------------
+
+    def _fix(self, state: AgentState, ctx: PolicyContext, memo: dict, cur: dict,
+             obs: Observation) -> tuple[list[Call], str] | None:  # fmt: skip
+        diag = obs.result.get("diagnosis") or {}
+        category = diag.get("category", "unknown")
+        signature = f"{category}:{diag.get('parameter') or diag.get('header') or diag.get('flag') or diag.get('summary')}"
+        if signature in cur["seen"] or cur["fixes"] >= MAX_FIXES_PER_CONFIG:
+            return self._abandon(memo, cur, f"{diag.get('summary', 'failure')} persists after a fix")
+        cur["seen"].append(signature)
+        cur["fixes"] += 1
+        if category == "weight_shape_mismatch":
+            edit = self._exclude_fix(ctx, diag)
+            if edit:
+                call, note = edit
+                memo["patch_note"] = note
+                cur["step"] = "fixing"
+                return [call], note["root_cause"]
+        elif category == "compile_error":
+            edit = self._guard_fix(ctx, diag)
+            if edit:
+                call, note = edit
+                memo["patch_note"] = note
+                cur["step"] = "fixing"
+                return [call], note["root_cause"]
+        elif category == "out_of_memory":
+            if self._memory_fix(ctx.task, cur, diag.get("summary", "") + " " + " ".join(diag.get("evidence", []))):
+                cur["step"] = "launch"
+                return None
+            if cur["keep_as"] == "base":
+                memo["min_tp"] = 2 * int(cur["flags"].get("tp-size", 1))
+        elif category == "invalid_flag":
+            flag = (diag.get("flag") or "").lstrip("-").replace("_", "-")
+            if flag in cur["flags"]:
+                cur["flags"].pop(flag)
+                cur["step"] = "launch"
+                return None
+        elif category in ("hang_timeout", "collective_error") and cur["fixes"] <= 1:
+            cur["flags"].pop("enable-aiter-allreduce-fusion", None)  # a fused collective is the usual suspect
+            cur["step"] = "launch"
+            return None
+        return self._abandon(memo, cur, diag.get("summary", category))
+
+    def _exclude_fix(self, ctx: PolicyContext, diag: dict) -> tuple[Call, dict] | None:
+        """The engine built a module quantized that the checkpoint stores unquantized: add the engine's names
+        of every module the exclude list covers under the checkpoint's prefix."""
+        engine_mod, ckpt_mod = _module(diag.get("parameter")), _module(diag.get("checkpoint_parameter"))
+        if not engine_mod:
+            return None
+        config_path = next((p for p in ctx.workspace.glob("**/config.json")
+                            if "quantization_config" in ctx.workspace.read_file(p)), None)  # fmt: skip
+        if config_path is None:
+            return None
+        text = ctx.workspace.read_file(config_path)
+        exclude = json.loads(text).get("quantization_config", {}).get("exclude", [])
+        adds: list[str] = []
+        if ckpt_mod and ckpt_mod != engine_mod:
+            cp, ep = _split_prefix(ckpt_mod, engine_mod)
+            index = config_path.rsplit("/", 1)[0] + "/model.safetensors.index.json"
+            modules = {ckpt_mod}
+            if cp and ctx.workspace.exists(index):
+                names = json.loads(ctx.workspace.read_file(index)).get("weight_map", {})
+                modules |= {_module(n) for n in names if n.startswith(cp + ".")}
+            for m in sorted(modules):
+                engine_name = ep + m[len(cp):] if cp else m
+                if _excluded(m, exclude) and not _excluded(engine_name, exclude) and engine_name not in adds:
+                    adds.append(engine_name)
+        if engine_mod not in adds and not _excluded(engine_mod, exclude):
+            adds.append(engine_mod)
+        anchor = re.search(r'"exclude"\s*:\s*\[(\s*\])?', text)
+        if not anchor or not adds:
+            return None
+        entries = ", ".join(json.dumps(a) for a in adds)
+        new = f'"exclude": [{entries}]' if anchor.group(1) else f'"exclude": [{entries}, '
+        shapes = f"checkpoint {diag.get('checkpoint_shape')} vs engine {diag.get('engine_shape')}"
+        note = {
+            "category": "weight_shape_mismatch",
+            "title": f"Exclude {len(adds)} module(s) from quantization under the engine's names",
+            "root_cause": (f"{ckpt_mod or engine_mod} is stored unquantized and named in quantization_config.exclude, "
+                           f"but the engine builds it as {engine_mod}, which the exclude list does not match; it "
+                           f"was created quantized and the checkpoint weight does not fit ({shapes})"),
+            "change": f"add {len(adds)} exclude entr{'y' if len(adds) == 1 else 'ies'} in {config_path}: "
+                      + ", ".join(adds[:6]) + (" ..." if len(adds) > 6 else ""),
+        }  # fmt: skip
+        return Call(tool="edit_file", args={"path": config_path, "old": anchor.group(0), "new": new}), note
+
+    def _guard_fix(self, ctx: PolicyContext, diag: dict) -> tuple[Call, dict] | None:
+        """A CUDA-only header included without a ROCm guard, in a file compiled for ROCm: guard it."""
+        header, path = diag.get("header"), diag.get("file")
+        if not header or not path or not ctx.workspace.exists(path):
+            return None
+        text = ctx.workspace.read_file(path)
+        m = re.search(rf'^[ \t]*#[ \t]*include[ \t]*[<"]{re.escape(header)}[>"][^\n]*\n', text, re.M)
+        if not m:
+            return None
+        line = m.group(0)
+        note = {
+            "category": "compile_error",
+            "title": f"Guard the CUDA-only include of {header} for ROCm builds",
+            "root_cause": (f"{path} includes {header} unconditionally; ROCm builds (-DUSE_ROCM) have no such header, "
+                           "so the JIT compilation fails and the launch with it"),
+            "change": f"wrap '#include {header}' in {path} in #ifndef USE_ROCM",
+        }
+        return Call(tool="edit_file", args={"path": path, "old": line,
+                                            "new": f"#ifndef USE_ROCM\n{line}#endif\n"}), note  # fmt: skip
+
+    @staticmethod
+    def _memory_fix(task: TaskSpec, cur: dict, text: str) -> bool:
+        flags = cur["flags"]
+        fractions = sorted(v for v in _allowed(task, "mem-fraction-static") if v) or [0.8, 0.85, 0.9]
+        current = float(flags.get("mem-fraction-static", 0.9))
+        if re.search(r"Not enough memory|increase --mem-fraction-static", text):
+            higher = [f for f in fractions if f > current]
+            if higher:
+                flags["mem-fraction-static"] = higher[0]
+                return True
+            return False
+        if re.search(r"[Ww]eights do not fit", text):
+            return False
+        lower = [f for f in fractions if f < current]
+        if lower:
+            flags["mem-fraction-static"] = lower[-1]
+            return True
+        for flag in ("cuda-graph-max-bs", "chunked-prefill-size"):
+            options = sorted(v for v in _allowed(task, flag) if v)
+            value = flags.get(flag)
+            smaller = [v for v in options if value is None or v < value]
+            if smaller:
+                flags[flag] = smaller[-1] if value is not None else smaller[len(smaller) // 2]
+                return True
+        return False

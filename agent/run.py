@@ -1,0 +1,242 @@
+"""One run's live objects and files: ``runs/<run-id>/`` with its options, trace, workspace and reports.
+
+``Run.create`` starts a run from a task file; ``Run.open`` rebuilds the same objects for ``agent resume``.
+The graph's state lives in ``checkpoints.sqlite``; this module holds what cannot be checkpointed (the
+sandbox, the tools, the policy, the trace writer) and writes the end-of-run reports.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shlex
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from sandboxes.base import Sandbox
+from sandboxes.select import SandboxChoice, choose, open_workspace
+from tasks.spec import TaskSpec, load_task
+from tools.context import ToolContext
+from tools.runner import ToolCallRecord, ToolRunner
+from tools.server import flags_to_argv
+
+from .policies.base import Policy, PolicyContext
+from .state import AgentState, Budget, Call
+from .trace import TraceWriter, read_trace
+
+RUNS_DIR = Path("runs")
+
+
+class RunOptions(BaseModel):
+    """How the run was started; saved as run.json so that resume rebuilds the same run."""
+
+    run_id: str
+    task_path: str
+    sandbox: str | None = None
+    policy: str = "auto"
+    llm_model: str | None = None
+    llm_base_url: str | None = None
+    max_trials: int | None = None
+    replay_trace: str | None = None
+    created: str = ""
+
+
+def new_run_id(task: TaskSpec) -> str:
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+    return f"{task.name}-{stamp}-{uuid.uuid4().hex[:4]}"
+
+
+class _View:
+    """The read-only workspace view policies get."""
+
+    def __init__(self, sandbox: Sandbox):
+        self.sandbox = sandbox
+
+    def read_file(self, path: str) -> str:
+        return self.sandbox.read_file(path)
+
+    def exists(self, path: str) -> bool:
+        try:
+            return self.sandbox.resolve(path).exists()
+        except Exception:
+            return False
+
+    def glob(self, pattern: str) -> list[str]:
+        return [e.path for e in self.sandbox.list_files(".", pattern) if not e.is_dir]
+
+
+@dataclass
+class Run:
+    options: RunOptions
+    task: TaskSpec
+    task_path: Path
+    run_dir: Path
+    choice: SandboxChoice
+    sandbox: Sandbox
+    ctx: ToolContext
+    runner: ToolRunner
+    trace: TraceWriter
+    policy: Policy
+    policy_ctx: PolicyContext
+    _recorded: dict[str, ToolCallRecord]
+
+    @property
+    def run_id(self) -> str:
+        return self.options.run_id
+
+    # --- setting up -------------------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, options: RunOptions, runs_dir: Path = RUNS_DIR) -> Run:
+        run_dir = runs_dir.resolve() / options.run_id
+        run_dir.mkdir(parents=True, exist_ok=False)
+        options.created = dt.datetime.now(dt.UTC).isoformat()
+        (run_dir / "run.json").write_text(options.model_dump_json(indent=2))
+        return cls._build(options, run_dir, fresh=True)
+
+    @classmethod
+    def open(cls, run_id: str, runs_dir: Path = RUNS_DIR) -> Run:
+        run_dir = runs_dir.resolve() / run_id
+        options = RunOptions.model_validate_json((run_dir / "run.json").read_text())
+        return cls._build(options, run_dir, fresh=False)
+
+    @classmethod
+    def _build(cls, options: RunOptions, run_dir: Path, fresh: bool) -> Run:
+        from .policies.factory import make_policy
+
+        task_path = Path(options.task_path)
+        task = load_task(task_path)
+        choice = choose(task, options.sandbox)
+        sandbox, repos = open_workspace(task, choice, run_dir / "workspace", options.run_id)
+        if hasattr(sandbox, "reap_stale"):
+            sandbox.reap_stale()
+        engine = task.engines.twin if choice.engine == "twin" else task.engines.sglang
+        ctx = ToolContext(task=task, engine_name=choice.engine, engine=engine, sandbox=sandbox,
+                          run_id=options.run_id, run_dir=run_dir, repos=repos)  # fmt: skip
+        trace = TraceWriter(run_dir / "trace.jsonl", options.run_id, secrets=task.secrets())
+        recorded = {}
+        if not fresh:
+            for event in read_trace(run_dir / "trace.jsonl"):
+                if event.kind == "tool_call":
+                    recorded[event.call_id] = ToolCallRecord(
+                        call_id=event.call_id, tool=event.tool, input=event.input, result=event.result, ok=event.ok,
+                        error=event.error, wall_seconds=event.wall_seconds,
+                        cost={"wall_seconds": event.wall_seconds, "simulated_seconds": event.simulated_seconds,
+                              "node_hours": event.node_hours or 0.0})  # fmt: skip
+        runner = ToolRunner(ctx, on_call=lambda rec: trace.emit("tool_call", **rec.trace_fields()))
+        policy = make_policy(options)
+        pctx = PolicyContext(task=task, workspace=_View(sandbox), tool_schemas=runner.schemas(), run_id=options.run_id,
+                             trace=trace)  # fmt: skip
+        if fresh:
+            trace.emit("run_started", task=task.name, task_path=str(task_path), task_sha256=_sha256(task_path),
+                       policy=policy.name, sandbox=choice.kind, engine=choice.engine, choice_reason=choice.reason)  # fmt: skip
+        else:
+            trace.emit("note", level="info", message=f"resumed: {len(recorded)} recorded tool call(s) will not be redone")
+        return cls(options, task, task_path, run_dir, choice, sandbox, ctx, runner, trace, policy, pctx, recorded)
+
+    # --- acting -------------------------------------------------------------------------------------------
+
+    def recorded(self, call_id: str | None) -> ToolCallRecord | None:
+        """A call the trace already holds (a resumed run does not redo it)."""
+        return self._recorded.get(call_id) if call_id else None
+
+    def call(self, call: Call) -> ToolCallRecord:
+        args = call.args.get("__raw_arguments__", call.args) if isinstance(call.args, dict) else call.args
+        return self.runner.call(call.tool, args, call_id=call.call_id)
+
+    def call_tool(self, tool: str, args: dict[str, Any], call_id: str) -> ToolCallRecord:
+        return self.recorded(call_id) or self.runner.call(tool, args, call_id=call_id)
+
+    @staticmethod
+    def charge(budget: Budget, rec: ToolCallRecord) -> Budget:
+        cost = rec.cost
+        return budget.model_copy(update={
+            "wall_seconds": budget.wall_seconds + rec.wall_seconds,
+            "node_hours": budget.node_hours + (cost.node_hours or 0.0),
+            "simulated_seconds": budget.simulated_seconds + (cost.simulated_seconds or 0.0),
+            "tool_calls": budget.tool_calls + 1,
+        })  # fmt: skip
+
+    # --- the end --------------------------------------------------------------------------------------------
+
+    def finish(self, state: AgentState) -> dict[str, Any]:
+        if self.ctx.server is not None:
+            self.runner.call("stop_server", {}, call_id=f"s{state.step}stop")
+        summary = summarize(self, state)
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        (self.run_dir / "launch.sh").write_text(launch_script(self, state))
+        self.trace.emit("run_finished", status=state.finish_reason or "finished", summary=summary)
+        self.sandbox.close()
+        return summary
+
+    def close(self) -> None:
+        self.sandbox.close()
+        self.trace.close()
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def summarize(run: Run, state: AgentState) -> dict[str, Any]:
+    targets = {}
+    for t in run.task.targets:
+        best = state.bests.get(t.name)
+        value = best.value if best else None
+        targets[t.name] = {"metric": t.metric, "target": t.min, "achieved": value,
+                           "met": value is not None and value >= t.min and best.verified,
+                           "trial": best.trial if best else None, "flags": best.flags if best else None}  # fmt: skip
+    simulated = run.choice.engine == "twin"
+    best = _winning(run, state)
+    commits = [{"patch": p.id, "title": p.title, "commits": p.commits, "files": p.files} for p in state.patches
+               if p.status == "committed"]  # fmt: skip
+    return {
+        "run_id": run.run_id,
+        "task": run.task.name,
+        "engine": run.choice.engine,
+        "simulated": simulated,
+        "finish_reason": state.finish_reason,
+        "targets": targets,
+        "trials": [t.model_dump(mode="json") for t in state.trials],
+        "commits": commits,
+        "branch": f"dayzero/{run.run_id}",
+        ("simulated_node_hours" if simulated else "node_hours"): round(state.budget.node_hours, 4),
+        "wall_seconds_in_tools": round(state.budget.wall_seconds, 1),
+        "llm_tokens": state.budget.llm_tokens,
+        "best_config": best,
+    }
+
+
+def _winning(run: Run, state: AgentState) -> dict[str, Any] | None:
+    """The configuration of the first throughput-like target's best (else any best)."""
+    for t in run.task.targets:
+        if t.metric != "accuracy_delta" and t.name in state.bests:
+            b = state.bests[t.name]
+            return {"target": t.name, "flags": b.flags, "env": b.env, "trial": b.trial}
+    return None
+
+
+def launch_script(run: Run, state: AgentState) -> str:
+    """The winning command of the first target, runnable; the other targets' winners as comments."""
+    lines = ["#!/usr/bin/env bash", f"# dayzero run {run.run_id}: the winning launch command and environment.",
+             f"# engine: {run.choice.engine} ({run.choice.reason})", "set -euo pipefail", ""]  # fmt: skip
+    first = True
+    for t in run.task.targets:
+        b = state.bests.get(t.name)
+        if b is None or t.metric == "accuracy_delta":
+            continue
+        argv = run.ctx.render(run.ctx.engine.launch, port="${PORT:-30000}") + flags_to_argv(b.flags)
+        env = {**run.ctx.engine_env(), **b.env}
+        command = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + shlex.join(argv)
+        command = command.replace("'${PORT:-30000}'", '"${PORT:-30000}"')
+        lines.append(f"# {t.name}: {b.value:.1f} ({t.metric}, target {t.min}), trial {b.trial}")
+        lines.append(("exec env " if first else "# env ") + command)
+        lines.append("")
+        first = False
+    return "\n".join(lines) + "\n"

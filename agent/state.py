@@ -1,0 +1,106 @@
+"""The agent's state: plain data, JSON-serialisable, checkpointed after every graph node.
+
+What the run has tried (trials), changed (patches), achieved (bests per target) and spent (budget), plus the
+observations of the last actions and the policy's own memo. Nothing here refers to a live process: a resumed
+run rebuilds its tools around this state.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+class Call(BaseModel):
+    """A tool call a policy proposes."""
+
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    call_id: str | None = None  # an LLM's id for the call, echoed back to it
+
+
+class Observation(BaseModel):
+    """What one tool call returned (the result as the trace recorded it)."""
+
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+    ok: bool
+    error: str | None = None
+    result: dict[str, Any] = Field(default_factory=dict)
+    step: int = 0
+
+
+class Trial(BaseModel):
+    """One configuration launched, and what was measured on it."""
+
+    id: int
+    flags: dict[str, Any]
+    env: dict[str, str] = Field(default_factory=dict)
+    status: Literal["up", "crashed", "timeout"]
+    diagnosis: str | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)  # target metric name -> value
+    accuracy: float | None = None
+    accuracy_ok: bool | None = None
+    step: int = 0
+
+
+class Patch(BaseModel):
+    """A change to the workspace, from the edit to its commit. Consecutive edits answering one failure
+    (each relaunch revealing the next instance) are one patch."""
+
+    id: int
+    files: list[str]
+    diff: str
+    reason: str = Field(description="the failure it answers (the diagnosis summary)")
+    category: str = "unknown"  # the diagnosis category
+    title: str = ""
+    root_cause: str = ""
+    change: str = ""
+    step_applied: int = 0
+    status: Literal["applied", "verified", "committed"] = "applied"
+    after: str | None = None  # evidence once verified
+    commits: list[str] = Field(default_factory=list)
+
+
+class Best(BaseModel):
+    target: str
+    value: float
+    trial: int
+    flags: dict[str, Any]
+    env: dict[str, str] = Field(default_factory=dict)
+    verified: bool = False  # accuracy checked on this configuration
+
+
+class Budget(BaseModel):
+    trials: int = 0
+    wall_seconds: float = 0.0
+    node_hours: float = 0.0
+    simulated_seconds: float = 0.0
+    llm_tokens: int = 0
+    tool_calls: int = 0
+
+
+class AgentState(BaseModel):
+    run_id: str
+    task_path: str
+    stage: str = "start"
+    step: int = 0
+    pending: list[Call] = Field(default_factory=list)
+    observations: list[Observation] = Field(default_factory=list)  # of the last act
+    history: list[Observation] = Field(default_factory=list)  # compact record of every call
+    trials: list[Trial] = Field(default_factory=list)
+    patches: list[Patch] = Field(default_factory=list)
+    bests: dict[str, Best] = Field(default_factory=dict)
+    candidates: dict[str, Best] = Field(default_factory=dict)  # bests waiting for the accuracy check
+    budget: Budget = Field(default_factory=Budget)
+    memo: dict[str, Any] = Field(default_factory=dict)  # the policy's own working state
+    rationale: str = ""
+    done: bool = False
+    finish_reason: str = ""
+    server_flags: dict[str, Any] | None = None  # configuration of the server that is up, if any
+    server_env: dict[str, str] = Field(default_factory=dict)
+
+    def current_trial(self) -> Trial | None:
+        return self.trials[-1] if self.trials else None
