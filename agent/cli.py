@@ -42,7 +42,7 @@ def _execute(run, resume: bool) -> None:
     console.print(f"run [cyan]{run.run_id}[/] -> {run.run_dir}  (policy: {run.policy.name})")
     try:
         with Live(console=console, refresh_per_second=4, transient=True) as live:
-            state = execute(run, resume=resume,
+            execute(run, resume=resume,
                             on_step=lambda s, t: live.update(_progress_table(s, run.task, t)))  # fmt: skip
     except KeyboardInterrupt:
         run.close()

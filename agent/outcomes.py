@@ -24,10 +24,10 @@ def _metric_updates(task: TaskSpec, obs: Observation) -> dict[str, float]:
             if t.metric == "decode_tok_s":
                 out[t.name] = max(x["decode_tok_s"] for x in runs)
             elif t.metric == "output_throughput":
-                out[t.name] = max(x["output_throughput"] for x in runs if x["success_rate"] >= 0.99)
-        elif obs.tool == "find_knee" and t.metric == "throughput_at_knee" and obs.args.get("workload") == t.workload:
-            if r.get("knee_rate"):
-                out[t.name] = float(r["throughput_at_knee"])
+                out[t.name] = max((x["output_throughput"] for x in runs if x["success_rate"] >= 0.99), default=0.0)
+        elif (obs.tool == "find_knee" and t.metric == "throughput_at_knee" and obs.args.get("workload") == t.workload
+              and r.get("knee_rate")):
+            out[t.name] = float(r["throughput_at_knee"])
     return out
 
 
