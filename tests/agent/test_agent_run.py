@@ -1,0 +1,111 @@
+"""`agent run` with the playbook on the twin meets the targets and leaves verified, evidenced commits; a run
+killed with SIGKILL mid-trial resumes without losing or repeating anything."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import git
+import pytest
+
+from agent.trace import read_trace
+
+REPO = Path(__file__).resolve().parents[2]
+TASK = REPO / "tasks" / "glm52_mi355x.yaml"
+
+
+def agent(cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", "from agent.cli import app; app()", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+
+def check_finished_run(run_dir: Path) -> dict:
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["simulated"] is True and "simulated_node_hours" in summary
+    for name, t in summary["targets"].items():
+        assert t["met"], (name, t)
+    assert summary["targets"]["throughput"]["achieved"] >= 2626
+    assert summary["targets"]["single_stream"]["achieved"] >= 213
+    titles = [c["title"] for c in summary["commits"]]
+    assert len(titles) >= 2
+    repos = {name: git.Repo(run_dir / "workspace" / name) for name in ("model", "sglang")}
+    branch = f"dayzero/{summary['run_id']}"
+    messages = [c.message for r in repos.values() for c in r.iter_commits(branch) if "Dayzero-Run" in c.message]
+    assert len(messages) == len(titles)
+    for m in messages:
+        for part in ("What failed:", "Root cause:", "Change:", "Evidence before:", "Evidence after:",
+                     f"Dayzero-Run: {summary['run_id']}", "Dayzero-Trial:"):  # fmt: skip
+            assert part in m
+    model_diff = repos["model"].git.diff(repos["model"].git.rev_list("--max-parents=0", "HEAD"), branch)
+    assert '"exclude"' in model_diff
+    assert "#ifndef USE_ROCM" in repos["sglang"].git.diff(repos["sglang"].git.rev_list("--max-parents=0", "HEAD"), branch)
+    launch = (run_dir / "launch.sh").read_text()
+    assert "exec env" in launch and "--tp-size" in launch
+    return summary
+
+
+def test_agent_run_meets_the_targets(tmp_path):
+    proc = agent(tmp_path, "run", str(TASK), "--policy", "playbook", "--run-id", "e2e")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "simulated" in proc.stdout and "yes" in proc.stdout
+    summary = check_finished_run(tmp_path / "runs" / "e2e")
+    assert summary["finish_reason"] == "all targets met"
+    events = read_trace(tmp_path / "runs" / "e2e" / "trace.jsonl")
+    kinds = Counter(e.kind for e in events)
+    assert kinds["run_started"] == 1 and kinds["run_finished"] == 1 and kinds["decision"] > 5
+    listing = agent(tmp_path, "runs")
+    assert "e2e" in listing.stdout and "all targets met" in listing.stdout
+
+
+def test_bad_task_file_is_one_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(TASK.read_text().replace("gpus: 8", "gpus: eight"))
+    proc = agent(tmp_path, "run", str(bad))
+    assert proc.returncode == 2
+    assert "bad.yaml:" in proc.stdout and "hardware.gpus" in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
+    assert agent(tmp_path, "resume", "nope").returncode == 2
+
+
+def _server_pids(workspace: Path) -> set[int]:
+    """Twin servers running on this workspace."""
+    out = subprocess.run(["pgrep", "-f", f"launch_server --model-path {workspace}"], capture_output=True, text=True)
+    return {int(p) for p in out.stdout.split()}
+
+
+@pytest.mark.parametrize("kill_after_calls", [9, 21])
+def test_sigkill_mid_trial_then_resume(tmp_path, kill_after_calls):
+    proc = subprocess.Popen([sys.executable, "-c", "from agent.cli import app; app()", "run", str(TASK), "--policy",
+                             "playbook", "--run-id", "killed"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    trace = tmp_path / "runs" / "killed" / "trace.jsonl"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if trace.exists() and trace.read_text().count('"kind":"tool_call"') >= kill_after_calls:
+            break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # the agent dies; the servers it started (own sessions) live on
+    proc.wait()
+    workspace = tmp_path / "runs" / "killed" / "workspace"
+    calls_before = [e for e in read_trace(trace) if e.kind == "tool_call"]
+    assert len(calls_before) >= kill_after_calls
+
+    resumed = agent(tmp_path, "resume", "killed")
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    check_finished_run(tmp_path / "runs" / "killed")
+    events = read_trace(trace)
+    calls = [e for e in events if e.kind == "tool_call"]
+    ids = Counter(c.call_id for c in calls)
+    assert all(n == 1 for n in ids.values()), [k for k, n in ids.items() if n > 1]  # nothing repeated
+    assert [c.call_id for c in calls[: len(calls_before)]] == [c.call_id for c in calls_before]  # nothing lost
+    assert any(e.kind == "note" and "resumed" in e.message for e in events)
+    summary = json.loads((tmp_path / "runs" / "killed" / "summary.json").read_text())
+    patches = [c["patch"] for c in summary["commits"]]
+    assert len(patches) == len(set(patches))
+    assert not _server_pids(workspace)  # the killed run's server was reaped, the resumed run's stopped
