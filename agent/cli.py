@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from sandboxes.twin.scenario import DEFAULT_SCENARIO
+
 app = typer.Typer(help="dayzero: bring a new model up on new accelerators, by an agent.", no_args_is_help=True,
                   pretty_exceptions_enable=False)  # fmt: skip
 twin_app = typer.Typer(help="The MI355X digital twin (a simulated SGLang ROCm node).", no_args_is_help=True)
@@ -139,7 +141,7 @@ def twin_scenarios() -> None:
 
 
 @twin_app.command("materialize")
-def twin_materialize(dest: str, scenario: str = "glm52_mi355x", force: bool = False) -> None:
+def twin_materialize(dest: str, scenario: str = DEFAULT_SCENARIO, force: bool = False) -> None:
     """Write a twin workspace (checkpoint metadata and the SGLang source excerpt) to DEST."""
     from sandboxes.twin.__main__ import main
 
