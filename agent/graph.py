@@ -36,10 +36,12 @@ def build_graph(run: Run):
         for i, call in enumerate(decision.calls):  # ids fixed before acting: a resumed act reuses results
             calls.append(call.model_copy(update={"call_id": call.call_id or f"s{step}c{i}"}))
         run.trace.emit("decision", step=step, policy=run.policy.name, stage=decision.stage,
-                       rationale=decision.rationale, proposed_calls=[{"tool": c.tool, "input": c.args} for c in calls])  # fmt: skip
+                       rationale=decision.rationale, proposed_calls=[{"tool": c.tool, "input": c.args} for c in calls],
+                       annotations=decision.annotations)  # fmt: skip
         budget = state.budget.model_copy(update={"llm_tokens": state.budget.llm_tokens + decision.llm_tokens})
         update: dict[str, Any] = {"pending": calls, "rationale": decision.rationale, "stage": decision.stage,
-                                  "memo": decision.memo, "step": step, "budget": budget}  # fmt: skip
+                                  "memo": decision.memo, "step": step, "budget": budget,
+                                  "annotations": decision.annotations}  # fmt: skip
         if decision.done:
             update.update(done=True, finish_reason=decision.rationale or "the policy finished")
         return update

@@ -76,7 +76,7 @@ def _record_patch(state: AgentState, patches: list[Patch], obs: Observation) -> 
     diff = obs.result.get("diff") or obs.args.get("diff", "")
     crash = next((t for t in reversed(state.trials) if t.status != "up"), None)
     reason = crash.diagnosis if crash and crash.diagnosis else "(no failure recorded)"
-    memo_patch = (state.memo or {}).get("patch_note", {})
+    memo_patch = state.annotations.get("patch", {})
     last = patches[-1] if patches else None
     if last and last.status == "applied" and last.category == memo_patch.get("category", last.category):
         # the same failure, one more instance: one patch

@@ -97,6 +97,7 @@ class AgentState(BaseModel):
     budget: Budget = Field(default_factory=Budget)
     memo: dict[str, Any] = Field(default_factory=dict)  # the policy's own working state
     rationale: str = ""
+    annotations: dict[str, Any] = Field(default_factory=dict)  # of the last decision
     done: bool = False
     finish_reason: str = ""
     server_flags: dict[str, Any] | None = None  # configuration of the server that is up, if any

@@ -103,6 +103,7 @@ class DecisionEvent(_EventBase):
     stage: str | None = None
     rationale: str
     proposed_calls: list[ProposedCall] = Field(default_factory=list)
+    annotations: dict[str, Any] = Field(default_factory=dict)  # what the policy says about its calls
 
 
 class LlmRequestEvent(_EventBase):

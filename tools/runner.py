@@ -67,7 +67,9 @@ class ToolRunner:
         except ValidationError as exc:
             error = f"invalid arguments for {name}: " + "; ".join(
                 f"{'.'.join(map(str, e['loc'])) or '(arguments)'}: {e['msg']}" for e in exc.errors())
-        except (json.JSONDecodeError, LookupError) as exc:
+        except json.JSONDecodeError as exc:
+            error = f"invalid arguments for {name}: not valid JSON: {exc}"
+        except LookupError as exc:
             error = str(exc)
         except Exception as exc:  # a tool bug or an environment failure: reported, never raised into the loop
             error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"

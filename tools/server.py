@@ -105,10 +105,11 @@ def launch_server(ctx: ToolContext, args: LaunchInput) -> LaunchResult:
 
 def _workspace_relative(ctx: ToolContext, d: Diagnosis) -> Diagnosis:
     """Point file paths in a diagnosis at the workspace (the path the source tools take)."""
-    if d.file:
-        root = str(ctx.sandbox.root.resolve()).rstrip("/") + "/"
-        if d.file.startswith(root):
-            d.file = d.file[len(root):]
+    root = str(ctx.sandbox.root.resolve()).rstrip("/") + "/"
+    if d.file and d.file.startswith(root):
+        d.file = d.file[len(root):]
+    d.summary = d.summary.replace(root, "")
+    d.evidence = [line.replace(root, "") for line in d.evidence]
     return d
 
 

@@ -60,5 +60,6 @@ def tune_moe(ctx: ToolContext, args: TuneInput) -> TuneResult:
     if result.exit_code != 0:
         return TuneResult(ok=False, output_tail=out[-10:], cost=cost,
                           summary=f"tuner failed (exit {result.exit_code}): {(out or ['no output'])[-1]}")  # fmt: skip
-    return TuneResult(tuned_file="tuning/tuned_fmoe.csv", env={"AITER_CONFIG_FMOE": tuned}, output_tail=out[-5:],
-                      cost=cost, summary=f"tuned {len(args.shapes)} shape(s); relaunch with AITER_CONFIG_FMOE={tuned}")  # fmt: skip
+    env = {"AITER_CONFIG_FMOE": "{workspace}/tuning/tuned_fmoe.csv"}  # rendered at launch: traces stay portable
+    return TuneResult(tuned_file="tuning/tuned_fmoe.csv", env=env, output_tail=out[-5:], cost=cost,
+                      summary=f"tuned {len(args.shapes)} shape(s); relaunch with AITER_CONFIG_FMOE={tuned}")  # fmt: skip

@@ -17,6 +17,8 @@ class Decision:
     memo: dict[str, Any] = field(default_factory=dict)
     done: bool = False
     llm_tokens: int = 0
+    # what the policy says about its calls, for the record (e.g. "patch": title, root cause, change)
+    annotations: dict[str, Any] = field(default_factory=dict)
 
 
 class WorkspaceView(Protocol):

@@ -65,7 +65,6 @@ class PlaybookPolicy:
 
     def decide(self, state: AgentState, ctx: PolicyContext) -> Decision:
         memo = copy.deepcopy(state.memo) or {"phase": "bringup", "queue": [], "current": None, "best": {}}
-        memo.pop("patch_note", None)  # read by the graph when the edit was recorded
         for obs in state.observations:
             if obs.tool == "tune_moe" and obs.ok:
                 memo.setdefault("env", {}).update(obs.result.get("env", {}))
@@ -73,8 +72,9 @@ class PlaybookPolicy:
             out = self._advance(state, ctx, memo)
             if out is not None:
                 calls, rationale = out
-                return Decision(calls=calls, rationale=rationale, stage=memo["phase"], memo=memo,
-                                done=not calls)  # fmt: skip
+                note = memo.pop("patch_note", None)
+                return Decision(calls=calls, rationale=rationale, stage=memo["phase"], memo=memo, done=not calls,
+                                annotations={"patch": note} if note else {})  # fmt: skip
         return Decision(calls=[], rationale="the plan made no progress", stage=memo["phase"], memo=memo, done=True)
 
     # --- the plan ----------------------------------------------------------------------------------------------

@@ -26,5 +26,5 @@ class ReplayPolicy:
             return Decision(calls=[], rationale="end of the recorded trace", stage="replay", memo=state.memo, done=True)
         d = self.decisions[index]
         calls = [Call(tool=c.tool, args=dict(c.input)) for c in d.proposed_calls]
-        return Decision(calls=calls, rationale=f"replay: {d.rationale}", stage=d.stage or "replay", memo=state.memo,
-                        done=not calls)  # fmt: skip
+        return Decision(calls=calls, rationale=d.rationale, stage=d.stage or "replay", memo=state.memo,
+                        done=not calls, annotations=dict(d.annotations))  # fmt: skip

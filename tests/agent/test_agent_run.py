@@ -63,6 +63,19 @@ def test_agent_run_meets_the_targets(tmp_path):
     listing = agent(tmp_path, "runs")
     assert "e2e" in listing.stdout and "all targets met" in listing.stdout
 
+    # replay: the recorded decisions, executed again, give the same calls and the same outcome
+    replay = agent(tmp_path, "run", str(TASK), "--policy", "replay", "--replay", "runs/e2e/trace.jsonl",
+                   "--run-id", "again")  # fmt: skip
+    assert replay.returncode == 0, replay.stdout[-2000:] + replay.stderr[-2000:]
+    again = read_trace(tmp_path / "runs" / "again" / "trace.jsonl")
+    def calls(evs):  # the run id (in commit patch ids) is the only thing that differs
+        return [(e.tool, {k: v for k, v in e.input.items() if k != "patch_id"}) for e in evs if e.kind == "tool_call"]
+
+    assert calls(again) == calls(events)
+    replayed = json.loads((tmp_path / "runs" / "again" / "summary.json").read_text())
+    assert {k: v["achieved"] for k, v in replayed["targets"].items()} == \
+        {k: v["achieved"] for k, v in summary["targets"].items()}  # fmt: skip
+
 
 def test_bad_task_file_is_one_line(tmp_path):
     bad = tmp_path / "bad.yaml"
