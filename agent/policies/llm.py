@@ -425,7 +425,8 @@ class LLMPolicy:
         assistant: dict[str, Any] = {"role": "assistant", "content": content}
         if wire_calls:
             assistant["tool_calls"] = wire_calls
-        memo["messages"].append(assistant)
+        # the checkpointed conversation holds no secret even if the model repeats one
+        memo["messages"].append(redact(assistant, self._secrets(ctx)))
         if ctx.trace is not None:
             ctx.trace.emit("llm_response", step=step, call_id=llm_call_id, message=assistant, wall_seconds=wall,
                            usage={"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
