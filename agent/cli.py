@@ -148,6 +148,14 @@ def twin_materialize(dest: str, scenario: str = DEFAULT_SCENARIO, force: bool = 
     raise typer.Exit(main(["materialize", "--scenario", scenario, "--dest", dest] + (["--force"] if force else [])))
 
 
+@twin_app.command("image")
+def twin_image(tag: str = "dayzero-twin:latest") -> None:
+    """Build the twin's Docker image (minimal Debian + python3, PyYAML, cpp + the twin), pulling nothing."""
+    from sandboxes.twin.image import main
+
+    raise typer.Exit(main(["--tag", tag]))
+
+
 @twin_app.command("walkthrough")
 def twin_walkthrough() -> None:
     """Run docs/twin.md: materialise, crash, patch, relaunch, tune and benchmark."""

@@ -115,6 +115,7 @@ def build_graph(run: Run):
             "change": "; ".join(f"{p.change} ({', '.join(p.files)})" for p in ready),
             "evidence": Evidence(before=ready[0].reason, after=ready[-1].after or "").model_dump(),
             "patch_id": f"{run.run_id}/{ready[0].id}",
+            "files": sorted({f for p in ready for f in p.files}),
         }
         rec = run.call_tool("commit", args, call_id=f"s{state.step}commit{ready[0].id}")
         shas = [c["sha"] for c in rec.result.get("commits", [])] if rec.ok else []

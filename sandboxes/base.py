@@ -64,6 +64,19 @@ class Sandbox(ABC):
     """Where the engine runs. Paths given to file operations are relative to the workspace root."""
 
     root: Path  # the workspace root on the host (the agent's view)
+    python: str = "python3"  # the interpreter commands use for ``{python}``
+    bind_host: str = "127.0.0.1"  # the address a server binds (``{host}``); the agent connects to handle.host
+    trial: int | None = None  # the trial a started server belongs to (for labels), set by the caller
+
+    @property
+    def command_root(self) -> str:
+        """The workspace root as the engine's commands see it (the host path, or a mount in a container)."""
+        return str(self.root)
+
+    def command_path(self, path: str) -> str:
+        """A workspace-relative path as the engine's commands see it."""
+        self.resolve(path)
+        return f"{self.command_root.rstrip('/')}/{path}"
 
     # --- workspace --------------------------------------------------------------------------------------------
 

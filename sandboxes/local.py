@@ -17,6 +17,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -64,6 +65,7 @@ class LocalSandbox(Sandbox):
         root = Path(root)
         root.mkdir(parents=True, exist_ok=True)
         self.root = root.resolve()
+        self.python = sys.executable
         self.run_id = run_id
         self.host = host
         self._servers: dict[str, _Server] = {}
@@ -130,6 +132,9 @@ class LocalSandbox(Sandbox):
             cfg.set_value("commit", "gpgsign", "false")
         repo.git.add("--all", "--force")  # everything, .gitignore'd files included: the pristine state
         repo.git.commit("--allow-empty", "--no-verify", "--quiet", "-m", message, env=_GIT_ENV)
+        # what running the engine leaves behind (bytecode caches) is never part of a patch
+        (Path(repo.git_dir) / "info").mkdir(exist_ok=True)
+        (Path(repo.git_dir) / "info" / "exclude").write_text("__pycache__/\n*.pyc\n")
         repo.close()
 
     def read_file(self, path: str) -> str:

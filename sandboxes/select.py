@@ -6,8 +6,6 @@ otherwise the MI355X digital twin as local processes. The choice comes with one 
 
 from __future__ import annotations
 
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,21 +26,32 @@ def has_amd_gpu() -> bool:
 
 
 def has_docker() -> bool:
-    return shutil.which("docker") is not None and (Path("/var/run/docker.sock").exists() or "DOCKER_HOST" in os.environ)
+    from .docker import docker_available
+
+    return docker_available() is None
 
 
 def choose(task: TaskSpec, requested: str | None = None) -> SandboxChoice:
     kind = requested or task.sandbox.kind
+    spec = task.sandbox.docker
     if kind == "docker":
-        raise SandboxError("the Docker sandbox is not built yet; use --sandbox local (the twin) for now")
+        if getattr(task.engines, spec.engine) is None:
+            raise SandboxError(f"sandbox.docker.engine is {spec.engine!r} but the task defines no engines.{spec.engine}")
+        from .docker import docker_available
+
+        if why := docker_available():
+            raise SandboxError(f"--sandbox docker: {why}")
+        return SandboxChoice("docker", spec.engine, f"sandbox: Docker containers of {spec.image} running "
+                                                    f"{'the MI355X digital twin (simulated)' if spec.engine == 'twin' else 'SGLang'} (as asked)")  # fmt: skip
     if kind == "local":
         if task.engines.twin is None:
             raise SandboxError("--sandbox local runs the twin, but the task defines no 'engines.twin'")
         return SandboxChoice("local", "twin", "sandbox: local processes running the MI355X digital twin (as asked)")
-    gpu, docker = has_amd_gpu(), has_docker()
-    if gpu and docker and task.engines.sglang is not None:
-        raise SandboxError("an AMD GPU and a Docker engine are here, but the Docker sandbox is not built yet; "
-                           "pass --sandbox local to use the twin")  # fmt: skip
+    gpu = has_amd_gpu()
+    docker_ok = gpu and has_docker()
+    if gpu and docker_ok and task.engines.sglang is not None:
+        return SandboxChoice("docker", "sglang", f"sandbox: Docker with {spec.image} on this node's AMD GPUs "
+                                                 "(/dev/kfd and a Docker engine found)")  # fmt: skip
     if task.engines.twin is None:
         raise SandboxError("no AMD GPU with Docker here, and the task defines no 'engines.twin' to fall back to")
     why = "no /dev/kfd (no AMD GPU)" if not gpu else "no Docker engine"
@@ -54,7 +63,12 @@ def open_workspace(task: TaskSpec, choice: SandboxChoice, root: Path, run_id: st
     """The sandbox for ``choice`` with its workspace prepared (materialised first for the twin)."""
     from .local import LocalSandbox
 
-    sandbox = LocalSandbox(root, run_id=run_id)
+    if choice.kind == "docker":
+        from .docker import DockerSandbox
+
+        sandbox: Sandbox = DockerSandbox(root, task.sandbox.docker, run_id=run_id)
+    else:
+        sandbox = LocalSandbox(root, run_id=run_id)
     if choice.engine == "twin":
         from .twin.materialize import materialize
 

@@ -34,8 +34,27 @@ class HardwareInfo(Strict):
     gpu_memory_gb: float | None = None
 
 
+class DockerSpec(Strict):
+    """How containers are started. Defaults are AMD's recipe for the SGLang ROCm image; a task overrides any."""
+
+    image: str = "lmsysorg/sglang:v0.5.12-rocm700-mi35x"
+    engine: Literal["sglang", "twin"] = "sglang"  # which engine's argv templates run in this image
+    devices: list[str] = ["/dev/kfd", "/dev/dri"]
+    group_add: list[str] = ["video"]
+    ipc_mode: str | None = "host"
+    shm_size: str = "16g"
+    cap_add: list[str] = ["SYS_PTRACE"]
+    security_opt: list[str] = ["seccomp=unconfined"]
+    network: Literal["bridge", "host"] = "bridge"
+    workspace_mount: str = "/workspace"
+    mounts: dict[str, str] = Field(default_factory=dict, description="'{workspace}/sglang' -> path in the image")
+    env: dict[str, str] = {}
+    gpus: list[int] | None = Field(None, description="a GPU subset for partial-node trials (HIP_VISIBLE_DEVICES)")
+
+
 class SandboxSpec(Strict):
     kind: Literal["auto", "local", "docker"] = "auto"
+    docker: DockerSpec = DockerSpec()
 
 
 class EngineSpec(Strict):
@@ -178,8 +197,7 @@ class TaskError(ValueError):
     """A task file that cannot be used. The message is one line: ``file:line: field: problem``."""
 
 
-def load_task(path: str | Path) -> TaskSpec:
-    p = Path(path)
+def _read_yaml(p: Path) -> tuple[Any, yaml.Node | None]:
     try:
         text = p.read_text()
     except OSError as exc:
@@ -192,6 +210,27 @@ def load_task(path: str | Path) -> TaskSpec:
         raise TaskError(f"{p}:{mark.line + 1 if mark else 1}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
     if not isinstance(data, dict):
         raise TaskError(f"{p}:1: a task file is a mapping (name, model, hardware, engines, workloads, targets...)")
+    return data, node
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def load_task(path: str | Path) -> TaskSpec:
+    """Load and validate a task. ``extends: other.yaml`` (relative to the file) starts from another task and
+    overrides it key by key (mappings merge, everything else is replaced)."""
+    p = Path(path)
+    data, node = _read_yaml(p)
+    if "extends" in data:
+        base_path = p.parent / str(data.pop("extends"))
+        base, _ = _read_yaml(base_path)
+        if "extends" in base:
+            raise TaskError(f"{base_path}:1: extends: a task can only extend a task that extends nothing")
+        data = _merge(base, data)
     try:
         return TaskSpec.model_validate(data)
     except ValidationError as exc:

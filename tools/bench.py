@@ -91,12 +91,16 @@ def run_one(ctx: ToolContext, name: str, rate: float | None) -> tuple[BenchMetri
     """One benchmark run; returns (metrics or None, error text, cost)."""
     workload = ctx.task.workloads[name]
     n = ctx.next_id()
-    out_rel = f"bench/{n:03d}-{name}.jsonl"
-    out = ctx.run_dir / out_rel
-    out.parent.mkdir(parents=True, exist_ok=True)
-    argv, prompts = bench_argv(ctx, workload, rate, str(out))
+    rel = f".bench/{n:03d}-{name}.jsonl"  # inside the workspace: visible to the engine wherever it runs
+    produced = ctx.sandbox.resolve(rel)
+    produced.parent.mkdir(parents=True, exist_ok=True)
+    argv, prompts = bench_argv(ctx, workload, rate, ctx.sandbox.command_path(rel))
     result = ctx.sandbox.run(argv, env=ctx.engine_env(ctx.server.env), timeout_s=3600)
-    (ctx.run_dir / f"bench/{n:03d}-{name}.log").write_text(result.stdout + result.stderr)
+    out = ctx.run_dir / "bench" / f"{n:03d}-{name}.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".log").write_text(result.stdout + result.stderr)
+    if produced.exists():
+        out.write_text(produced.read_text())
     if result.exit_code != 0 or not out.exists():
         err = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
         return None, f"benchmark failed (exit {result.exit_code}): {err[0]}", Cost(wall_seconds=result.wall_seconds)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,7 @@ class ToolContext:
         return next(self._counter)
 
     def placeholders(self, **extra: Any) -> dict[str, str]:
-        values = {"python": sys.executable, "workspace": str(self.sandbox.root), "host": "127.0.0.1"}
+        values = {"python": self.sandbox.python, "workspace": self.sandbox.command_root, "host": self.sandbox.bind_host}
         values.update({k: str(v) for k, v in extra.items()})
         return values
 

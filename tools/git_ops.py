@@ -28,6 +28,7 @@ class CommitInput(ToolInput):
     evidence: Evidence
     source: str | None = Field(None, description="which workspace repository; default: every one that changed")
     patch_id: str | None = Field(None, description="names the change; committing the same id twice is a no-op")
+    files: list[str] | None = Field(None, description="workspace paths to commit (default: every change)")
 
 
 class CommitRecord(BaseModel):
@@ -67,7 +68,10 @@ def ensure_branch(repo: git.Repo, branch: str) -> None:
 def commit(ctx: ToolContext, args: CommitInput) -> CommitResult:
     """Commit the workspace changes on the run's branch, with what failed, the root cause, the change and
     the evidence before and after; trailers name the run and trial."""
-    names = [args.source] if args.source else sorted(ctx.repos)
+    if args.files:
+        names = sorted({f.split("/", 1)[0] for f in args.files})
+    else:
+        names = [args.source] if args.source else sorted(ctx.repos)
     unknown = [n for n in names if n not in ctx.repos]
     if unknown:
         return CommitResult(ok=False, summary=f"unknown source {unknown[0]!r} (known: {', '.join(ctx.repos)})")
@@ -84,7 +88,11 @@ def commit(ctx: ToolContext, args: CommitInput) -> CommitResult:
         if not repo.is_dirty(untracked_files=True):
             continue
         ensure_branch(repo, branch)
-        repo.git.add(A=True)
+        if args.files:
+            mine = [f.split("/", 1)[1] for f in args.files if f.startswith(name + "/")]
+            repo.git.add("--", *mine)
+        else:
+            repo.git.add(A=True)
         files = sorted(repo.git.diff("--cached", "--name-only").splitlines())
         c = repo.index.commit(message(args, ctx.run_id, ctx.trial), author=AUTHOR, committer=AUTHOR)
         records.append(CommitRecord(source=name, sha=c.hexsha, branch=branch, files=files))

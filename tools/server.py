@@ -63,6 +63,7 @@ def launch_server(ctx: ToolContext, args: LaunchInput) -> LaunchResult:
     """Start the engine with these flags and environment (stopping any server this run started) and wait
     until it is ready, has crashed, or timed out. A crash comes back with its log tail and a diagnosis."""
     _stop_current(ctx)
+    ctx.sandbox.trial = ctx.trial + 1
     port = ctx.sandbox.free_port()
     argv = ctx.render(ctx.engine.launch, port=port) + flags_to_argv(args.flags)
     env = ctx.engine_env(args.env)
@@ -105,11 +106,11 @@ def launch_server(ctx: ToolContext, args: LaunchInput) -> LaunchResult:
 
 def _workspace_relative(ctx: ToolContext, d: Diagnosis) -> Diagnosis:
     """Point file paths in a diagnosis at the workspace (the path the source tools take)."""
-    root = str(ctx.sandbox.root.resolve()).rstrip("/") + "/"
-    if d.file and d.file.startswith(root):
-        d.file = d.file[len(root):]
-    d.summary = d.summary.replace(root, "")
-    d.evidence = [line.replace(root, "") for line in d.evidence]
+    for root in {str(ctx.sandbox.root.resolve()).rstrip("/") + "/", ctx.sandbox.command_root.rstrip("/") + "/"}:
+        if d.file and d.file.startswith(root):
+            d.file = d.file[len(root):]
+        d.summary = d.summary.replace(root, "")
+        d.evidence = [line.replace(root, "") for line in d.evidence]
     return d
 
 

@@ -44,8 +44,8 @@ def tune_moe(ctx: ToolContext, args: TuneInput) -> TuneResult:
     """Run the engine's MoE tuner for these shapes; it writes the tuned-selection CSV that
     AITER_CONFIG_FMOE must point to on the next launch."""
     ctx.sandbox.write_file("tuning/untuned_fmoe.csv", untuned_csv(args.shapes))
-    untuned = str(ctx.sandbox.resolve("tuning/untuned_fmoe.csv"))
-    tuned = str(ctx.sandbox.resolve("tuning/tuned_fmoe.csv"))
+    untuned = ctx.sandbox.command_path("tuning/untuned_fmoe.csv")
+    tuned = ctx.sandbox.command_path("tuning/tuned_fmoe.csv")
     argv = ctx.render(ctx.engine.tune_moe) + ["-i", untuned, "-o", tuned]
     result = ctx.sandbox.run(argv, env=ctx.engine_env(), timeout_s=4 * 3600)
     out = (result.stdout + result.stderr).strip().splitlines()
