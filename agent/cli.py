@@ -81,6 +81,8 @@ def run(
     max_trials: int = typer.Option(None, help="at most this many launches (default: the task's budget)"),
     run_id: str = typer.Option(None, help="name the run (default: task-timestamp)"),
     replay: Path = typer.Option(None, help="with --policy replay: the trace.jsonl to replay"),
+    executor: str = typer.Option("inline", help="inline | ray: where independent trials of a sweep run"),
+    ray_address: str = typer.Option(None, help="with --executor ray: auto or HOST:PORT (default: a local Ray)"),
 ) -> None:
     """Bring the task's model up, fix what breaks, tune to the targets; everything lands in runs/<run-id>/."""
     from sandboxes.base import SandboxError
@@ -93,7 +95,8 @@ def run(
         spec = load_task(task)
         options = RunOptions(run_id=run_id or new_run_id(spec), task_path=str(task), sandbox=sandbox, policy=policy,
                              llm_model=llm_model, llm_base_url=llm_base_url, max_trials=max_trials,
-                             replay_trace=str(replay) if replay else None)  # fmt: skip
+                             replay_trace=str(replay) if replay else None, executor=executor,
+                             ray_address=ray_address)  # fmt: skip
         if (RUNS / options.run_id).exists():
             raise typer.BadParameter(f"run {options.run_id} exists; use: agent resume {options.run_id}")
         the_run = Run.create(options, RUNS)

@@ -55,6 +55,14 @@ def apply_observations(state: AgentState, run: Run) -> dict[str, Any]:
             budget = budget.model_copy(update={"trials": budget.trials + 1})
             up = obs.result["status"] == "up"
             server_flags, server_env = (trials[-1].flags, trials[-1].env) if up else (None, {})
+        elif obs.tool == "run_trials" and obs.ok:
+            knee_targets = [t.name for t in run.task.targets if t.metric == "throughput_at_knee"]
+            for o in obs.result.get("outcomes", []):
+                metrics = {name: o["value"] for name in knee_targets if o["status"] == "up" and o["spec"]["measure"] == "knee"}
+                trials.append(Trial(id=len(trials) + 1, flags=o["spec"]["flags"], env=o["spec"]["env"], status=o["status"],
+                                    diagnosis=o.get("diagnosis"), metrics=metrics, step=obs.step))  # fmt: skip
+            budget = budget.model_copy(update={"trials": budget.trials + len(obs.result.get("outcomes", []))})
+            server_flags, server_env = None, {}
         elif obs.tool == "stop_server" and obs.ok:
             server_flags, server_env = None, {}
         elif obs.tool in PATCH_TOOLS and obs.ok:

@@ -42,6 +42,8 @@ class RunOptions(BaseModel):
     llm_base_url: str | None = None
     max_trials: int | None = None
     replay_trace: str | None = None
+    executor: str = "inline"
+    ray_address: str | None = None
     created: str = ""
 
 
@@ -115,8 +117,12 @@ class Run:
         if hasattr(sandbox, "reap_stale"):
             sandbox.reap_stale()
         engine = task.engines.twin if choice.engine == "twin" else task.engines.sglang
-        ctx = ToolContext(task=task, engine_name=choice.engine, engine=engine, sandbox=sandbox,
-                          run_id=options.run_id, run_dir=run_dir, repos=repos)  # fmt: skip
+        from sandboxes.executors import make_executor
+
+        executor = make_executor(options.executor, options.ray_address, resource=_gpu_resource(task),
+                                 node_gpus=task.hardware.gpus)  # fmt: skip
+        ctx = ToolContext(task=task, engine_name=choice.engine, engine=engine, sandbox=sandbox, run_id=options.run_id,
+                          run_dir=run_dir, repos=repos, task_path=str(task_path.resolve()), executor=executor)  # fmt: skip
         trace = TraceWriter(run_dir / "trace.jsonl", options.run_id, secrets=task.secrets())
         recorded = {}
         if not fresh:
@@ -171,11 +177,18 @@ class Run:
         (self.run_dir / "launch.sh").write_text(launch_script(self, state))
         self.trace.emit("run_finished", status=state.finish_reason or "finished", summary=summary)
         self.sandbox.close()
+        self.ctx.executor.close()
         return summary
 
     def close(self) -> None:
         self.sandbox.close()
+        self.ctx.executor.close()
         self.trace.close()
+
+
+def _gpu_resource(task: TaskSpec) -> str:
+    """The Ray custom resource a trial holds per GPU, named after the accelerator (``mi355x_gpu``)."""
+    return "".join(ch for ch in task.hardware.accelerator.lower() if ch.isalnum()) + "_gpu"
 
 
 def _sha256(path: Path) -> str:

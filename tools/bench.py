@@ -91,7 +91,7 @@ def run_one(ctx: ToolContext, name: str, rate: float | None) -> tuple[BenchMetri
     """One benchmark run; returns (metrics or None, error text, cost)."""
     workload = ctx.task.workloads[name]
     n = ctx.next_id()
-    rel = f".bench/{n:03d}-{name}.jsonl"  # inside the workspace: visible to the engine wherever it runs
+    rel = f".bench/{ctx.run_id}-{n:03d}-{name}.jsonl"  # in the workspace: visible to the engine wherever it runs
     produced = ctx.sandbox.resolve(rel)
     produced.parent.mkdir(parents=True, exist_ok=True)
     argv, prompts = bench_argv(ctx, workload, rate, ctx.sandbox.command_path(rel))

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from sandboxes.base import Sandbox, ServerHandle
+from sandboxes.executors import InlineExecutor
 from tasks.spec import EngineSpec, TaskSpec
 
 
@@ -32,6 +33,8 @@ class ToolContext:
     last_log: Path | None = None
     baseline_accuracy: float | None = None
     trial: int = 0
+    task_path: str = ""
+    executor: Any = field(default_factory=lambda: InlineExecutor())  # runs independent trials (run_trials)
     _counter: itertools.count = field(default_factory=lambda: itertools.count(1))
 
     def next_id(self) -> int:

@@ -120,7 +120,7 @@ def classify(log: str, *, timed_out: bool = False) -> Diagnosis:
     if timed_out:
         return Diagnosis(category="hang_timeout", summary="the server did not become ready before the timeout",
                          evidence=lines[-3:])  # fmt: skip
-    err = [ln for ln in lines if re.search(r"Error|Exception|error:", ln)]
+    err = [ln for ln in lines if re.search(r"Error|[Ee]xception|error:", ln)]
     return Diagnosis(category="unknown", summary=(err[-1].strip() if err else "no error line found")[:300],
                      evidence=err[-3:])  # fmt: skip
 

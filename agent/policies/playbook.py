@@ -82,6 +82,18 @@ class PlaybookPolicy:
     def _advance(self, state: AgentState, ctx: PolicyContext, memo: dict) -> tuple[list[Call], str] | None:
         task = ctx.task
         obs = state.observations[-1] if state.observations else None
+        if obs is not None and obs.tool == "run_trials" and memo.pop("layout_trials", None) is not None:
+            outcomes = obs.result.get("outcomes", []) if obs.ok else []
+            up = [o for o in outcomes if o["status"] == "up" and o["value"] > 0]
+            for o in outcomes:
+                memo.setdefault("tried", []).append(f"layout {o['spec']['flags']}: {o['status']} {o['value']:.0f}")
+            if up:
+                best = max(up, key=lambda o: o["value"])
+                memo["knee_rate"] = best["knee_rate"]
+                memo["queue"] = [{"label": f"best layout {best['spec']['flags']}", "from": "none",
+                                  "set": best["spec"]["flags"], "env": best["spec"]["env"], "measure": "knee_full",
+                                  "keep_as": "throughput"}]  # fmt: skip
+            return None
         cur = memo.get("current")
         if cur is not None:
             return self._work_on(state, ctx, memo, cur, obs)
@@ -92,7 +104,7 @@ class PlaybookPolicy:
             for k in item.get("unset", []):
                 flags.pop(k, None)
             flags = {k: v for k, v in flags.items() if v is not None}
-            env = {**base.get("env", {}), **memo.get("env", {})}
+            env = {**base.get("env", {}), **memo.get("env", {}), **item.get("env", {})}
             if item["from"] != "none" and flags == base["flags"] and env == base.get("env", {}):
                 return None  # nothing new to try
             memo["current"] = {"label": item["label"], "flags": flags, "env": env, "measure": item["measure"],
@@ -126,7 +138,17 @@ class PlaybookPolicy:
         if phase == "single":
             memo["phase"] = "layout"
             if knee:
-                memo["queue"] = self._layout_plan(task, memo)
+                base = memo.get("base", {"flags": {}, "env": {}})
+                trials = []
+                for item in self._layout_plan(task, memo):
+                    flags = {k: v for k, v in {**base["flags"], **item["set"]}.items()
+                             if v is not None and k not in item.get("unset", [])}  # fmt: skip
+                    trials.append({"flags": flags, "env": {**base.get("env", {}), **memo.get("env", {})},
+                                   "workload": knee.workload, "measure": "knee", "start_rate": 1.0,
+                                   "resolution": 0.2})  # fmt: skip
+                memo["layout_trials"] = trials
+                return ([Call(tool="run_trials", args={"trials": trials})],
+                        f"measure the knee of {len(trials)} parallel layouts as independent trials")  # fmt: skip
             return None
         if phase == "layout":
             memo["phase"] = "knee"
@@ -247,7 +269,7 @@ class PlaybookPolicy:
                     memo["base"] = entry
                     memo["best"]["single"] = dict(entry)
                     memo["best"]["none"] = dict(entry)
-                if cur["measure"] == "knee" and obs.result.get("knee_rate"):
+                if cur["measure"] in ("knee", "knee_full") and obs.result.get("knee_rate"):
                     memo["knee_rate"] = obs.result["knee_rate"]
                 verdict = f"kept: {value:.1f}" + (f" (was {best['value']:.1f})" if best else "")
             else:
@@ -265,6 +287,9 @@ class PlaybookPolicy:
             t = next(t for t in task.targets if t.metric == "decode_tok_s")
             return [Call(tool="run_benchmark", args={"workload": t.workload})]
         workload, _ = self._knee_target(task)
+        if cur["measure"] == "knee_full":  # confirm a knee found elsewhere, starting just below it
+            start = max(0.25, round((memo.get("knee_rate") or 1.0) - 0.2, 3))
+            return [Call(tool="find_knee", args={"workload": workload, "start_rate": start, "resolution": 0.1})]
         if memo.get("knee_rate") and memo["best"].get("throughput"):
             cur["probe"] = True
             rate = round(memo["knee_rate"] + 0.1, 3)

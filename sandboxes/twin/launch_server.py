@@ -273,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
         text = getattr(exc, "log_text", "") or getattr(exc, "log", "") or ""
         if text:
             print(text, flush=True)
-        log.error(f"Scheduler hit an exception: {exc}")
+        kind = "ValueError: " if isinstance(exc, server_args.ServerArgsError) else ""  # SGLang raises ValueError
+        log.error(f"Scheduler hit an exception: {kind}{exc}")
         log.error("Received sigquit from a child process. It usually means the child failed.")
         log.error("Initialization failed. Please see the error messages above. (simulated MI355X twin)")
         return 1

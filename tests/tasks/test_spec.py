@@ -72,8 +72,13 @@ def test_auto_sandbox_explains_its_choice(monkeypatch):
     monkeypatch.setattr("sandboxes.select.has_amd_gpu", lambda: False)
     choice = choose(task)
     assert choice.engine == "twin" and "no /dev/kfd" in choice.reason and "simulated" in choice.reason
-    with pytest.raises(SandboxError, match="not built yet"):
+    monkeypatch.setattr("sandboxes.docker.docker_available", lambda: "no Docker engine: socket missing")
+    with pytest.raises(SandboxError, match="no Docker engine"):
         choose(task, "docker")
+    monkeypatch.setattr("sandboxes.select.has_amd_gpu", lambda: True)
+    monkeypatch.setattr("sandboxes.select.has_docker", lambda: True)
+    real = choose(task)
+    assert (real.kind, real.engine) == ("docker", "sglang") and "AMD GPUs" in real.reason
 
 
 def test_secrets_come_from_the_environment(tmp_path, monkeypatch):

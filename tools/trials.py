@@ -1,0 +1,132 @@
+"""Independent trials of a sweep, each in its own sandbox and server, run by the context's executor.
+
+A trial is a configuration (flags, environment) and a measurement (one benchmark, or a knee search) on a
+task workload. ``run_trial`` is a plain function of a picklable job, so the executor may run it here, one
+trial after another, or as a Ray task on whichever node holds the GPUs it asks for; it returns a result model
+and writes only its own logs (under ``<run>/trials/<job>``). The same jobs give the same results either way.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from tasks.spec import DockerSpec, load_task
+
+from .base import Cost, ToolInput, ToolResult, tool
+from .context import ToolContext
+
+
+class TrialSpec(BaseModel):
+    flags: dict[str, Any]
+    env: dict[str, str] = Field(default_factory=dict)
+    workload: str
+    measure: Literal["benchmark", "knee"] = "knee"
+    request_rate: float | None = None
+    start_rate: float = 1.0
+    resolution: float = 0.1
+
+
+class TrialJob(BaseModel):
+    job_id: str
+    task_path: str
+    engine_name: str
+    workspace: str
+    run_dir: str
+    spec: TrialSpec
+    docker: DockerSpec | None = None  # None: local processes
+
+
+class TrialOutcome(BaseModel):
+    job_id: str
+    spec: TrialSpec
+    status: str  # up | crashed | timeout
+    diagnosis: str | None = None
+    value: float = 0.0  # throughput at the knee, or the benchmark's output throughput
+    knee_rate: float | None = None
+    summary: str = ""
+    gpus: int = 1
+    cost: Cost = Cost()
+
+
+def gpus_of(flags: dict[str, Any]) -> int:
+    tp, dp = int(flags.get("tp-size", 1) or 1), int(flags.get("dp-size", 1) or 1)
+    return tp if flags.get("enable-dp-attention") else tp * dp
+
+
+def run_trial(job: TrialJob) -> TrialOutcome:
+    """Launch, measure, stop: one trial in a sandbox of its own (the workspace is shared, read-only)."""
+    from sandboxes.local import LocalSandbox
+
+    from .bench import BenchInput, KneeInput, find_knee, run_benchmark
+    from .server import LaunchInput, launch_server
+
+    task = load_task(job.task_path)
+    engine = getattr(task.engines, job.engine_name)
+    run_dir = Path(job.run_dir) / "trials" / job.job_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if job.docker is not None:
+        from sandboxes.docker import DockerSandbox
+
+        sandbox = DockerSandbox(Path(job.workspace), job.docker, run_id=job.job_id)
+    else:
+        sandbox = LocalSandbox(Path(job.workspace), run_id=job.job_id)
+    ctx = ToolContext(task=task, engine_name=job.engine_name, engine=engine, sandbox=sandbox, run_id=job.job_id,
+                      run_dir=run_dir)  # fmt: skip
+    spec = job.spec
+    try:
+        launched = launch_server(ctx, LaunchInput(flags=spec.flags, env=spec.env))
+        cost = launched.cost
+        if launched.status != "up":
+            return TrialOutcome(job_id=job.job_id, spec=spec, status=launched.status, gpus=gpus_of(spec.flags),
+                                diagnosis=launched.diagnosis.summary if launched.diagnosis else None,
+                                summary=launched.summary, cost=cost)  # fmt: skip
+        if spec.measure == "knee":
+            m = find_knee(ctx, KneeInput(workload=spec.workload, start_rate=spec.start_rate, resolution=spec.resolution))
+            value, rate = (m.throughput_at_knee if m.ok else 0.0), m.knee_rate
+        else:
+            m = run_benchmark(ctx, BenchInput(workload=spec.workload, request_rate=spec.request_rate))
+            value, rate = (m.runs[-1].output_throughput if m.ok and m.runs else 0.0), spec.request_rate
+        cost = Cost(wall_seconds=cost.wall_seconds + m.cost.wall_seconds,
+                    simulated_seconds=(cost.simulated_seconds or 0.0) + (m.cost.simulated_seconds or 0.0),
+                    node_hours=cost.node_hours + m.cost.node_hours)  # fmt: skip
+        return TrialOutcome(job_id=job.job_id, spec=spec, status="up", value=value, knee_rate=rate, summary=m.summary,
+                            gpus=gpus_of(spec.flags), cost=cost)  # fmt: skip
+    finally:
+        sandbox.close()
+
+
+class RunTrialsInput(ToolInput):
+    trials: list[TrialSpec] = Field(min_length=1, description="independent configurations to launch and measure")
+
+
+class RunTrialsResult(ToolResult):
+    executor: str = "inline"
+    outcomes: list[TrialOutcome] = []
+    best: int | None = Field(None, description="index of the trial with the highest value")
+
+
+@tool
+def run_trials(ctx: ToolContext, args: RunTrialsInput) -> RunTrialsResult:
+    """Launch and measure several independent configurations, each in its own sandbox, concurrently where the
+    executor allows (one trial per node or GPU subset). Returns each trial's outcome and the best."""
+    if ctx.server is not None:
+        ctx.sandbox.stop_server(ctx.server.handle)
+        ctx.server = None
+    base = ctx.next_id()
+    jobs = [TrialJob(job_id=f"{ctx.run_id}-t{base:03d}-{i}", task_path=str(Path(ctx.task_path).resolve()),
+                     engine_name=ctx.engine_name, workspace=str(ctx.sandbox.root), run_dir=str(ctx.run_dir), spec=s,
+                     docker=getattr(ctx.sandbox, "spec", None))
+            for i, s in enumerate(args.trials)]  # fmt: skip
+    gpus = [min(gpus_of(s.flags), ctx.task.hardware.gpus) for s in args.trials]
+    outcomes = ctx.executor.map(run_trial, jobs, gpus)
+    up = [i for i, o in enumerate(outcomes) if o.status == "up"]
+    best = max(up, key=lambda i: outcomes[i].value) if up else None
+    cost = Cost(wall_seconds=sum(o.cost.wall_seconds for o in outcomes),
+                simulated_seconds=sum(o.cost.simulated_seconds or 0.0 for o in outcomes),
+                node_hours=sum(o.cost.node_hours for o in outcomes))  # fmt: skip
+    summary = f"{len(outcomes)} trial(s) on {ctx.executor.name}: " + (
+        f"best #{best} {outcomes[best].value:.0f} ({outcomes[best].summary})" if best is not None else "none came up")
+    return RunTrialsResult(executor=ctx.executor.name, outcomes=outcomes, best=best, cost=cost, summary=summary)
