@@ -105,22 +105,16 @@ def build_graph(run: Run):
 
     def commit(state: AgentState) -> dict[str, Any]:
         patches = [p.model_copy() for p in state.patches]
-        ready = [p for p in patches if p.status == "verified"]
-        if not ready:
-            return {}
-        args = {
-            "title": ready[0].title[:72],
-            "what_failed": ready[0].reason,
-            "root_cause": ready[0].root_cause,
-            "change": "; ".join(f"{p.change} ({', '.join(p.files)})" for p in ready),
-            "evidence": Evidence(before=ready[0].reason, after=ready[-1].after or "").model_dump(),
-            "patch_id": f"{run.run_id}/{ready[0].id}",
-            "files": sorted({f for p in ready for f in p.files}),
-        }
-        rec = run.call_tool("commit", args, call_id=f"s{state.step}commit{ready[0].id}")
-        shas = [c["sha"] for c in rec.result.get("commits", [])] if rec.ok else []
-        for p in ready:
-            p.status, p.commits = ("committed", shas) if rec.ok else (p.status, p.commits)
+        for p in patches:  # one commit per verified patch, with its own files and evidence
+            if p.status != "verified":
+                continue
+            args = {"title": p.title[:72], "what_failed": p.reason, "root_cause": p.root_cause,
+                    "change": f"{p.change} ({', '.join(p.files)})",
+                    "evidence": Evidence(before=p.reason, after=p.after or "").model_dump(),
+                    "patch_id": f"{run.run_id}/{p.id}", "files": sorted(p.files)}  # fmt: skip
+            rec = run.call_tool("commit", args, call_id=f"s{state.step}commit{p.id}")
+            if rec.ok:
+                p.status, p.commits = "committed", [c["sha"] for c in rec.result.get("commits", [])]
         return {"patches": patches}
 
     def finish(state: AgentState) -> dict[str, Any]:

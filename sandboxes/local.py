@@ -97,6 +97,7 @@ class LocalSandbox(Sandbox):
                     f"{name!r}: {dest} is a symlink; the workspace copy must be a real directory"
                 )
             in_place = source.resolve() == dest.resolve()
+            (dest / ".git" / "index.lock").unlink(missing_ok=True)  # left by a process killed mid-commit
             if _has_commit(dest):
                 repos[name] = dest  # prepared before (a resumed run): leave it, edits included, as it is
                 continue

@@ -72,8 +72,10 @@ def open_workspace(task: TaskSpec, choice: SandboxChoice, root: Path, run_id: st
     if choice.engine == "twin":
         from .twin.materialize import materialize
 
-        if not (root / "model").exists():
+        done = root / ".dayzero-materialized"  # written last: a run killed while materialising starts over
+        if not done.exists():
             materialize(task.workspace.twin.scenario, root, force=True)
+            done.write_text(task.workspace.twin.scenario + "\n")
         sources = {"model": root / "model", "sglang": root / "sglang"}
     else:
         sources = {name: Path(path) for name, path in task.workspace.sources.items()}

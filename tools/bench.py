@@ -40,8 +40,12 @@ class BenchMetrics(BaseModel):
     gpu_time_share: dict[str, float] | None = None
 
 
-def bench_argv(ctx: ToolContext, workload: Workload, rate: float | None, output_file: str) -> tuple[list[str], int]:
-    """The benchmark command for ``workload`` at ``rate``; returns it with the number of prompts sent."""
+def bench_argv(ctx: ToolContext, workload: Workload, rate: float | None, output_file: str,
+               duration_s: float | None = None) -> tuple[list[str], int]:  # fmt: skip
+    """The benchmark command for ``workload`` at ``rate``; returns it with the number of prompts sent.
+    ``duration_s`` shortens (or lengthens) a rate run, e.g. for a cheap screening pass."""
+    if duration_s and workload.duration_s:
+        workload = workload.model_copy(update={"duration_s": duration_s})
     argv = ctx.render(ctx.engine.benchmark, base_url=ctx.server.handle.base_url, output_file=output_file)
     argv += ["--dataset-name", workload.dataset]
     params = dict(workload.params)
@@ -87,14 +91,15 @@ def parse_record(name: str, record: dict[str, Any], prompts: int) -> BenchMetric
     )  # fmt: skip
 
 
-def run_one(ctx: ToolContext, name: str, rate: float | None) -> tuple[BenchMetrics | None, str, Cost]:
+def run_one(ctx: ToolContext, name: str, rate: float | None,
+            duration_s: float | None = None) -> tuple[BenchMetrics | None, str, Cost]:  # fmt: skip
     """One benchmark run; returns (metrics or None, error text, cost)."""
     workload = ctx.task.workloads[name]
     n = ctx.next_id()
     rel = f".bench/{ctx.run_id}-{n:03d}-{name}.jsonl"  # in the workspace: visible to the engine wherever it runs
     produced = ctx.sandbox.resolve(rel)
     produced.parent.mkdir(parents=True, exist_ok=True)
-    argv, prompts = bench_argv(ctx, workload, rate, ctx.sandbox.command_path(rel))
+    argv, prompts = bench_argv(ctx, workload, rate, ctx.sandbox.command_path(rel), duration_s)
     result = ctx.sandbox.run(argv, env=ctx.engine_env(ctx.server.env), timeout_s=3600)
     out = ctx.run_dir / "bench" / f"{n:03d}-{name}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -123,6 +128,7 @@ class BenchInput(ToolInput):
     workload: str = Field(description="a workload name from the task")
     request_rate: float | None = Field(None, gt=0, description="requests/s; default: the workload's")
     rates: list[float] | None = Field(None, description="a sweep of request rates instead of one rate")
+    duration_s: float | None = Field(None, gt=0, description="arrivals for this long instead of the workload's")
 
 
 class BenchResult(ToolResult):
@@ -144,7 +150,7 @@ def run_benchmark(ctx: ToolContext, args: BenchInput) -> BenchResult:
         return BenchResult(ok=False, summary=err)
     runs, cost = [], Cost()
     for rate in args.rates or [args.request_rate]:
-        metrics, err, c = run_one(ctx, args.workload, rate)
+        metrics, err, c = run_one(ctx, args.workload, rate, args.duration_s)
         cost = _add(cost, c)
         if metrics is None:
             return BenchResult(ok=False, runs=runs, summary=err, cost=cost)
@@ -161,6 +167,7 @@ class KneeInput(ToolInput):
     start_rate: float = Field(1.0, gt=0)
     max_rate: float = Field(16.0, gt=0)
     resolution: float = Field(0.1, gt=0, description="stop when the bracket is this narrow (requests/s)")
+    duration_s: float | None = Field(None, gt=0, description="shorter runs for a cheap, coarser search")
 
 
 class KneeResult(ToolResult):
@@ -186,7 +193,7 @@ def find_knee(ctx: ToolContext, args: KneeInput) -> KneeResult:
         nonlocal cost
         rate = round(rate, 3)
         if rate not in results:
-            metrics, _err, c = run_one(ctx, args.workload, rate)
+            metrics, _err, c = run_one(ctx, args.workload, rate, args.duration_s)
             cost = _add(cost, c)
             if metrics is None:
                 return None

@@ -56,7 +56,8 @@ class MoEShape(BaseModel):
 
 
 _SHAPE = r"torch\.Size\(\[([\d,\s]*)\]\)"
-_ASSIGN = re.compile(rf"Attempted to load weight \({_SHAPE}\) into parameter \({_SHAPE}\)")
+_DTYPE = r"(?:, dtype=([\w.]+))?"
+_ASSIGN = re.compile(rf"Attempted to load weight \({_SHAPE}{_DTYPE}\) into parameter \({_SHAPE}{_DTYPE}\)")
 _TENSOR_SIZE = re.compile(r"The size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)")
 _FAILED_PARAM = re.compile(
     r"Failed to load parameter '([^']+)'(?: \(checkpoint: (\S+?), dtype (\S+), shape \[([\d, ]*)\]; "
@@ -84,17 +85,19 @@ def classify(log: str, *, timed_out: bool = False) -> Diagnosis:
     lines = log.splitlines()
     if m := _ASSIGN.search(log):
         d = Diagnosis(category="weight_shape_mismatch", summary="",
-                      checkpoint_shape=_shape(m.group(1)), engine_shape=_shape(m.group(2)),
+                      checkpoint_shape=_shape(m.group(1)), engine_shape=_shape(m.group(3)),
+                      checkpoint_dtype=m.group(2), engine_dtype=m.group(4),
                       evidence=_tail(lines, re.compile(r"Attempted to load weight|Failed to load parameter")))  # fmt: skip
         if p := _FAILED_PARAM.search(log):
             d.parameter = p.group(1)
             d.checkpoint_parameter = p.group(2)
-            d.checkpoint_dtype = p.group(3)
-            d.engine_dtype = p.group(5)
+            d.checkpoint_dtype = p.group(3) or d.checkpoint_dtype
+            d.engine_dtype = p.group(5) or d.engine_dtype
         elif p := re.search(r"param(?:eter)?[ =:'\"]+([\w.]+\.(?:weight|bias|weight_scale))", log):
             d.parameter = p.group(1)
-        d.summary = (f"weight shape mismatch loading {d.parameter or 'a parameter'}: checkpoint "
-                     f"{d.checkpoint_shape} vs engine {d.engine_shape}")  # fmt: skip
+        what = "shape" if d.checkpoint_shape != d.engine_shape else "dtype"
+        d.summary = (f"weight {what} mismatch loading {d.parameter or 'a parameter'}: checkpoint "
+                     f"{d.checkpoint_dtype or ''} {d.checkpoint_shape} vs engine {d.engine_dtype or ''} {d.engine_shape}")  # fmt: skip
         return d
     if m := _FATAL.search(log):
         return Diagnosis(category="compile_error", file=m.group(1), line=int(m.group(2)), header=m.group(3).strip(),

@@ -27,6 +27,7 @@ class TrialSpec(BaseModel):
     request_rate: float | None = None
     start_rate: float = 1.0
     resolution: float = 0.1
+    duration_s: float | None = None  # shorter benchmark runs for screening
 
 
 class TrialJob(BaseModel):
@@ -84,10 +85,12 @@ def run_trial(job: TrialJob) -> TrialOutcome:
                                 diagnosis=launched.diagnosis.summary if launched.diagnosis else None,
                                 summary=launched.summary, cost=cost)  # fmt: skip
         if spec.measure == "knee":
-            m = find_knee(ctx, KneeInput(workload=spec.workload, start_rate=spec.start_rate, resolution=spec.resolution))
+            m = find_knee(ctx, KneeInput(workload=spec.workload, start_rate=spec.start_rate, resolution=spec.resolution,
+                                         duration_s=spec.duration_s))  # fmt: skip
             value, rate = (m.throughput_at_knee if m.ok else 0.0), m.knee_rate
         else:
-            m = run_benchmark(ctx, BenchInput(workload=spec.workload, request_rate=spec.request_rate))
+            m = run_benchmark(ctx, BenchInput(workload=spec.workload, request_rate=spec.request_rate,
+                                              duration_s=spec.duration_s))  # fmt: skip
             value, rate = (m.runs[-1].output_throughput if m.ok and m.runs else 0.0), spec.request_rate
         cost = Cost(wall_seconds=cost.wall_seconds + m.cost.wall_seconds,
                     simulated_seconds=(cost.simulated_seconds or 0.0) + (m.cost.simulated_seconds or 0.0),

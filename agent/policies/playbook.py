@@ -143,9 +143,12 @@ class PlaybookPolicy:
                 for item in self._layout_plan(task, memo):
                     flags = {k: v for k, v in {**base["flags"], **item["set"]}.items()
                              if v is not None and k not in item.get("unset", [])}  # fmt: skip
+                    # screening: a quarter of the workload's run length and a coarse bracket; the winner is
+                    # measured again in full
+                    duration = task.workloads[knee.workload].duration_s
                     trials.append({"flags": flags, "env": {**base.get("env", {}), **memo.get("env", {})},
                                    "workload": knee.workload, "measure": "knee", "start_rate": 1.0,
-                                   "resolution": 0.2})  # fmt: skip
+                                   "resolution": 0.25, "duration_s": duration / 4 if duration else None})  # fmt: skip
                 memo["layout_trials"] = trials
                 return ([Call(tool="run_trials", args={"trials": trials})],
                         f"measure the knee of {len(trials)} parallel layouts as independent trials")  # fmt: skip

@@ -60,11 +60,20 @@ def preprocess_command(source: Path, cpp: str = "cpp") -> list[str]:
 
 
 def _traceback(root: Path, kernel: JitKernel, source: Path, code: int, gfx: str) -> str:
-    frames = [
-        ("python/sglang/srt/speculative/eagle_worker.py", 187, "__init__",
-         "self.draft_attn_backend = self._create_draft_attn_backend()"),
-        ("python/sglang/srt/speculative/draft_utils.py", 91, "create_decode_backend",
-         "return self._create_multi_step_backend()"),
+    if kernel.when.flag.startswith("speculative"):  # built while the draft worker sets up its backends
+        frames = [
+            ("python/sglang/srt/speculative/eagle_worker.py", 187, "__init__",
+             "self.draft_attn_backend = self._create_draft_attn_backend()"),
+            ("python/sglang/srt/speculative/draft_utils.py", 91, "create_decode_backend",
+             "return self._create_multi_step_backend()"),
+        ]
+    else:  # built while the model runner sets up the feature the flag switches on
+        frames = [
+            ("python/sglang/srt/model_executor/model_runner.py", 412, "initialize", "self.init_jit_kernels()"),
+            ("python/sglang/srt/model_executor/model_runner.py", 655, "init_jit_kernels",
+             f"load_jit({kernel.name!r}, [{kernel.source!r}])"),
+        ]
+    frames += [
         ("python/sglang/jit_kernel/utils.py", 214, "load_jit", "module = _build_and_load(name, sources, extra_flags)"),
         ("python/sglang/jit_kernel/utils.py", 176, "_build_and_load", "raise RuntimeError("),
     ]

@@ -122,3 +122,15 @@ def test_sigkill_mid_trial_then_resume(tmp_path, kill_after_calls):
     patches = [c["patch"] for c in summary["commits"]]
     assert len(patches) == len(set(patches))
     assert not _server_pids(workspace)  # the killed run's server was reaped, the resumed run's stopped
+
+
+@pytest.mark.parametrize("task", ["orion_mi300x", "vega_mi355x"])
+def test_playbook_solves_unseen_scenarios_unchanged(tmp_path, task):
+    """Other model names, layer counts, MTP prefixes, unguarded headers in other kernel files, other MoE shapes
+    (and for Orion, fp8 weights on other hardware): the same playbook fixes both defects and meets the targets."""
+    proc = agent(tmp_path, "run", str(REPO / "tasks" / f"{task}.yaml"), "--policy", "playbook", "--run-id", task)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "runs" / task / "summary.json").read_text())
+    assert summary["finish_reason"] == "all targets met", summary["targets"]
+    titles = " | ".join(c["title"] for c in summary["commits"])
+    assert "Exclude" in titles and "Guard the CUDA-only include" in titles
