@@ -8,6 +8,13 @@ and writes only its own logs (under ``<run>/trials/<job>``). The same jobs give 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -57,28 +64,76 @@ def gpus_of(flags: dict[str, Any]) -> int:
     return tp if flags.get("enable-dp-attention") else tp * dp
 
 
+@contextlib.contextmanager
+def gpu_subset(workspace: Path, count: int, total: int, timeout_s: float = 3600) -> Iterator[list[int]]:
+    """Hold ``count`` GPU ids of this node, disjoint from every other trial's, for the duration.
+
+    The executor decides how many trials share a node (by GPU count); this decides which GPUs each gets, so
+    concurrent partial-node trials never land on the same devices. A lock file in the workspace arbitrates.
+    """
+    ledger = workspace / ".dayzero-gpus.json"
+    lock = workspace / ".dayzero-gpus.lock"
+    deadline = time.monotonic() + timeout_s
+    ids: list[int] = []
+    while not ids:
+        with open(lock, "a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            held = json.loads(ledger.read_text()) if ledger.exists() else {}
+            busy = {g for gs in held.values() for g in gs}
+            free = [g for g in range(total) if g not in busy]
+            if len(free) >= count:
+                ids = free[:count]
+                held[str(os.getpid()) + "-" + str(threading.get_ident())] = ids
+                ledger.write_text(json.dumps(held))
+        if not ids:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no {count} free GPUs on this node after {timeout_s:.0f} s")
+            time.sleep(0.2)
+    try:
+        yield ids
+    finally:
+        with open(lock, "a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            held = json.loads(ledger.read_text()) if ledger.exists() else {}
+            held = {k: v for k, v in held.items() if v != ids}
+            ledger.write_text(json.dumps(held))
+
+
 def run_trial(job: TrialJob) -> TrialOutcome:
-    """Launch, measure, stop: one trial in a sandbox of its own (the workspace is shared, read-only)."""
+    """Launch, measure, stop: one trial in a sandbox of its own (the workspace is shared, read-only), on a GPU
+    subset of its own when it needs less than the node."""
+    task = load_task(job.task_path)
+    count = min(gpus_of(job.spec.flags), task.hardware.gpus)
+    if count >= task.hardware.gpus:
+        return _run_trial(job, task, None)
+    with gpu_subset(Path(job.workspace), count, task.hardware.gpus) as ids:
+        return _run_trial(job, task, ids)
+
+
+def _run_trial(job: TrialJob, task, gpu_ids: list[int] | None) -> TrialOutcome:
     from sandboxes.local import LocalSandbox
 
     from .bench import BenchInput, KneeInput, find_knee, run_benchmark
     from .server import LaunchInput, launch_server
 
-    task = load_task(job.task_path)
     engine = getattr(task.engines, job.engine_name)
     run_dir = Path(job.run_dir) / "trials" / job.job_id
     run_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(job.spec.env)
     if job.docker is not None:
         from sandboxes.docker import DockerSandbox
 
-        sandbox = DockerSandbox(Path(job.workspace), job.docker, run_id=job.job_id)
+        docker_spec = job.docker.model_copy(update={"gpus": gpu_ids}) if gpu_ids is not None else job.docker
+        sandbox = DockerSandbox(Path(job.workspace), docker_spec, run_id=job.job_id)
     else:
         sandbox = LocalSandbox(Path(job.workspace), run_id=job.job_id)
+        if gpu_ids is not None:
+            env["HIP_VISIBLE_DEVICES"] = ",".join(map(str, gpu_ids))
     ctx = ToolContext(task=task, engine_name=job.engine_name, engine=engine, sandbox=sandbox, run_id=job.job_id,
                       run_dir=run_dir)  # fmt: skip
     spec = job.spec
     try:
-        launched = launch_server(ctx, LaunchInput(flags=spec.flags, env=spec.env))
+        launched = launch_server(ctx, LaunchInput(flags=spec.flags, env=env))
         cost = launched.cost
         if launched.status != "up":
             return TrialOutcome(job_id=job.job_id, spec=spec, status=launched.status, gpus=gpus_of(spec.flags),

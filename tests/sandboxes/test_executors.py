@@ -42,3 +42,30 @@ def test_ray_sweep_matches_inline(jobs):
     assert [round(o.value, 6) for o in remote] == [round(o.value, 6) for o in inline]
     assert all(o.value > 0 for o in remote[:4])
     assert "GPUs requested" in (remote[4].diagnosis or "") or "visible" in remote[4].summary
+
+
+def test_partial_node_trials_get_disjoint_gpus(tmp_path):
+    import threading
+    import time
+
+    from tools.trials import gpu_subset
+
+    got, order = {}, []
+
+    def hold(name, n, seconds):
+        with gpu_subset(tmp_path, n, 8) as ids:
+            got[name] = ids
+            order.append(("start", name))
+            time.sleep(seconds)
+            order.append(("end", name))
+
+    a = threading.Thread(target=hold, args=("a", 4, 0.6))
+    b = threading.Thread(target=hold, args=("b", 4, 0.6))
+    a.start(), b.start()
+    time.sleep(0.2)
+    c = threading.Thread(target=hold, args=("c", 2, 0.1))  # must wait for a or b to free its GPUs
+    c.start()
+    for t in (a, b, c):
+        t.join()
+    assert sorted(got["a"] + got["b"]) == list(range(8))
+    assert order.index(("start", "c")) > min(order.index(("end", "a")), order.index(("end", "b")))
