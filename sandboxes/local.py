@@ -49,6 +49,7 @@ _GIT_ENV = {
     "GIT_COMMITTER_EMAIL": AUTHOR_EMAIL,
 }
 _POLL_S = 0.1
+WORKSPACE_ENV = "DAYZERO_WORKSPACE"  # set on every server, so a later sandbox can find a dead run's servers
 
 
 @dataclass
@@ -215,7 +216,7 @@ class LocalSandbox(Sandbox):
         log_path = Path(log_path)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         # Python engines print through a pipe-less file: unbuffered, so the ready line shows up as it happens.
-        full_env = {"PYTHONUNBUFFERED": "1", **os.environ, **dict(env or {})}
+        full_env = {"PYTHONUNBUFFERED": "1", **os.environ, **dict(env or {}), WORKSPACE_ENV: str(self.root)}
         with open(log_path, "ab", buffering=0) as log:
             offset = log.tell()
             try:
@@ -255,7 +256,7 @@ class LocalSandbox(Sandbox):
         try:
             stale = json.loads(self._record.read_text())
         except (OSError, ValueError):
-            return []
+            stale = {}
         reaped = []
         for pid_text, argv in stale.items():
             pid = int(pid_text)
@@ -266,6 +267,21 @@ class LocalSandbox(Sandbox):
             if [c.decode(errors="replace") for c in cmdline if c][: len(argv)] == list(argv):
                 _killpg(pid, signal.SIGKILL)
                 reaped.append(pid)
+        # a server started just before the kill may not have made it into the record: every server carries
+        # its workspace in its environment (DAYZERO_WORKSPACE), so the dead run's leftovers are still found
+        mine = {os.getpid()} | {s.proc.pid for s in self._servers.values()}
+        marker = f"{WORKSPACE_ENV}={self.root}".encode()
+        for proc_dir in Path("/proc").glob("[0-9]*"):
+            try:
+                pid = int(proc_dir.name)
+                if pid in mine or pid in reaped or os.getpgid(pid) != pid:
+                    continue
+                if marker not in (proc_dir / "environ").read_bytes().split(b"\0"):
+                    continue
+                _killpg(os.getpgid(pid), signal.SIGKILL)
+                reaped.append(pid)
+            except (OSError, ValueError):
+                continue
         with self._lock:
             self._record_servers()
         return reaped

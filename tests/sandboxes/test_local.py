@@ -325,3 +325,26 @@ def test_run_timeout_kills_the_group(tmp_path):
     assert result.timed_out and result.exit_code is None
     assert 1.0 <= time.monotonic() - start < 2.5
     assert result.stdout == "started\n"
+
+
+def test_servers_of_a_killed_sandbox_are_reaped_even_unrecorded(tmp_path):
+    """A server started just before the agent was killed (not yet in the record) is still found and stopped;
+    a process of another workspace is left alone."""
+    import sys as _sys
+
+    from sandboxes.local import LocalSandbox as _Local
+
+    first = _Local(tmp_path / "ws")
+    other = _Local(tmp_path / "other")
+    argv = [_sys.executable, "-c", "import time; time.sleep(60)"]
+    h = first.start_server(argv, {}, tmp_path / "a.log", first.free_port())
+    keep = other.start_server(argv, {}, tmp_path / "b.log", other.free_port())
+    (first.root / ".dayzero-servers.json").unlink()  # as if killed before the record was written
+    second = _Local(tmp_path / "ws")
+    assert h.pid in second.reap_stale()
+    deadline = __import__("time").monotonic() + 5
+    while __import__("time").monotonic() < deadline and first._peek_exit(first._servers[h.id]) is None:
+        __import__("time").sleep(0.05)
+    assert first._peek_exit(first._servers[h.id]) is not None
+    assert other._peek_exit(other._servers[keep.id]) is None
+    other.close()
