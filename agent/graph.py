@@ -59,10 +59,7 @@ def build_graph(run: Run):
         update = apply_observations(state, run)
         if update["trials"]:
             run.ctx.trial = update["trials"][-1].id  # commits name the trial that verified them
-        merged = state.model_copy(update=update)
-        if not merged.done and bests_met(merged, run.task):
-            update.update(done=True, finish_reason="all targets met")
-        return update
+        return update  # bests change only in verify, which decides whether the targets are met
 
     def verify(state: AgentState) -> dict[str, Any]:
         patches = [p.model_copy() for p in state.patches]

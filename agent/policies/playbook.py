@@ -330,15 +330,9 @@ class PlaybookPolicy:
             return self._abandon(memo, cur, f"{diag.get('summary', 'failure')} persists after a fix")
         cur["seen"].append(signature)
         cur["fixes"] += 1
-        if category == "weight_shape_mismatch":
-            edit = self._exclude_fix(ctx, diag)
-            if edit:
-                call, note = edit
-                memo["patch_note"] = note
-                cur["step"] = "fixing"
-                return [call], note["root_cause"]
-        elif category == "compile_error":
-            edit = self._guard_fix(ctx, diag)
+        patchers = {"weight_shape_mismatch": self._exclude_fix, "compile_error": self._guard_fix}
+        if category in patchers:  # a source or config patch, then the same configuration again
+            edit = patchers[category](ctx, diag)
             if edit:
                 call, note = edit
                 memo["patch_note"] = note
