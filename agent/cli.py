@@ -73,7 +73,7 @@ def _print_summary(run_dir: Path) -> None:
 
 @app.command()
 def run(
-    task: Path = typer.Argument(..., help="task file, e.g. tasks/glm52_mi355x.yaml"),
+    task: Path = typer.Argument(..., help="task file (YAML), e.g. one of tasks/*.yaml"),
     sandbox: str = typer.Option(None, help="auto | local | docker (default: the task's)"),
     policy: str = typer.Option("auto", help="auto | playbook | llm | replay"),
     llm_model: str = typer.Option(None, help="model name at the OpenAI-compatible endpoint"),

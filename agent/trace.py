@@ -153,33 +153,19 @@ class RunFinishedEvent(_EventBase):
     summary: dict[str, Any] = Field(default_factory=dict)
 
 
-TraceEvent = Annotated[
-    Union[  # noqa: UP007 - a discriminated union reads best spelled out
-        RunStartedEvent,
-        ToolCallEvent,
-        DecisionEvent,
-        LlmRequestEvent,
-        LlmResponseEvent,
-        StateSnapshotEvent,
-        NoteEvent,
-        RunFinishedEvent,
-    ],
-    Field(discriminator="kind"),
-]
+_EVENT_CLASSES = (
+    RunStartedEvent,
+    ToolCallEvent,
+    DecisionEvent,
+    LlmRequestEvent,
+    LlmResponseEvent,
+    StateSnapshotEvent,
+    NoteEvent,
+    RunFinishedEvent,
+)
+TraceEvent = Annotated[Union[_EVENT_CLASSES], Field(discriminator="kind")]  # noqa: UP007
 
-EVENT_TYPES: dict[str, type[_EventBase]] = {
-    cls.model_fields["kind"].default: cls
-    for cls in (
-        RunStartedEvent,
-        ToolCallEvent,
-        DecisionEvent,
-        LlmRequestEvent,
-        LlmResponseEvent,
-        StateSnapshotEvent,
-        NoteEvent,
-        RunFinishedEvent,
-    )
-}
+EVENT_TYPES: dict[str, type[_EventBase]] = {cls.model_fields["kind"].default: cls for cls in _EVENT_CLASSES}
 
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(TraceEvent)
 

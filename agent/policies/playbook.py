@@ -99,12 +99,8 @@ class PlaybookPolicy:
             return self._work_on(state, ctx, memo, cur, obs)
         if memo["queue"]:
             item = memo["queue"].pop(0)
-            base = memo["best"].get(item["from"], memo.get("base", {"flags": {}, "env": {}}))
-            flags = {**base["flags"], **item.get("set", {})}
-            for k in item.get("unset", []):
-                flags.pop(k, None)
-            flags = {k: v for k, v in flags.items() if v is not None}
-            env = {**base.get("env", {}), **memo.get("env", {}), **item.get("env", {})}
+            base = self._base(memo, item)
+            flags, env = self._compose(memo, item)
             if item["from"] != "none" and flags == base["flags"] and env == base.get("env", {}):
                 return None  # nothing new to try
             memo["current"] = {"label": item["label"], "flags": flags, "env": env, "measure": item["measure"],
@@ -112,6 +108,18 @@ class PlaybookPolicy:
                                "fixes": 0, "seen": []}  # fmt: skip
             return None
         return self._next_phase(state, task, memo)
+
+    @staticmethod
+    def _base(memo: dict, item: dict) -> dict:
+        """The configuration a plan item starts from: the best of its stage so far, else the bring-up one."""
+        return memo["best"].get(item["from"], memo.get("base", {"flags": {}, "env": {}}))
+
+    def _compose(self, memo: dict, item: dict) -> tuple[dict, dict]:
+        """An item's flags and environment: its base with the item's changes (None drops a flag)."""
+        base = self._base(memo, item)
+        flags = {k: v for k, v in {**base["flags"], **item.get("set", {})}.items()
+                 if v is not None and k not in item.get("unset", [])}  # fmt: skip
+        return flags, {**base.get("env", {}), **memo.get("env", {}), **item.get("env", {})}
 
     def _next_phase(self, state: AgentState, task: TaskSpec, memo: dict) -> tuple[list[Call], str] | None:
         phase = memo["phase"]
@@ -138,15 +146,13 @@ class PlaybookPolicy:
         if phase == "single":
             memo["phase"] = "layout"
             if knee:
-                base = memo.get("base", {"flags": {}, "env": {}})
                 trials = []
                 for item in self._layout_plan(task, memo):
-                    flags = {k: v for k, v in {**base["flags"], **item["set"]}.items()
-                             if v is not None and k not in item.get("unset", [])}  # fmt: skip
+                    flags, env = self._compose(memo, item)
                     # screening: a quarter of the workload's run length and a coarse bracket; the winner is
                     # measured again in full
                     duration = task.workloads[knee.workload].duration_s
-                    trials.append({"flags": flags, "env": {**base.get("env", {}), **memo.get("env", {})},
+                    trials.append({"flags": flags, "env": env,
                                    "workload": knee.workload, "measure": "knee", "start_rate": 1.0,
                                    "resolution": 0.25, "duration_s": duration / 4 if duration else None})  # fmt: skip
                 memo["layout_trials"] = trials
