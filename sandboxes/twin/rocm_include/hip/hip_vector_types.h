@@ -1,0 +1,66 @@
+// dayzero MI355X twin (simulated): declaration stub for <hip/hip_vector_types.h> of ROCm 7.0 in the SGLang ROCm image.
+// Names only (the types, functions and macros it provides), for the twin's JIT compile check; not ROCm's text.
+#ifndef _DAYZERO_TWIN_HIP_VECTOR_TYPES_H_
+#define _DAYZERO_TWIN_HIP_VECTOR_TYPES_H_
+struct char1 { char x; };
+struct char2 { char x, y; };
+struct char3 { char x, y, z; };
+struct char4 { char x, y, z, w; };
+char1 make_char1(char x); char2 make_char2(char x, char y); char3 make_char3(char x, char y, char z); char4 make_char4(char x, char y, char z, char w);
+struct uchar1 { unsigned char x; };
+struct uchar2 { unsigned char x, y; };
+struct uchar3 { unsigned char x, y, z; };
+struct uchar4 { unsigned char x, y, z, w; };
+uchar1 make_uchar1(unsigned char x); uchar2 make_uchar2(unsigned char x, unsigned char y); uchar3 make_uchar3(unsigned char x, unsigned char y, unsigned char z); uchar4 make_uchar4(unsigned char x, unsigned char y, unsigned char z, unsigned char w);
+struct short1 { short x; };
+struct short2 { short x, y; };
+struct short3 { short x, y, z; };
+struct short4 { short x, y, z, w; };
+short1 make_short1(short x); short2 make_short2(short x, short y); short3 make_short3(short x, short y, short z); short4 make_short4(short x, short y, short z, short w);
+struct ushort1 { unsigned short x; };
+struct ushort2 { unsigned short x, y; };
+struct ushort3 { unsigned short x, y, z; };
+struct ushort4 { unsigned short x, y, z, w; };
+ushort1 make_ushort1(unsigned short x); ushort2 make_ushort2(unsigned short x, unsigned short y); ushort3 make_ushort3(unsigned short x, unsigned short y, unsigned short z); ushort4 make_ushort4(unsigned short x, unsigned short y, unsigned short z, unsigned short w);
+struct int1 { int x; };
+struct int2 { int x, y; };
+struct int3 { int x, y, z; };
+struct int4 { int x, y, z, w; };
+int1 make_int1(int x); int2 make_int2(int x, int y); int3 make_int3(int x, int y, int z); int4 make_int4(int x, int y, int z, int w);
+struct uint1 { unsigned int x; };
+struct uint2 { unsigned int x, y; };
+struct uint3 { unsigned int x, y, z; };
+struct uint4 { unsigned int x, y, z, w; };
+uint1 make_uint1(unsigned int x); uint2 make_uint2(unsigned int x, unsigned int y); uint3 make_uint3(unsigned int x, unsigned int y, unsigned int z); uint4 make_uint4(unsigned int x, unsigned int y, unsigned int z, unsigned int w);
+struct long1 { long x; };
+struct long2 { long x, y; };
+struct long3 { long x, y, z; };
+struct long4 { long x, y, z, w; };
+long1 make_long1(long x); long2 make_long2(long x, long y); long3 make_long3(long x, long y, long z); long4 make_long4(long x, long y, long z, long w);
+struct ulong1 { unsigned long x; };
+struct ulong2 { unsigned long x, y; };
+struct ulong3 { unsigned long x, y, z; };
+struct ulong4 { unsigned long x, y, z, w; };
+ulong1 make_ulong1(unsigned long x); ulong2 make_ulong2(unsigned long x, unsigned long y); ulong3 make_ulong3(unsigned long x, unsigned long y, unsigned long z); ulong4 make_ulong4(unsigned long x, unsigned long y, unsigned long z, unsigned long w);
+struct longlong1 { long long x; };
+struct longlong2 { long long x, y; };
+struct longlong3 { long long x, y, z; };
+struct longlong4 { long long x, y, z, w; };
+longlong1 make_longlong1(long long x); longlong2 make_longlong2(long long x, long long y); longlong3 make_longlong3(long long x, long long y, long long z); longlong4 make_longlong4(long long x, long long y, long long z, long long w);
+struct ulonglong1 { unsigned long long x; };
+struct ulonglong2 { unsigned long long x, y; };
+struct ulonglong3 { unsigned long long x, y, z; };
+struct ulonglong4 { unsigned long long x, y, z, w; };
+ulonglong1 make_ulonglong1(unsigned long long x); ulonglong2 make_ulonglong2(unsigned long long x, unsigned long long y); ulonglong3 make_ulonglong3(unsigned long long x, unsigned long long y, unsigned long long z); ulonglong4 make_ulonglong4(unsigned long long x, unsigned long long y, unsigned long long z, unsigned long long w);
+struct float1 { float x; };
+struct float2 { float x, y; };
+struct float3 { float x, y, z; };
+struct float4 { float x, y, z, w; };
+float1 make_float1(float x); float2 make_float2(float x, float y); float3 make_float3(float x, float y, float z); float4 make_float4(float x, float y, float z, float w);
+struct double1 { double x; };
+struct double2 { double x, y; };
+struct double3 { double x, y, z; };
+struct double4 { double x, y, z, w; };
+double1 make_double1(double x); double2 make_double2(double x, double y); double3 make_double3(double x, double y, double z); double4 make_double4(double x, double y, double z, double w);
+struct dim3 { unsigned int x, y, z; constexpr dim3(unsigned int x = 1, unsigned int y = 1, unsigned int z = 1); };
+#endif  // _DAYZERO_TWIN_HIP_VECTOR_TYPES_H_

@@ -1,0 +1,6 @@
+// dayzero MI355X twin (simulated): declaration stub for <tvm/ffi/memory.h> of apache-tvm-ffi 0.1.9 (tvm_ffi/include in the image).
+// Names only (the types, functions and macros it provides), for the twin's JIT compile check; not tvm-ffi's text.
+#ifndef _DAYZERO_TWIN_TVM_FFI_MEMORY_H_
+#define _DAYZERO_TWIN_TVM_FFI_MEMORY_H_
+#include <tvm/ffi/object.h>
+#endif  // _DAYZERO_TWIN_TVM_FFI_MEMORY_H_

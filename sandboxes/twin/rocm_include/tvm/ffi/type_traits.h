@@ -1,0 +1,11 @@
+// dayzero MI355X twin (simulated): declaration stub for <tvm/ffi/type_traits.h> of apache-tvm-ffi 0.1.9 (tvm_ffi/include in the image).
+// Names only (the types, functions and macros it provides), for the twin's JIT compile check; not tvm-ffi's text.
+#ifndef _DAYZERO_TWIN_TVM_FFI_TYPE_TRAITS_H_
+#define _DAYZERO_TWIN_TVM_FFI_TYPE_TRAITS_H_
+#include <tvm/ffi/object.h>
+namespace tvm {
+namespace ffi {
+template <class T, class = void> struct TypeTraits;
+}  // namespace ffi
+}  // namespace tvm
+#endif  // _DAYZERO_TWIN_TVM_FFI_TYPE_TRAITS_H_
