@@ -14,7 +14,7 @@ from sandboxes.twin.scenario import DEFAULT_SCENARIO
 
 app = typer.Typer(help="dayzero: bring a new model up on new accelerators, by an agent.", no_args_is_help=True,
                   pretty_exceptions_enable=False)  # fmt: skip
-twin_app = typer.Typer(help="The MI355X digital twin (a simulated SGLang ROCm node).", no_args_is_help=True)
+twin_app = typer.Typer(help="The digital twin (a simulated SGLang ROCm node; MI355X by default).", no_args_is_help=True)
 app.add_typer(twin_app, name="twin")
 console = Console()
 

@@ -1,7 +1,7 @@
 """Choosing where a task runs (``sandbox: auto|local|docker``) and laying out its workspace.
 
 ``auto`` means Docker with the real SGLang image where an AMD GPU (``/dev/kfd``) and a Docker engine exist,
-otherwise the MI355X digital twin as local processes. The choice comes with one line saying why.
+otherwise the digital twin as local processes. The choice comes with one line saying why.
 """
 
 from __future__ import annotations
@@ -42,11 +42,11 @@ def choose(task: TaskSpec, requested: str | None = None) -> SandboxChoice:
         if why := docker_available():
             raise SandboxError(f"--sandbox docker: {why}")
         return SandboxChoice("docker", spec.engine, f"sandbox: Docker containers of {spec.image} running "
-                                                    f"{'the MI355X digital twin (simulated)' if spec.engine == 'twin' else 'SGLang'} (as asked)")  # fmt: skip
+                                                    f"{'the digital twin (simulated)' if spec.engine == 'twin' else 'SGLang'} (as asked)")  # fmt: skip
     if kind == "local":
         if task.engines.twin is None:
             raise SandboxError("--sandbox local runs the twin, but the task defines no 'engines.twin'")
-        return SandboxChoice("local", "twin", "sandbox: local processes running the MI355X digital twin (as asked)")
+        return SandboxChoice("local", "twin", "sandbox: local processes running the digital twin (as asked)")
     gpu = has_amd_gpu()
     docker_ok = gpu and has_docker()
     if gpu and docker_ok and task.engines.sglang is not None:
@@ -55,7 +55,7 @@ def choose(task: TaskSpec, requested: str | None = None) -> SandboxChoice:
     if task.engines.twin is None:
         raise SandboxError("no AMD GPU with Docker here, and the task defines no 'engines.twin' to fall back to")
     why = "no /dev/kfd (no AMD GPU)" if not gpu else "no Docker engine"
-    return SandboxChoice("local", "twin", f"sandbox: the MI355X digital twin as local processes ({why} on this machine; "
+    return SandboxChoice("local", "twin", f"sandbox: the digital twin as local processes ({why} on this machine; "
                                           "every figure is simulated)")  # fmt: skip
 
 

@@ -33,7 +33,8 @@ def _cmd_materialize(args: argparse.Namespace) -> int:
     except (MaterializeError, scenario_mod.ScenarioError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"# dayzero MI355X twin (simulated): workspace for scenario at {result.scenario_copy}")
+    print(f"# {result.simulated}: workspace for scenario at {result.scenario_copy}")
+    print(f"source: {result.provenance}")
     print(f"model:  {result.model_dir}  ({result.num_params} tensors, {human_bytes(result.total_bytes)} of weights)")
     print(f"sglang: {result.sglang_root}")
     return 0
@@ -65,7 +66,7 @@ COMMANDS["materialize"] = ("write a twin workspace", _setup_materialize, _cmd_ma
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m sandboxes.twin",
-                                     description="dayzero MI355X digital twin (simulated SGLang ROCm node)")
+                                     description="dayzero digital twin (a simulated SGLang ROCm node)")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_text, setup, run) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text)

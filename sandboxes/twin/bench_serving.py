@@ -374,7 +374,8 @@ def print_table(args: argparse.Namespace, r: dict[str, Any]) -> None:
     print(row("Bottleneck:", r["bottleneck"]))
     print(rowf("Simulation wall time (s):", r["wall_duration_s"]))
     print("=" * 50)
-    print("SIMULATED: dayzero MI355X twin, virtual time; not a measurement of real hardware.")
+    hardware = ((r.get("server_info") or {}).get("twin") or {}).get("hardware") or "a GPU node"
+    print(f"SIMULATED: dayzero digital twin of {hardware}, virtual time; not a measurement of real hardware.")
 
 
 def main(argv: list[str] | None = None) -> int:

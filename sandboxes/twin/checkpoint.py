@@ -87,6 +87,10 @@ class ModelDims:
     indexer_head_dim: int = 0
     mtp_layer_index: int | None = None
     mtp_checkpoint_prefix: str | None = None
+    attention_kind: str = "mla"  # mla | gqa
+    num_kv_heads: int = 0
+    head_dim: int = 0
+    qk_norm: bool = False
 
     @classmethod
     def from_spec(cls, spec: ModelSpec) -> ModelDims:
@@ -114,6 +118,10 @@ class ModelDims:
             indexer_head_dim=a.indexer_head_dim,
             mtp_layer_index=spec.mtp.layer_index if spec.mtp else None,
             mtp_checkpoint_prefix=spec.mtp.checkpoint_prefix if spec.mtp else None,
+            attention_kind=a.kind,
+            num_kv_heads=a.num_kv_heads,
+            head_dim=a.head_dim,
+            qk_norm=a.qk_norm,
         )
 
     @classmethod
@@ -138,6 +146,22 @@ class ModelDims:
             mtp_index = int(twin.get("mtp_layer_index", n_layers))
             mtp_prefix = str(twin.get("mtp_checkpoint_prefix", f"model.layers.{mtp_index}"))
         archs = cfg.get("architectures") or [""]
+        if cfg.get("kv_lora_rank") is None:  # no latent attention: grouped-query attention
+            heads = int(need("num_attention_heads"))
+            return cls(
+                architecture=str(archs[0]), model_type=str(cfg.get("model_type", "")),
+                hidden_size=int(need("hidden_size")), num_hidden_layers=n_layers, vocab_size=int(need("vocab_size")),
+                num_heads=heads, q_lora_rank=0, kv_lora_rank=0, qk_nope_head_dim=0, qk_rope_head_dim=0, v_head_dim=0,
+                num_experts=int(cfg.get("n_routed_experts") or cfg.get("num_experts") or 0),
+                top_k=int(need("num_experts_per_tok")), moe_intermediate_size=int(need("moe_intermediate_size")),
+                num_shared_experts=int(cfg.get("n_shared_experts") or 0),
+                first_k_dense_replace=int(cfg.get("first_k_dense_replace") or 0),
+                dense_intermediate_size=int(cfg.get("intermediate_size") or 0),
+                mtp_layer_index=mtp_index, mtp_checkpoint_prefix=mtp_prefix, attention_kind="gqa",
+                num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+                head_dim=int(cfg.get("head_dim") or int(need("hidden_size")) // heads),
+                qk_norm=bool(cfg.get("use_qk_norm", False)),
+            )  # fmt: skip
         return cls(
             architecture=str(archs[0]),
             model_type=str(cfg.get("model_type", "")),
@@ -213,17 +237,27 @@ def layer_entries(dims: ModelDims, layer_index: int, *, mtp: bool = False) -> li
 
     add("input_layernorm", NORM, (h,), "norm")
     add("post_attention_layernorm", NORM, (h,), "norm")
-    if dims.q_lora_rank > 0:
+    if dims.attention_kind == "gqa":
+        hd, kv = dims.head_dim, dims.num_kv_heads
+        add("self_attn.q_proj", LINEAR, (H * hd, h), "attention")
+        add("self_attn.k_proj", LINEAR, (kv * hd, h), "attention")
+        add("self_attn.v_proj", LINEAR, (kv * hd, h), "attention")
+        add("self_attn.o_proj", LINEAR, (h, H * hd), "attention")
+        if dims.qk_norm:
+            add("self_attn.q_norm", NORM, (hd,), "norm")
+            add("self_attn.k_norm", NORM, (hd,), "norm")
+    elif dims.q_lora_rank > 0:
         add("self_attn.q_a_proj", LINEAR, (dims.q_lora_rank, h), "attention")
         add("self_attn.q_a_layernorm", NORM, (dims.q_lora_rank,), "norm")
         add("self_attn.q_b_proj", LINEAR, (H * qk_head, dims.q_lora_rank), "attention")
     else:
         add("self_attn.q_proj", LINEAR, (H * qk_head, h), "attention")
-    add("self_attn.kv_a_proj_with_mqa", LINEAR, (dims.kv_lora_rank + dims.qk_rope_head_dim, h), "attention")
-    add("self_attn.kv_a_layernorm", NORM, (dims.kv_lora_rank,), "norm")
-    add("self_attn.kv_b_proj", LINEAR, (H * (dims.qk_nope_head_dim + dims.v_head_dim), dims.kv_lora_rank),
-        "attention")
-    add("self_attn.o_proj", LINEAR, (h, H * dims.v_head_dim), "attention")
+    if dims.attention_kind == "mla":
+        add("self_attn.kv_a_proj_with_mqa", LINEAR, (dims.kv_lora_rank + dims.qk_rope_head_dim, h), "attention")
+        add("self_attn.kv_a_layernorm", NORM, (dims.kv_lora_rank,), "norm")
+        add("self_attn.kv_b_proj", LINEAR, (H * (dims.qk_nope_head_dim + dims.v_head_dim), dims.kv_lora_rank),
+            "attention")
+        add("self_attn.o_proj", LINEAR, (h, H * dims.v_head_dim), "attention")
     if dims.sparse_topk > 0:
         q_in = dims.q_lora_rank or h
         add("self_attn.indexer.wq_b", LINEAR, (dims.indexer_heads * dims.indexer_head_dim, q_in), "indexer")

@@ -5,16 +5,18 @@
     dest/model/config.json                      HF-style config with a Quark quantization_config
     dest/model/model.safetensors.index.json     every parameter's dtype and shape (no tensor data)
     dest/model/tokenizer_config.json, generation_config.json
-    dest/sglang/README.twin
-    dest/sglang/python/sglang/srt/layers/quantization/quark/utils.py    should_ignore_layer()
-    dest/sglang/<model.mtp.draft_model_file>                            the NextN draft model's naming
-    dest/sglang/<engine.jit_kernels[].source>                           JIT kernel sources
-    dest/sglang/<engine.moe_config_reader>                              tuned-fmoe CSV reader
-    dest/sglang/<engine.default_moe_config>                             the tuned-fmoe CSV the image ships
-    dest/.twin/scenario.yaml                                            the scenario used
+    dest/sglang/python/sglang/...               the real SGLang release the scenario pins (``engine.version``),
+                                                the wheel's ``sglang/`` package in the repository layout, with
+                                                the scenario's defects applied as edits of its real files
+    dest/aiter/<engine.moe_config_reader>       aiter's tuned-fmoe CSV reader (the twin's excerpt)
+    dest/aiter/<engine.default_moe_config>      the tuned-fmoe CSV the image ships
+    dest/.twin/scenario.yaml, source.json       the scenario used; where the SGLang tree came from
 
-Everything in ``dest/sglang`` is live: the twin imports or preprocesses these files at launch, so an agent
-that edits them changes what the simulated engine does. Nothing here knows what a fix looks like.
+The release comes from the package registry through ``release.py`` (cached per user). With no registry
+reachable, the bundled excerpt (``bundled_sglang/``: a few hand-written files at their real paths) stands in,
+and materialize says so on one line. Everything in ``dest/sglang`` is live: the twin runs its pure functions
+and compiles its JIT kernel sources at launch, so an agent that edits them changes what the simulated engine
+does. Nothing here knows what a fix looks like.
 """
 
 from __future__ import annotations
@@ -23,19 +25,24 @@ import json
 import math
 import re
 import shutil
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import moe_csv
+from . import moe_csv, release
 from . import scenario as scenario_mod
 from .checkpoint import ModelDims, checkpoint_modules, param_specs, quantizable, tensor_bytes
-from .scenario import JitKernel, MoEShape, Scenario
+from .scenario import MoEShape, Scenario
 
-SIMULATED = "dayzero MI355X twin (simulated)"
-QUARK_UTILS = "python/sglang/srt/layers/quantization/quark/utils.py"
-MANAGED = ("model", "sglang", ".twin")
+SIMULATED = "dayzero digital twin (simulated)"
+
+
+def simulated_label(sc: Scenario) -> str:
+    """What every file the twin writes for a scenario says of itself (the scenario's hardware, never another's)."""
+    return f"dayzero digital twin of {sc.hardware.name} (simulated)"
+MANAGED = ("model", "sglang", "aiter", ".twin")
 
 
 class MaterializeError(RuntimeError):
@@ -51,6 +58,9 @@ class MaterializeResult:
     num_params: int
     total_bytes: int
     files: list[Path] = field(default_factory=list)
+    provenance: str = ""  # where the SGLang tree came from (release wheel, or the bundled excerpt)
+    simulated: str = SIMULATED  # the label the workspace's files carry
+    defect_edits: list[str] = field(default_factory=list)
 
 
 # --- the Quark export side: which checkpoint modules were stored unquantized ------------------------------
@@ -153,7 +163,7 @@ def build_config(sc: Scenario) -> dict[str, Any]:
     m, a, moe = sc.model, sc.model.attention, sc.model.moe
     vocab = m.vocab_size
     cfg: dict[str, Any] = {
-        "_comment": f"{SIMULATED}: checkpoint metadata only, no tensor data",
+        "_comment": f"{simulated_label(sc)}: checkpoint metadata only, no tensor data",
         "architectures": [m.architecture],
         "model_type": m.model_type,
         "hidden_size": m.hidden_size,
@@ -195,6 +205,10 @@ def build_config(sc: Scenario) -> dict[str, Any]:
         "use_cache": True,
         "transformers_version": "4.57.1",
     }
+    if a.kind == "gqa":  # grouped-query attention: no latent ranks
+        for key in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            cfg.pop(key)
+        cfg.update(num_key_value_heads=a.num_kv_heads, head_dim=a.head_dim, use_qk_norm=a.qk_norm)
     if a.sparse_topk > 0:
         cfg["index_topk"] = a.sparse_topk
         cfg["index_n_heads"] = a.indexer_heads
@@ -202,17 +216,13 @@ def build_config(sc: Scenario) -> dict[str, Any]:
     qc = _quark_config(sc.quantization.weight_format, sc.exclude_entries())
     if qc is not None:
         cfg["quantization_config"] = qc
-    twin: dict[str, Any] = {"simulated": True, "scenario": sc.name}
-    if m.mtp and m.mtp.checkpoint_prefix != f"model.layers.{m.num_hidden_layers}":
-        twin["mtp_layer_index"] = m.mtp.layer_index
-        twin["mtp_checkpoint_prefix"] = m.mtp.checkpoint_prefix
-    cfg["dayzero_twin"] = twin
+    cfg["dayzero_twin"] = {"simulated": True, "scenario": sc.name}
     return cfg
 
 
 def _tokenizer_config(sc: Scenario) -> dict[str, Any]:
     return {
-        "_comment": f"{SIMULATED}: no tokenizer files; the twin counts tokens itself",
+        "_comment": f"{simulated_label(sc)}: no tokenizer files; the twin counts tokens itself",
         "tokenizer_class": "PreTrainedTokenizerFast",
         "model_max_length": 202752,
         "bos_token": "[gMASK]",
@@ -239,154 +249,130 @@ def _generation_config(cfg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-# --- sglang/ source excerpt ---------------------------------------------------------------------------------
+# --- sglang/: the real release, or the bundled excerpt ------------------------------------------------------
 
-_QUARK_UTILS_SRC = '''\
-# {simulated}: excerpt of SGLang's AMD Quark helpers. The simulated engine imports
-# should_ignore_layer() from this file when it builds a Quark-quantized model.
-# SPDX-License-Identifier: Apache-2.0
-"""Helpers for checkpoints quantized with AMD Quark."""
+BUNDLED = Path(__file__).parent / "bundled_sglang"
+SGLANG_PACKAGE = "python/sglang"  # where the wheel's ``sglang/`` package lies in the repository layout
+GUARD_OPEN = re.compile(r"^\s*#\s*(?:ifndef\s+USE_ROCM|if\s+!\s*defined\s*\(?\s*USE_ROCM\s*\)?)\s*$")
+GUARD_ELSE = re.compile(r"^\s*#\s*(?:else|elif\b.*)\s*$")
+GUARD_END = re.compile(r"^\s*#\s*endif\b")
+NESTED_OPEN = re.compile(r"^\s*#\s*if")
 
-import re
-from collections.abc import Iterable, Mapping
-from types import MappingProxyType
-from typing import Optional
+_BUNDLED_KERNEL = """\
+// dayzero twin: a hand-written stand-in for the JIT kernel {name} of SGLang {version}, used only when the real
+// release could not be downloaded. It includes what the scenario says the real source includes. Not SGLang's code.
+#pragma once
+
+#include <sgl_kernel/utils.cuh>
+
+{includes}
+
+__global__ void {ident}_kernel(const int32_t* __restrict__ in, int32_t* __restrict__ out, int n) {{
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = in[i];
+}}
+"""
 
 
-def should_ignore_layer(
-    layer_name: Optional[str],
-    ignore: Iterable[str],
-    fused_mapping: Mapping[str, list[str]] = MappingProxyType({{}}),
-) -> bool:
-    """Return True when the module ``layer_name`` must stay unquantized.
+def copy_release(sc: Scenario, sglang_root: Path) -> str:
+    """Put the pinned release's source under ``sglang_root/python/sglang``; returns where it came from.
 
-    ``ignore`` is the checkpoint's ``quantization_config["exclude"]`` list. QuarkConfig.get_quant_method()
-    calls this with the prefix of every linear / FusedMoE module as the engine names it (for a FusedMoE
-    the whole expert group, e.g. ``model.layers.5.mlp.experts``). An entry matches when it is equal to
-    the module name, or, when it starts with ``re:``, when the rest is a regular expression that
-    ``re.match``es the name (anchored at the start of the name only).
-
-    Fused modules (``gate_up_proj``) do not exist in the checkpoint: ``fused_mapping`` lists their shards
-    (``{{"gate_up_proj": ["gate_proj", "up_proj"]}}``); every shard must get the same answer.
+    Falls back to the bundled excerpt (a few hand-written files at their real paths) when the release cannot
+    be downloaded, and says so on one line on stderr.
     """
-    if layer_name is None:
+    got = release.release_tree(sc.engine.version)
+    dest = sglang_root / SGLANG_PACKAGE
+    if isinstance(got, release.ReleaseTree):
+        shutil.copytree(got.package, dest, dirs_exist_ok=True)
+        return f"release: sglang=={sc.engine.version} ({got.wheel.name}, the wheel's sglang/ under python/)"
+    print(f"twin: the SGLang {sc.engine.version} release is not available ({got.reason}); using the bundled "
+          "excerpt of its source (a few hand-written files at their real paths)", file=sys.stderr)
+    shutil.copytree(BUNDLED, sglang_root, dirs_exist_ok=True)
+    for kernel in sc.engine.jit_kernels:  # a kernel the bundle lacks: a stand-in with the scenario's includes
+        path = sglang_root / kernel.source
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(_BUNDLED_KERNEL.format(
+                name=kernel.name, version=sc.engine.version, ident=re.sub(r"\W", "_", kernel.name),
+                includes="\n".join(f"#include <{h}>" for h in kernel.includes)))
+    return f"bundled excerpt of sglang {sc.engine.version} ({got.reason})"
+
+
+def _include_line(lines: list[str], header: str) -> int | None:
+    pat = re.compile(rf"^\s*#\s*include\s*[<\"]{re.escape(header)}[>\"]")
+    return next((i for i, ln in enumerate(lines) if pat.match(ln)), None)
+
+
+def _enclosing_guard(lines: list[str], at: int) -> int | None:
+    """Index of the ``#ifndef USE_ROCM`` whose first branch holds line ``at`` (None when unguarded)."""
+    depth = 0
+    for i in range(at - 1, -1, -1):
+        ln = lines[i]
+        if GUARD_END.match(ln):
+            depth += 1
+        elif NESTED_OPEN.match(ln):
+            if depth:
+                depth -= 1
+                continue
+            return i if GUARD_OPEN.match(ln) else None
+        elif GUARD_ELSE.match(ln) and not depth:
+            return None  # in an #else branch: the ROCm side
+    return None
+
+
+def unguard_include(path: Path, header: str) -> bool:
+    """Make ``#include <header>`` in ``path`` unconditional (the defect); False when it already is."""
+    lines = path.read_text().splitlines(keepends=True)
+    at = _include_line(lines, header)
+    if at is None:
+        raise MaterializeError(f"{path.name} does not include <{header}>")
+    guard = _enclosing_guard(lines, at)
+    if guard is None:
         return False
-
-    proj_name = layer_name.rsplit(".", 1)[-1]
-    shard_names = fused_mapping.get(proj_name)
-    if not shard_names:
-        return check_equal_or_regex_match(layer_name, ignore)
-
-    base = layer_name[: len(layer_name) - len(proj_name)]
-    answers = {{check_equal_or_regex_match(base + shard, ignore) for shard in shard_names}}
-    if len(answers) != 1:
-        raise ValueError(
-            f"Found different quantization schemes for {{list(shard_names)}} in {{layer_name}}. "
-            "SGLang requires all to use the same scheme."
-        )
-    return answers.pop()
+    line = lines.pop(at)
+    lines.insert(guard, line)
+    path.write_text("".join(lines))
+    return True
 
 
-def check_equal_or_regex_match(layer_name: str, targets: Iterable[str]) -> bool:
-    """True if any target equals ``layer_name`` or is a ``re:`` pattern matching it."""
-    for target in targets:
-        if target.startswith("re:"):
-            if re.match(target[3:], layer_name):
-                return True
-        elif target == layer_name:
-            return True
-    return False
-'''
+def apply_defects(sc: Scenario, sglang_root: Path) -> list[str]:
+    """The scenario's defects as edits of real files of the tree; returns what was changed."""
+    done: list[str] = []
+    for i, d in enumerate(sc.defects.unguarded_includes):
+        path = sglang_root / d.file
+        if not path.is_file():
+            raise MaterializeError(f"{sc.where(f'defects.unguarded_includes[{i}].file')}: {d.file} is not a file "
+                                   f"of the SGLang {sc.engine.version} tree")
+        try:
+            changed = unguard_include(path, d.header)
+        except MaterializeError as exc:
+            raise MaterializeError(f"{sc.where(f'defects.unguarded_includes[{i}].header')}: {exc}") from None
+        done.append(f"{d.file}: <{d.header}> " + ("moved out of its USE_ROCM guard" if changed
+                                                   else "unguarded as released"))
+    for i, k in enumerate(sc.engine.jit_kernels):
+        path = sglang_root / k.source
+        if not path.is_file():
+            raise MaterializeError(f"{sc.where(f'engine.jit_kernels[{i}].source')}: {k.source} is not a file of "
+                                   f"the SGLang {sc.engine.version} tree")
+        text = path.read_text()
+        for h in k.includes:
+            if _include_line(text.splitlines(), h) is None:
+                raise MaterializeError(f"{sc.where(f'engine.jit_kernels[{i}].includes')}: {k.source} does not "
+                                       f"include <{h}>")
+    if sc.model.mtp is not None:
+        f = sc.model.mtp.draft_model_file
+        if not (sglang_root / f).is_file():
+            raise MaterializeError(f"{sc.where('model.mtp.draft_model_file')}: {f} is not a file of the SGLang "
+                                   f"{sc.engine.version} tree")
+        if f"class {sc.model.mtp.draft_model_class}" not in (sglang_root / f).read_text():
+            raise MaterializeError(f"{sc.where('model.mtp.draft_model_class')}: {f} defines no class "
+                                   f"{sc.model.mtp.draft_model_class}")
+    return done
 
-_DRAFT_MODEL_SRC = '''\
-# {simulated}: excerpt of SGLang's NextN (MTP) draft model for {arch}.
-# The torch modules are elided. The simulated engine reads NEXTN_MODEL_PREFIX and NEXTN_DECODER_PREFIX from
-# this file to name the draft model's modules, and calls remap_weight_name() for every checkpoint weight
-# of the MTP layer.
-# SPDX-License-Identifier: Apache-2.0
-"""Inference-only {arch} NextN speculative decoding (MTP draft model)."""
-
-import logging
-from typing import Iterable, Tuple
-
-logger = logging.getLogger(__name__)
-
-# The inner model of the draft model is registered as ``model``: embed_tokens, enorm, hnorm, eh_proj and
-# shared_head live there. The MTP transformer layer is registered on it as a decoder submodule, so every
-# module of that layer (attention, MoE, shared experts, norms) is named under NEXTN_DECODER_PREFIX, and
-# quantization decisions (quant_config.get_quant_method -> should_ignore_layer) are asked for those names.
-NEXTN_MODEL_PREFIX = "{model_prefix}"
-NEXTN_DECODER_PREFIX = "{decoder_prefix}"
-
-# In the checkpoint the MTP layer is stored as one more layer after the last decoder layer.
-NEXTN_CHECKPOINT_PREFIX = "{checkpoint_fmt}"
-
-# MTP-specific weights: loaded onto the inner model rather than onto the decoder layer.
-NEXTN_SPEC_WEIGHT_NAMES = ("shared_head.norm", "eh_proj", "enorm", "hnorm")
-
-
-def remap_weight_name(name: str, nextn_layer_id: int) -> str:
-    """Map a checkpoint weight name of the MTP layer to the draft model's parameter name.
-
-    ``{example_ckpt}.eh_proj.weight``                      -> ``{model_prefix}.eh_proj.weight``
-    ``{example_ckpt}.mlp.shared_experts.up_proj.weight``   -> ``{decoder_prefix}.mlp.shared_experts.up_proj.weight``
-    """
-    prefix = NEXTN_CHECKPOINT_PREFIX.format(layer_id=nextn_layer_id)
-    if not name.startswith(prefix + "."):
-        raise ValueError(f"{{name}} is not a weight of NextN layer {{nextn_layer_id}} ({{prefix}})")
-    rest = name[len(prefix) + 1 :]
-    for spec_name in NEXTN_SPEC_WEIGHT_NAMES:
-        if rest.startswith(spec_name + "."):
-            return f"{{NEXTN_MODEL_PREFIX}}.{{rest}}"
-    return f"{{NEXTN_DECODER_PREFIX}}.{{rest}}"
-
-
-class {model_class}:
-    """Inner model of the draft: embeddings, the two input norms, eh_proj, one decoder layer, the head norm."""
-
-    def __init__(self, config, quant_config=None, prefix: str = NEXTN_MODEL_PREFIX):
-        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
-        self.enorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.hnorm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.eh_proj = nn.Linear(2 * config.hidden_size, config.hidden_size, bias=False)
-        self.decoder = {layer_class}(
-            config,
-            layer_id=config.num_hidden_layers,
-            quant_config=quant_config,
-            is_nextn=True,
-            prefix=NEXTN_DECODER_PREFIX,
-        )
-        self.shared_head = SharedHead(config.hidden_size, eps=config.rms_norm_eps)
-
-
-class {causal_class}:
-    """The draft model SGLang builds for --speculative-algorithm EAGLE/NEXTN."""
-
-    def __init__(self, config, quant_config=None, prefix: str = ""):
-        self.config = config
-        self.quant_config = quant_config
-        self.model = {model_class}(config, quant_config, prefix=NEXTN_MODEL_PREFIX)
-        # lm_head and embed_tokens are shared with the target model after loading.
-
-    def load_weights(self, weights: Iterable[Tuple[str, "torch.Tensor"]]):
-        params_dict = dict(self.named_parameters())
-        nextn_layer_id = self.config.num_hidden_layers
-        nextn_prefix = NEXTN_CHECKPOINT_PREFIX.format(layer_id=nextn_layer_id)
-        for name, loaded_weight in weights:
-            if not name.startswith(nextn_prefix + "."):
-                continue  # target-model weights
-            name = remap_weight_name(name, nextn_layer_id)
-            param = params_dict[name]
-            weight_loader = getattr(param, "weight_loader", default_weight_loader)
-            weight_loader(param, loaded_weight)
-
-
-EntryClass = [{causal_class}]
-'''
 
 _MOE_READER_SRC = '''\
-# {simulated}: excerpt of the ROCm MoE runner's tuned-kernel selection. The simulated engine
-# calls load_tuned_fmoe() / lookup_tuned_fmoe() from this file to pick the fused-MoE kernels.
+# {simulated}: the twin's excerpt of aiter's tuned fused-MoE selection (aiter is not on the package registry,
+# so this is hand-written). The simulated engine calls load_tuned_fmoe() / lookup_tuned_fmoe() from this file.
 # SPDX-License-Identifier: Apache-2.0
 """Tuned fused-MoE kernel selections (aiter's tuned_fmoe CSV).
 
@@ -451,140 +437,9 @@ def lookup_tuned_fmoe(rows, *, token: int, model_dim: int, inter_dim: int, exper
     return [r for r in same_shape if r["token"] == bucket][-1]
 '''
 
-_README = """\
-{simulated}
-
-This directory is the twin's excerpt of the SGLang source tree inside {image}
-(SGLang {version}). It is not SGLang: the files hold only the mechanisms the simulated engine uses, at the
-paths SGLang has them, and the twin reads them at launch. Editing a file here changes what the simulated
-engine does, exactly as patching the installed package would on a real node.
-
-Files:
-{files}
-"""
-
-# CUDA-only headers -> the ROCm header a guarded include uses instead.
-HIP_EQUIVALENTS = {
-    "cuda_runtime.h": "hip/hip_runtime.h",
-    "cuda_runtime_api.h": "hip/hip_runtime_api.h",
-    "cuda.h": "hip/hip_runtime.h",
-    "cuda_fp16.h": "hip/hip_fp16.h",
-    "cuda_bf16.h": "hip/hip_bf16.h",
-    "cuda_fp8.h": "hip/hip_fp8.h",
-    "cooperative_groups.h": "hip/hip_cooperative_groups.h",
-}
-
-
-def is_cuda_only(header: str) -> bool:
-    return header.startswith(("cuda", "cub", "thrust"))
-
-
-def hip_equivalent(header: str) -> str:
-    if header in HIP_EQUIVALENTS:
-        return HIP_EQUIVALENTS[header]
-    if header.startswith(("cub/", "cub.", "thrust/")):
-        return "hipcub/hipcub.hpp"
-    return "hip/hip_runtime.h"
-
-
-def _include_block(kernel: JitKernel, unguarded: set[tuple[str, str]]) -> str:
-    lines: list[str] = []
-    for header in kernel.includes:
-        if (kernel.source, header) in unguarded:
-            lines.append(f"#include <{header}>")
-        elif is_cuda_only(header):
-            lines += ["#ifndef USE_ROCM", f"#include <{header}>", "#else", f"#include <{hip_equivalent(header)}>",
-                      "#endif"]
-        elif header.startswith(("hip/", "hipcub/", "rocprim/")):
-            lines += ["#ifdef USE_ROCM", f"#include <{header}>", "#endif"]
-        else:
-            lines.append(f"#include <{header}>")
-    return "\n".join(lines)
-
-
-_KERNEL_SRC = """\
-// {simulated}: excerpt of an SGLang JIT kernel source. The simulated engine
-// preprocesses this file for ROCm (USE_ROCM defined) when --{flag_dashed} enables it.
-// SPDX-License-Identifier: Apache-2.0
-//
-// {name}: per-step metadata for multi-step speculative decoding,
-// computed for all draft steps in one launch instead of one small kernel per step.
-
-{includes}
-
-namespace sglang {{
-namespace speculative {{
-
-// For request `bid` and draft step `s`: the KV length the step attends to and the cumulative KV offsets
-// (one row of cu_seqlens_k per step) that the attention backend consumes.
-template <int kMaxSteps, typename IdxT>
-__device__ __forceinline__ void compute_step_metadata(const IdxT* __restrict__ seq_lens,
-                                                      IdxT* __restrict__ step_seq_lens,
-                                                      IdxT* __restrict__ cu_seqlens_k,
-                                                      int num_steps, int topk, int bid, int bs) {{
-  const IdxT base = seq_lens[bid];
-  for (int s = 0; s < kMaxSteps; ++s) {{
-    if (s >= num_steps) break;
-    const IdxT len = base + static_cast<IdxT>((s + 1) * topk);
-    step_seq_lens[s * bs + bid] = len;
-    cu_seqlens_k[s * (bs + 1) + bid + 1] = len;
-  }}
-}}
-
-template <int kMaxSteps, typename IdxT>
-__global__ void {ident}_kernel(const IdxT* __restrict__ seq_lens, IdxT* __restrict__ step_seq_lens,
-                                IdxT* __restrict__ cu_seqlens_k, int num_steps, int topk, int bs) {{
-  const int bid = blockIdx.x * blockDim.x + threadIdx.x;
-  if (bid >= bs) return;
-  compute_step_metadata<kMaxSteps, IdxT>(seq_lens, step_seq_lens, cu_seqlens_k, num_steps, topk, bid, bs);
-}}
-
-}}  // namespace speculative
-}}  // namespace sglang
-"""
-
-
-def kernel_source(kernel: JitKernel, unguarded: set[tuple[str, str]]) -> str:
-    ident = re.sub(r"\W", "_", kernel.name)
-    return _KERNEL_SRC.format(
-        simulated=SIMULATED,
-        flag_dashed=kernel.when.flag.replace("_", "-"),
-        name=kernel.name,
-        ident=ident,
-        includes=_include_block(kernel, unguarded),
-    )
-
-
-def _camel(model_type: str) -> str:
-    return "".join(p[:1].upper() + p[1:] for p in re.split(r"[_\-]", model_type) if p)
-
-
-def draft_model_source(sc: Scenario) -> str:
-    m = sc.model
-    assert m.mtp is not None
-    engine_prefix = m.mtp.engine_prefix
-    model_prefix = engine_prefix.rpartition(".")[0] or "model"
-    ckpt = m.mtp.checkpoint_prefix
-    suffix = f".{m.mtp.layer_index}"
-    checkpoint_fmt = ckpt[: -len(suffix)] + ".{layer_id}" if ckpt.endswith(suffix) else ckpt
-    arch = m.architecture
-    base = arch.removesuffix("ForCausalLM") or _camel(m.model_type)
-    return _DRAFT_MODEL_SRC.format(
-        simulated=SIMULATED,
-        arch=arch,
-        model_prefix=model_prefix,
-        decoder_prefix=engine_prefix,
-        checkpoint_fmt=checkpoint_fmt,
-        example_ckpt=ckpt,
-        model_class=f"{base}ModelNextN",
-        layer_class=f"{base}DecoderLayer",
-        causal_class=f"{arch}NextN",
-    )
-
-
 def moe_reader_source(sc: Scenario) -> str:
     cols = "(\n" + "".join(f"    {c!r},\n" for c in moe_csv.FMOE_CSV_COLUMNS) + ")"
-    return _MOE_READER_SRC.format(simulated=SIMULATED, columns=cols, default_csv=sc.engine.default_moe_config)
+    return _MOE_READER_SRC.format(simulated=simulated_label(sc), columns=cols, default_csv=sc.engine.default_moe_config)
 
 
 def tuned_fmoe_rows(sc: Scenario, shapes: Iterable[MoEShape] | None = None) -> list[dict[str, Any]]:
@@ -665,8 +520,8 @@ def materialize(scenario: Scenario | str | Path, dest: str | Path, *, force: boo
                 shutil.rmtree(p)
             elif p.exists() or p.is_symlink():
                 p.unlink()
-    model_dir, sglang_root, twin_dir = dest / "model", dest / "sglang", dest / ".twin"
-    for d in (model_dir, sglang_root, twin_dir):
+    model_dir, sglang_root, twin_dir, aiter_root = dest / "model", dest / "sglang", dest / ".twin", dest / "aiter"
+    for d in (model_dir, sglang_root, twin_dir, aiter_root):
         d.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
 
@@ -685,7 +540,7 @@ def materialize(scenario: Scenario | str | Path, dest: str | Path, *, force: boo
         "metadata": {
             "total_size": total,
             "simulated": True,
-            "note": f"{SIMULATED}: tensor metadata only (dtype, shape); the tensors are not stored",
+            "note": f"{simulated_label(sc)}: tensor metadata only (dtype, shape); the tensors are not stored",
         },
         "weight_map": params,
     }
@@ -693,26 +548,25 @@ def materialize(scenario: Scenario | str | Path, dest: str | Path, *, force: boo
     write(model_dir / "tokenizer_config.json", json.dumps(_tokenizer_config(sc), indent=2) + "\n")
     write(model_dir / "generation_config.json", json.dumps(_generation_config(cfg), indent=2) + "\n")
 
-    # sglang/
-    write(sglang_root / QUARK_UTILS, _QUARK_UTILS_SRC.format(simulated=SIMULATED))
-    if sc.model.mtp is not None:
-        write(sglang_root / sc.model.mtp.draft_model_file, draft_model_source(sc))
-    unguarded = {(u.file, u.header) for u in sc.defects.unguarded_includes}
-    for kernel in sc.engine.jit_kernels:
-        write(sglang_root / kernel.source, kernel_source(kernel, unguarded))
-    write(sglang_root / sc.engine.moe_config_reader, moe_reader_source(sc))
-    csv_path = sglang_root / sc.engine.default_moe_config
-    write(csv_path, moe_csv.format_rows(tuned_fmoe_rows(sc)))
-    listing = "\n".join(f"  {p.relative_to(sglang_root)}" for p in written if sglang_root in p.parents)
-    write(sglang_root / "README.twin",
-          _README.format(simulated=f"# {SIMULATED}", image=sc.engine.image, version=sc.engine.version,
-                         files=listing))
+    # sglang/: the pinned release (or the bundled excerpt), then the scenario's defects as edits of its files
+    provenance = copy_release(sc, sglang_root)
+    edits = apply_defects(sc, sglang_root)
+    written.extend(p for p in sorted(sglang_root.rglob("*")) if p.is_file())
+
+    # aiter/: the MoE kernel selection aiter reads (aiter is a separate package in the image)
+    write(aiter_root / sc.engine.moe_config_reader, moe_reader_source(sc))
+    write(aiter_root / sc.engine.default_moe_config, moe_csv.format_rows(tuned_fmoe_rows(sc)))
 
     # .twin/
     scenario_copy = twin_dir / "scenario.yaml"
     shutil.copyfile(src_path, scenario_copy)
     written.append(scenario_copy)
-    return MaterializeResult(dest, model_dir, sglang_root, scenario_copy, len(params), total, written)
+    source_note = twin_dir / "source.json"
+    source_note.write_text(json.dumps({"sglang": provenance, "version": sc.engine.version, "defects": edits},
+                                      indent=2) + "\n")
+    written.append(source_note)
+    return MaterializeResult(dest, model_dir, sglang_root, scenario_copy, len(params), total, written,
+                             provenance=provenance, defect_edits=edits, simulated=simulated_label(sc))
 
 
 def workspace_scenario(dest: str | Path) -> Scenario:

@@ -47,7 +47,7 @@ FMOE_CSV_COLUMNS: tuple[str, ...] = (
     "bw",
 )
 
-SIMULATED_HEADER = "# dayzero MI355X twin (simulated): tuned fused-MoE kernel selections"
+SIMULATED_HEADER = "# dayzero digital twin (simulated): tuned fused-MoE kernel selections"
 
 # Scenario weight dtypes -> the torch dtype names aiter writes into its CSVs. gfx950 (MI355X) uses the OCP
 # fp8 format (float8_e4m3fn); gfx942 (MI300X) would use float8_e4m3fnuz.

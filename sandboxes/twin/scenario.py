@@ -25,17 +25,26 @@ class ScenarioError(ValueError):
     """A scenario file that cannot be used; the message is one line: ``file:line: field: problem``."""
 
 
+ATTENTION_KINDS = ("mla", "gqa")
+
+
 @dataclass(frozen=True)
 class AttentionSpec:
     num_heads: int
-    q_lora_rank: int
-    kv_lora_rank: int
-    qk_nope_head_dim: int
-    qk_rope_head_dim: int
-    v_head_dim: int
+    kind: str = "mla"  # mla: DeepSeek-style latent attention; gqa: grouped-query attention (Llama, Qwen)
+    # MLA
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
     sparse_topk: int = 0  # 0: dense attention over the whole context
     indexer_heads: int = 0
     indexer_head_dim: int = 0
+    # GQA
+    num_kv_heads: int = 0
+    head_dim: int = 0
+    qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3)
 
 
 @dataclass(frozen=True)
@@ -52,6 +61,7 @@ class MTPSpec:
     checkpoint_prefix: str
     engine_prefix: str
     draft_model_file: str
+    draft_model_class: str = "DeepseekV3ForCausalLMNextN"
     acceptance_rate: float = 0.8
     acceptance_decay: float = 0.8
 
@@ -180,6 +190,14 @@ class Scenario:
     defects: DefectSpec = field(default_factory=DefectSpec)
     startup: StartupSpec = field(default_factory=StartupSpec)
     path: str = ""
+    lines: dict[str, int] = field(default_factory=dict, compare=False, repr=False)  # field path -> YAML line
+
+    def where(self, field_path: str) -> str:
+        """``file:line: field_path`` for a message about one field (the nearest enclosing field's line)."""
+        probe = field_path
+        while probe and probe not in self.lines:
+            probe = probe.rpartition(".")[0] if "." in probe else ""
+        return f"{self.path}:{self.lines.get(probe, 1)}: {field_path}"
 
     def exclude_entries(self) -> list[str]:
         """The checkpoint's exclude list with every ``{a..b}`` range expanded."""
@@ -233,8 +251,71 @@ def load(name_or_path: str | Path = DEFAULT_SCENARIO) -> Scenario:
         raise ScenarioError(f"{path}:{line}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
     if node is None or not isinstance(node, yaml.MappingNode):
         raise ScenarioError(f"{path}:1: a scenario is a mapping of sections")
-    scenario = _build(Scenario, node, str(path), "")
-    return dataclasses.replace(scenario, path=str(path))
+    lines: dict[str, int] = {}
+    scenario = _build(Scenario, node, str(path), "", lines)
+    scenario = dataclasses.replace(scenario, path=str(path), lines=lines)
+    _check(scenario)
+    return scenario
+
+
+# --- what a scenario must not say: checked after parsing, each problem one located line ------------------
+
+WEIGHT_FORMATS = ("mxfp4", "fp8", "bf16")
+MOE_DTYPES = ("mxfp4", "fp8", "bf16")
+
+
+def _check(sc: Scenario) -> None:
+    def fail(where: str, problem: str) -> typing.NoReturn:
+        raise ScenarioError(f"{sc.where(where)}: {problem}")
+
+    a = sc.model.attention
+    if a.kind not in ATTENTION_KINDS:
+        fail("model.attention.kind", f"unknown attention kind {a.kind!r} (expected one of {', '.join(ATTENTION_KINDS)})")
+    need = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim") if a.kind == "mla" else (
+        "num_kv_heads", "head_dim")
+    for name in need:
+        if getattr(a, name) <= 0:
+            fail(f"model.attention.{name}", f"{a.kind} attention needs a positive {name}")
+    if a.kind == "gqa":
+        if a.num_heads % a.num_kv_heads:
+            fail("model.attention.num_kv_heads", f"num_heads ({a.num_heads}) is not a multiple of it")
+        if a.sparse_topk or a.kv_lora_rank or a.q_lora_rank:
+            fail("model.attention.kind", "gqa attention has no latent ranks or sparse indexer (those are MLA's)")
+    fmt = sc.quantization.weight_format
+    if fmt not in WEIGHT_FORMATS:
+        fail("quantization.weight_format", f"unknown format {fmt!r} (expected one of {', '.join(WEIGHT_FORMATS)})")
+    for table, where in ((sc.hardware.peak_tflops, "hardware.peak_tflops"),
+                         (sc.calibration.gemm_efficiency, "calibration.gemm_efficiency"), (sc.accuracy, "accuracy")):
+        if fmt not in table:
+            fail(where, f"has no entry for the weight format {fmt!r}")
+    for i, entry in enumerate(sc.quantization.exclude):
+        if entry.startswith("re:"):
+            try:
+                re.compile(entry[3:])
+            except re.error as exc:
+                fail(f"quantization.exclude[{i}]", f"bad regular expression {entry[3:]!r}: {exc}")
+    for i, shape in enumerate(sc.defects.tuned_moe_shapes):
+        if shape.dtype not in MOE_DTYPES:
+            fail(f"defects.tuned_moe_shapes[{i}].dtype",
+                 f"unknown MoE dtype {shape.dtype!r} (expected one of {', '.join(MOE_DTYPES)})")
+    flags = _sglang_flags()
+    for i, kernel in enumerate(sc.engine.jit_kernels):
+        if kernel.when.flag not in flags:
+            fail(f"engine.jit_kernels[{i}].when.flag", f"{kernel.when.flag!r} is not an SGLang server argument")
+    m = sc.model
+    if m.mtp is not None:
+        if m.mtp.layer_index != m.num_hidden_layers:
+            fail("model.mtp.layer_index", f"SGLang's NextN loader takes the MTP layer at num_hidden_layers "
+                                          f"({m.num_hidden_layers}), not {m.mtp.layer_index}")
+        want = f"model.layers.{m.mtp.layer_index}"
+        if m.mtp.checkpoint_prefix != want:
+            fail("model.mtp.checkpoint_prefix", f"SGLang's NextN loader reads the MTP layer from {want!r}")
+
+
+def _sglang_flags() -> set[str]:
+    from .server_args import build_parser  # the twin's copy of SGLang's command line
+
+    return {a.dest for a in build_parser()._actions}
 
 
 # --- a small typed builder over YAML nodes, so that every error carries its line --------------------------
@@ -248,7 +329,9 @@ def _scalar(node: yaml.Node) -> Any:
     return yaml.safe_load(yaml.serialize(node))
 
 
-def _build(tp: Any, node: yaml.Node, file: str, where: str) -> Any:
+def _build(tp: Any, node: yaml.Node, file: str, where: str, lines: dict[str, int] | None = None) -> Any:
+    if lines is not None and where:
+        lines.setdefault(where, node.start_mark.line + 1)
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
@@ -258,7 +341,7 @@ def _build(tp: Any, node: yaml.Node, file: str, where: str) -> Any:
         last: ScenarioError | None = None
         for a in inner:
             try:
-                return _build(a, node, file, where)
+                return _build(a, node, file, where, lines)
             except ScenarioError as exc:
                 last = exc
         assert last is not None
@@ -269,14 +352,14 @@ def _build(tp: Any, node: yaml.Node, file: str, where: str) -> Any:
         if not isinstance(node, yaml.MappingNode):
             _fail(file, node, where, f"expected a mapping for {tp.__name__}")
         hints = typing.get_type_hints(tp)
-        fields = {f.name: f for f in dataclasses.fields(tp) if f.name != "path"}
+        fields = {f.name: f for f in dataclasses.fields(tp) if f.name not in ("path", "lines")}
         values: dict[str, Any] = {}
         for key_node, value_node in node.value:
             key = key_node.value
             sub = f"{where}.{key}" if where else key
             if key not in fields:
                 _fail(file, key_node, sub, f"unknown field (expected one of: {', '.join(fields)})")
-            values[key] = _build(hints[key], value_node, file, sub)
+            values[key] = _build(hints[key], value_node, file, sub, lines)
         for name, f in fields.items():
             missing = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
             if missing and name not in values:
@@ -286,11 +369,11 @@ def _build(tp: Any, node: yaml.Node, file: str, where: str) -> Any:
         if not isinstance(node, yaml.SequenceNode):
             _fail(file, node, where, "expected a list")
         item_tp = args[0]
-        return tuple(_build(item_tp, n, file, f"{where}[{i}]") for i, n in enumerate(node.value))
+        return tuple(_build(item_tp, n, file, f"{where}[{i}]", lines) for i, n in enumerate(node.value))
     if origin is dict:
         if not isinstance(node, yaml.MappingNode):
             _fail(file, node, where, "expected a mapping")
-        return {k.value: _build(args[1], v, file, f"{where}.{k.value}") for k, v in node.value}
+        return {k.value: _build(args[1], v, file, f"{where}.{k.value}", lines) for k, v in node.value}
     if not isinstance(node, yaml.ScalarNode):
         _fail(file, node, where, f"expected a {tp.__name__}")
     value = _scalar(node)

@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     tokens = [int(t) for t in args.tokens.split(",")] if args.tokens else list(TOKEN_BUCKETS)
     hw = scenario.hardware
     cu = moe_csv.cu_count(hw.gfx_arch)
-    print("[aiter] fmoe tuner (SIMULATED by the dayzero MI355X twin: timings come from a model)")
+    print(f"[aiter] fmoe tuner (SIMULATED by the dayzero digital twin of {hw.name}: timings come from a model)")
     rows = []
     measured = 0
     for shape in shapes:

@@ -1,35 +1,36 @@
 """Weight loading, mechanically: build the engine's parameters and load the checkpoint's metadata into them.
 
-``load_weights(model_dir, sglang_root, with_draft=...)`` does what SGLang's loader does, minus the tensors:
+``load_weights(model_dir, sglang_root, with_draft=..., tp_size=...)`` follows what SGLang 0.5.12 does for a
+Quark checkpoint of a DeepSeek-style model, minus the tensors:
 
-1. read ``model_dir/config.json`` (dimensions, ``quantization_config`` with its ``exclude`` list) and the
-   parameter metadata in ``model_dir/model.safetensors.index.json``;
-2. build the engine's modules: the target model (layers ``0..N-1``, embeddings, final norm, ``lm_head``)
-   and, with the draft model, the MTP layer named the way the workspace's draft model file names it
-   (``NEXTN_MODEL_PREFIX`` / ``NEXTN_DECODER_PREFIX``). Every quantizable linear asks the workspace's
-   ``should_ignore_layer(module_name, exclude)`` whether it stays bf16; a layer's routed experts are one
-   FusedMoE module (``<layer>.mlp.experts``) and ask once. A linear that is not ignored gets the packed
-   parameters of the checkpoint's format (see ``checkpoint.param_specs``);
-3. walk the checkpoint in its order: the target model takes every weight of layers ``< N`` (and the
-   top-level ones) under its own name and skips the MTP layer; the draft model takes the MTP layer's
-   weights, renamed by the workspace's ``remap_weight_name``. The first weight whose dtype or shape differs
-   from its parameter (or that has no parameter) stops the load with ``WeightLoadError``, whose ``log`` is
-   the traceback SGLang would print.
+1. read ``config.json`` (dimensions; ``quantization_config.exclude``) and every tensor's dtype and shape from
+   ``model.safetensors.index.json``;
+2. decide, module by module, which linears stay unquantized by running the *workspace's own*
+   ``should_ignore_layer`` (``layers/quantization/quark/utils.py``) on the engine's module names, with the
+   fused modules SGLang builds for Quark (``gate_up_proj``, ``fused_qkv_a_proj_with_mqa``) and their shards;
+3. for the draft model (speculative decoding), first map the exclude list through the draft class's own
+   ``hf_to_sglang_mapper`` (the workspace's ``WeightsMapper`` from ``models/utils.py``, as
+   ``model_loader/loader.py`` does), drop quantization for the whole layer when the mapped layer prefix is
+   excluded (as ``DeepseekV3ForCausalLMNextN.__init__`` does), and name the MTP layer's modules as the
+   DeepSeek loader renames them (``model.layers.<N>`` -> the decoder prefix, the MTP-only weights -> ``model``);
+4. load every checkpoint tensor into its parameter the way its layer class's ``weight_loader`` does: narrow
+   to this tensor-parallel rank, then compare shapes. A mismatch raises what that loader raises, verbatim
+   (``sandboxes/twin/messages.py``); equal shapes load even when the dtype differs (``copy_`` converts), just
+   as in the real engine.
 
-The workspace files are imported by path, so editing them (or ``config.json``) changes the outcome; the
-twin never looks for a particular fix. Standard library only.
+The workspace files are read, not imported (they import torch): ``pure_code`` runs just the pure functions.
+So editing them, or ``config.json``, changes the outcome; the twin never looks for a particular fix.
+Standard library only.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+from . import messages
 from .checkpoint import (
     LINEAR,
     ModelDims,
@@ -41,22 +42,47 @@ from .checkpoint import (
     quant_format_from_config,
     tensor_bytes,
 )
+from .pure_code import PureCodeError, class_attribute, definition_line, load_definitions
+from .tracebacks import (
+    DEEPSEEK_LOAD,
+    DRAFT_WORKER,
+    FUTURE,
+    NEXTN_LOAD,
+    RUNNER_INIT,
+    RUNNER_LOAD,
+    SCHEDULER_START,
+    TARGET_WORKER,
+    Frame,
+    render,
+)
 
 QUARK_UTILS = "python/sglang/srt/layers/quantization/quark/utils.py"
+MODEL_UTILS = "python/sglang/srt/models/utils.py"
+LINEAR_PY = "python/sglang/srt/layers/linear.py"
 WEIGHT_UTILS = "python/sglang/srt/model_loader/weight_utils.py"
-TORCH_DTYPES = {
-    "BF16": "torch.bfloat16",
-    "F16": "torch.float16",
-    "F32": "torch.float32",
-    "U8": "torch.uint8",
-    "I8": "torch.int8",
-    "F8_E4M3": "torch.float8_e4m3fn",
-}
+FUSED_MOE_PY = "python/sglang/srt/layers/moe/fused_moe_triton/layer.py"
+VOCAB_PY = "python/sglang/srt/layers/vocab_parallel_embedding.py"
+DEFAULT_DRAFT = ("python/sglang/srt/models/deepseek_nextn.py", "DeepseekV3ForCausalLMNextN")
+# model_loader/loader.py adds these for every Quark checkpoint: fused module -> its checkpoint shards; a GQA
+# model's class declares its fused qkv_proj in its own packed_modules_mapping
+QUARK_PACKED_MODULES = {"gate_up_proj": ["gate_proj", "up_proj"],
+                        "fused_qkv_a_proj_with_mqa": ["q_a_proj", "kv_a_proj_with_mqa"],
+                        "qkv_proj": ["q_proj", "k_proj", "v_proj"]}  # fmt: skip
+STACKED = {"gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1),
+           "q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2)}
+# MTP-only weights the DeepSeek loader puts on the draft's inner model instead of its decoder layer
+NEXTN_SPEC_WEIGHT_NAMES = ("shared_head.norm", "eh_proj", "enorm", "hnorm")
+TORCH_DTYPES = {"BF16": "torch.bfloat16", "F16": "torch.float16", "F32": "torch.float32", "U8": "torch.uint8",
+                "I8": "torch.int8", "F8_E4M3": "torch.float8_e4m3fn"}  # fmt: skip
 MAX_LISTED = 50
 
 
 class WeightLoadError(RuntimeError):
-    """The engine failed while building the model or loading its weights; ``log`` is SGLang-like output."""
+    """The engine failed while building the model or loading its weights; ``log`` is what SGLang prints.
+
+    ``param``, ``checkpoint_param`` and ``draft`` say what really failed, for the twin's own tests; nothing a
+    real engine prints is added to the log because of them.
+    """
 
     def __init__(self, summary: str, log: str, *, param: str | None = None, checkpoint_param: str | None = None,
                  draft: bool = False) -> None:
@@ -69,7 +95,7 @@ class WeightLoadError(RuntimeError):
 
 
 class WorkspaceImportError(WeightLoadError):
-    """A workspace source file could not be imported (syntax error, missing name, ...)."""
+    """A workspace source file the engine imports is broken (syntax error, missing name, ...)."""
 
 
 @dataclass
@@ -81,7 +107,7 @@ class WeightLoadReport:
     draft_bytes_by_category: dict[str, int] = field(default_factory=dict)
     unquantized_modules: list[str] = field(default_factory=list)  # engine linears built bf16 by the exclude list
     not_loaded: list[str] = field(default_factory=list)  # engine parameters no checkpoint weight filled
-    log_lines: list[str] = field(default_factory=list)
+    log_lines: list[str] = field(default_factory=list)  # warnings the loader printed (real forms)
 
     @property
     def target_bytes(self) -> int:
@@ -96,233 +122,404 @@ class WeightLoadReport:
         return self.target_bytes + self.draft_bytes
 
 
-# --- SGLang-like tracebacks ---------------------------------------------------------------------------------
+# --- the engine's layers ------------------------------------------------------------------------------------
 
-_Frame = tuple[str, int, str, str]  # (path relative to the sglang root, line, function, source line)
-
-_SCHEDULER = "python/sglang/srt/managers/scheduler.py"
-_RUNNER = "python/sglang/srt/model_executor/model_runner.py"
-_LOADER = "python/sglang/srt/model_loader/loader.py"
-
-_HEAD: list[_Frame] = [
-    (_SCHEDULER, 2899, "run_scheduler_process", "scheduler = Scheduler("),
-    (_SCHEDULER, 338, "__init__", "self.init_model_worker()"),
-]
-_TARGET_WORKER: list[_Frame] = [
-    (_SCHEDULER, 493, "init_model_worker", "self.tp_worker = TpModelWorker("),
-]
-_DRAFT_WORKER: list[_Frame] = [
-    (_SCHEDULER, 507, "init_model_worker", "self.draft_worker = DraftWorkerClass("),
-    ("python/sglang/srt/speculative/eagle_worker.py", 134, "__init__", "super().__init__("),
-]
-_RUNNER_CHAIN: list[_Frame] = [
-    ("python/sglang/srt/managers/tp_worker.py", 247, "__init__", "self._model_runner = ModelRunner("),
-    (_RUNNER, 330, "__init__", "self.initialize(min_per_gpu_memory)"),
-    (_RUNNER, 412, "initialize", "self.load_model()"),
-    (_RUNNER, 838, "load_model", "self.model = get_model("),
-    ("python/sglang/srt/model_loader/__init__.py", 28, "get_model", "return loader.load_model("),
-]
-_LOAD_WEIGHTS: list[_Frame] = [
-    (_LOADER, 611, "load_model", "self.load_weights_and_postprocess("),
-    (_LOADER, 619, "load_weights_and_postprocess", "model.load_weights(weights)"),
-]
-_INIT_MODEL: list[_Frame] = [
-    (_LOADER, 596, "load_model", "model = _initialize_model("),
-]
-_QUANT_IMPORT: list[_Frame] = [
-    (_LOADER, 236, "_initialize_model", "quant_config = _get_quantization_config(model_config, load_config)"),
-    (_LOADER, 207, "_get_quantization_config", "quant_config = get_quant_config(model_config, load_config)"),
-    ("python/sglang/srt/model_loader/weight_utils.py", 168, "get_quant_config",
-     "quant_cls = get_quantization_config(model_config.quantization)"),
-    ("python/sglang/srt/layers/quantization/__init__.py", 181, "get_quantization_config",
-     "from sglang.srt.layers.quantization.quark.quark import QuarkConfig"),
-    ("python/sglang/srt/layers/quantization/quark/quark.py", 26, "<module>",
-     "from sglang.srt.layers.quantization.quark.utils import deep_compare, should_ignore_layer"),
-]
-_MODEL_CLASS_IMPORT: list[_Frame] = [
-    (_LOADER, 244, "_initialize_model", "model_class, _ = get_model_architecture(model_config)"),
-    ("python/sglang/srt/model_loader/utils.py", 95, "get_model_architecture",
-     "return ModelRegistry.resolve_model_cls(architectures)"),
-    ("python/sglang/srt/models/registry.py", 58, "resolve_model_cls", "model_cls = self._try_load_model_cls(arch)"),
-    ("python/sglang/srt/models/registry.py", 47, "_try_load_model_cls", "module = importlib.import_module(module_name)"),
-    ("/usr/lib/python3.12/importlib/__init__.py", 90, "import_module",
-     "return _bootstrap._gcd_import(name[level:], package, level)"),
-]
-_CONFIG_READ: list[_Frame] = [
-    (_SCHEDULER, 2899, "run_scheduler_process", "scheduler = Scheduler("),
-    (_SCHEDULER, 301, "__init__", "self.model_config = ModelConfig.from_server_args(server_args)"),
-    ("python/sglang/srt/configs/model_config.py", 245, "from_server_args", "return ModelConfig("),
-    ("python/sglang/srt/configs/model_config.py", 101, "__init__", "self.hf_config = get_config("),
-    ("python/sglang/srt/utils/hf_transformers_utils.py", 233, "get_config", "config = AutoConfig.from_pretrained("),
-]
+# layer classes, by the loader they use
+MERGED = "MergedColumnParallelLinear"
+QKV = "QKVParallelLinear"
+COLUMN = "ColumnParallelLinear"
+ROW = "RowParallelLinear"
+REPLICATED = "ReplicatedLinear"
+FUSED_QKV_A = "fused_qkv_a"  # ReplicatedLinear loaded from the concatenation of its two checkpoint weights
+FUSED_MOE = "FusedMoE"
+VOCAB = "VocabParallelEmbedding"
+DEFAULT = "default"  # norms and other parameters with default_weight_loader
 
 
-def _frame_text(root: Path, frame: _Frame) -> str:
-    path, line, func, code = frame
-    if path.startswith("<"):
-        return f'  File "{path}", line {line}, in {func}'
-    full = path if path.startswith("/") else f"{root}/{path}"
-    return f'  File "{full}", line {line}, in {func}\n    {code}'
+def _layer_class(module: Module, fuse_qkv_a: bool, gqa: bool = False) -> str:
+    local = module.local or module.name
+    last = local.rsplit(".", 1)[-1]
+    if module.fused_moe:
+        return FUSED_MOE
+    if module.kind == "embedding" or module.name == "lm_head":
+        return VOCAB
+    if module.kind not in (LINEAR, "plain_linear", "router"):
+        return DEFAULT
+    if last in ("gate_proj", "up_proj"):
+        return MERGED
+    if last in ("q_proj", "k_proj", "v_proj") and gqa:
+        return QKV
+    if last in ("q_a_proj", "kv_a_proj_with_mqa") and fuse_qkv_a:
+        return FUSED_QKV_A
+    if last in ("o_proj", "down_proj"):
+        return ROW
+    if last in ("q_b_proj", "kv_b_proj", "q_proj"):
+        return COLUMN
+    return REPLICATED
 
 
-def _traceback(root: Path, frames: list[_Frame], tail: list[str]) -> str:
-    lines = ["Traceback (most recent call last):"]
-    lines += [_frame_text(root, f) for f in frames]
-    lines += tail
-    return "\n".join(lines)
+def _engine_module_name(name: str, layer_class: str) -> tuple[str, int | None]:
+    """(engine module name, shard index) of a checkpoint module name."""
+    base, _, last = name.rpartition(".")
+    if layer_class in (MERGED, QKV):
+        fused, shard = STACKED[last]
+        return f"{base}.{fused}", shard
+    if layer_class == FUSED_QKV_A:
+        return f"{base}.fused_qkv_a_proj_with_mqa", ["q_a_proj", "kv_a_proj_with_mqa"].index(last)
+    return name, None
 
 
-def _workspace_tail(root: Path, exc: BaseException) -> list[str]:
-    """The frames of ``exc`` that lie in the workspace, then the exception line(s) as Python prints them."""
-    out: list[str] = []
-    try:
-        root_res = root.resolve()
-    except OSError:
-        root_res = root
-    for fs in traceback.extract_tb(exc.__traceback__):
-        try:
-            inside = Path(fs.filename).resolve().is_relative_to(root_res)
-        except (OSError, ValueError):
-            inside = False
-        if inside:
-            out.append(f'  File "{fs.filename}", line {fs.lineno}, in {fs.name}\n    {(fs.line or "").strip()}')
-    out += [s.rstrip("\n") for s in traceback.format_exception_only(type(exc), exc)]
-    return out
+@dataclass
+class _Param:
+    """One engine parameter (this rank's shape)."""
+
+    dtype: str
+    shape: list[int]
+    fmt: str
+    category: str
+    layer_class: str
+    shard_rows: dict[int, int] = field(default_factory=dict)  # merged/fused: shard id -> its rows on this rank
+    loaded: bool = False
 
 
-def _find_line(path: Path, needle: str, fallback: str = "def load_weights") -> tuple[int, str]:
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return 1, needle
-    for wanted in (needle, fallback):
-        for i, text in enumerate(lines, 1):
-            if wanted in text:
-                return i, text.strip()
-    return 1, needle
+def _shard(shape: tuple[int, ...], layer_class: str, tp: int) -> list[int]:
+    s = list(shape)
+    if layer_class in (COLUMN, MERGED, QKV, VOCAB) and s:
+        s[0] = max(1, s[0] // tp)
+    elif layer_class == ROW and len(s) == 2 and s[1] > 1:
+        s[1] = max(1, s[1] // tp)
+    return s
 
 
-# --- workspace modules --------------------------------------------------------------------------------------
+class _Engine:
+    """The engine's parameters, built module by module with the workspace's quantization decisions."""
 
-
-def _dotted(rel: str) -> str:
-    p = rel.removeprefix("python/").removesuffix(".py")
-    return p.replace("/", ".")
-
-
-def _import_workspace(root: Path, rel: str, frames: list[_Frame], what: str) -> ModuleType:
-    path = root / rel
-    name = _dotted(rel)
-    boot = [("<frozen importlib._bootstrap>", 1387, "_gcd_import", ""),
-            ("<frozen importlib._bootstrap>", 1360, "_find_and_load", ""),
-            ("<frozen importlib._bootstrap>", 1331, "_find_and_load_unlocked", ""),
-            ("<frozen importlib._bootstrap>", 935, "_load_unlocked", ""),
-            ("<frozen importlib._bootstrap_external>", 999, "exec_module", ""),
-            ("<frozen importlib._bootstrap>", 488, "_call_with_frames_removed", "")]
-    if not path.is_file():
-        summary = f"No module named '{name}' ({what}: {path} is missing)"
-        log = _traceback(root, frames + boot[:3], [f"ModuleNotFoundError: No module named '{name}'"])
-        raise WorkspaceImportError(summary, log)
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise WorkspaceImportError(f"cannot import {path}", f"ImportError: cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:  # anything an edited file can raise at import time
-        summary = f"Failed to import {name} ({what}): {type(exc).__name__}: {exc}"
-        raise WorkspaceImportError(summary, _traceback(root, frames + boot, _workspace_tail(root, exc))) from None
-    return module
-
-
-def _require(module: ModuleType, attr: str, root: Path, rel: str, frames: list[_Frame], what: str) -> Any:
-    if not hasattr(module, attr):
-        msg = f"ImportError: cannot import name '{attr}' from '{_dotted(rel)}' ({root / rel})"
-        raise WorkspaceImportError(f"{what}: {msg}", _traceback(root, frames, [msg]))
-    return getattr(module, attr)
-
-
-# --- the engine's parameters --------------------------------------------------------------------------------
-
-
-class _EngineParam:
-    __slots__ = ("dtype", "shape", "fmt", "category", "expert", "loaded")
-
-    def __init__(self, dtype: str, shape: list[int], fmt: str, category: str, expert: bool) -> None:
-        self.dtype = dtype
-        self.shape = shape
+    def __init__(self, fmt: str, decide: Any, tp: int, attn_tp: int, fuse_qkv_a: bool, gqa: bool = False,
+                 head_dim: int = 0) -> None:  # fmt: skip
+        self.gqa, self.head_dim = gqa, head_dim
         self.fmt = fmt
-        self.category = category
-        self.expert = expert
-        self.loaded = False
-
-
-class _Builder:
-    """Creates engine parameters, asking the workspace matcher once per (FusedMoE or linear) module."""
-
-    def __init__(self, root: Path, fmt: str, exclude: list[str], should_ignore: Any, frames: list[_Frame]):
-        self.root = root
-        self.fmt = fmt
-        self.exclude = exclude
-        self.should_ignore = should_ignore
-        self.frames = frames
-        self.cache: dict[str, bool] = {}
+        self.decide = decide  # engine module name -> True when it stays unquantized
+        self.tp, self.attn_tp = tp, attn_tp
+        self.fuse_qkv_a = fuse_qkv_a
+        self.params: dict[str, _Param] = {}
         self.unquantized: list[str] = []
+        self.modules: dict[str, str] = {}  # checkpoint-named module -> engine module (for loading)
 
-    def ignored(self, module_name: str) -> bool:
-        hit = self.cache.get(module_name)
-        if hit is None:
-            try:
-                hit = bool(self.should_ignore(module_name, self.exclude))
-            except Exception as exc:
-                frames = self.frames + [
-                    ("python/sglang/srt/layers/linear.py", 297, "__init__",
-                     "self.quant_method = quant_config.get_quant_method(self, prefix=prefix)"),
-                    ("python/sglang/srt/layers/quantization/quark/quark.py", 112, "get_quant_method",
-                     "if should_ignore_layer(prefix, ignore=exclude_layers, fused_mapping=self.packed_modules_mapping):"),
-                ]
-                summary = f"should_ignore_layer({module_name!r}) raised {type(exc).__name__}: {exc}"
-                raise WeightLoadError(summary, _traceback(self.root, frames, _workspace_tail(self.root, exc))) from None
-            self.cache[module_name] = hit
-            if hit:
-                self.unquantized.append(module_name)
-        return hit
+    def tp_for(self, module: Module) -> int:
+        return self.attn_tp if ".self_attn." in f".{module.local or module.name}" else self.tp
 
-    def add(self, params: dict[str, _EngineParam], modules: list[Module]) -> None:
+    def add(self, modules: list[Module]) -> None:
+        experts: dict[str, list[Module]] = {}
         for module in modules:
+            cls = _layer_class(module, self.fuse_qkv_a, self.gqa)
+            if cls == FUSED_MOE:
+                experts.setdefault(module.fused_moe or "", []).append(module)
+                continue
+            engine_name, shard = _engine_module_name(module.name, cls)
             fmt = "bf16"
             if module.kind == LINEAR and self.fmt != "bf16":
-                fmt = "bf16" if self.ignored(module.fused_moe or module.name) else self.fmt
-            expert = module.fused_moe is not None
+                fmt = "bf16" if self.decide(engine_name) else self.fmt
+            if fmt == "bf16" and module.kind == LINEAR and self.fmt != "bf16" and engine_name not in self.unquantized:
+                self.unquantized.append(engine_name)
+            tp = self.tp_for(module)
             for suffix, dtype, shape in param_specs(module, fmt):
-                params[f"{module.name}.{suffix}"] = _EngineParam(dtype, list(shape), fmt, module.category, expert)
+                key = f"{engine_name}.{suffix}"
+                rows = _shard(shape, cls, tp)
+                if cls == QKV and shard and self.head_dim:  # fewer KV heads than ranks: each rank keeps one
+                    rows[0] = max(rows[0], self.head_dim)
+                if shard is None:
+                    self.params[key] = _Param(dtype, rows, fmt, module.category, cls)
+                    continue
+                p = self.params.get(key)
+                if p is None:
+                    p = self.params[key] = _Param(dtype, [0, *rows[1:]], fmt, module.category, cls)
+                p.shape[0] += rows[0] if cls in (MERGED, QKV) else shape[0]
+                p.shard_rows[shard] = rows[0] if cls in (MERGED, QKV) else shape[0]
+        for moe_name, group in experts.items():
+            self._add_fused_moe(moe_name, group)
+
+    def _add_fused_moe(self, moe_name: str, group: list[Module]) -> None:
+        fmt = self.fmt if self.fmt != "bf16" and not self.decide(moe_name) else "bf16"
+        if fmt == "bf16" and self.fmt != "bf16":
+            self.unquantized.append(moe_name)
+        n = len({m.name.rsplit(".", 2)[-2] for m in group})
+        gate = next(m for m in group if m.name.endswith("gate_proj"))
+        down = next(m for m in group if m.name.endswith("down_proj"))
+        inter = gate.shape[0] // self.tp
+        for suffix, dtype, shape in param_specs(gate._replace(shape=(inter, gate.shape[1])), fmt):
+            self.params[f"{moe_name}.w13_{suffix}"] = _Param(dtype, [n, 2 * shape[0], *shape[1:]], fmt,
+                                                              gate.category, FUSED_MOE)  # fmt: skip
+        for suffix, dtype, shape in param_specs(down._replace(shape=(down.shape[0], inter)), fmt):
+            self.params[f"{moe_name}.w2_{suffix}"] = _Param(dtype, [n, *shape], fmt, down.category, FUSED_MOE)
 
 
 # --- loading ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Failure:
+    tail: list[str]  # the exception line(s)
+    frames: list[Frame]  # the frames below do_load_weights (thread pool + the layer's weight_loader)
+    summary: str
 
 
 def _size(shape: list[int]) -> str:
     return f"torch.Size([{', '.join(str(d) for d in shape)}])"
 
 
+def _narrow(shape: list[int], dim: int, size: int) -> list[int]:
+    out = list(shape)
+    if dim < len(out):
+        out[dim] = min(out[dim], size)
+    return out
+
+
+def _load_into(p: _Param, name: str, dtype: str, shape: list[int], shard: int | None,
+               expert: tuple[int, int] | None) -> _Failure | None:  # fmt: skip
+    """Check one checkpoint tensor against its parameter the way the layer's weight_loader does."""
+    cls = p.layer_class
+    if cls == FUSED_MOE:
+        assert expert is not None
+        _, shard_id = expert  # w1/w3 rows [0, i) and [i, 2i) of w13; w2 whole
+        if ".w13_" in name:
+            rows = p.shape[1] // 2
+            want = [rows, *p.shape[2:]]
+            got = _narrow(shape, 0, rows)
+        else:
+            want = list(p.shape[1:])
+            got = _narrow(shape, 1, want[1]) if len(want) > 1 else list(shape)
+        if got == want:
+            return None
+        dim = next((i for i, (a, b) in enumerate(zip(want, got, strict=False)) if a != b), 0)
+        msg = messages.TENSOR_SIZE_MISMATCH.format(a=want[dim], b=got[dim], dim=dim)
+        return _Failure([f"RuntimeError: {msg}"], [
+            Frame(FUSED_MOE_PY, "weight_loader", "self._weight_loader_impl(", 0, cls=FUSED_MOE),
+            Frame(FUSED_MOE_PY, "_weight_loader_impl", "self._load_model_weight_or_group_weight_scale(", 0),
+            Frame(FUSED_MOE_PY, "_load_model_weight_or_group_weight_scale", "self._load_w13(" if ".w13_" in name
+                  else "self._load_w2(", 0),
+            Frame(FUSED_MOE_PY, "_load_w13" if ".w13_" in name else "_load_w2", "expert_data.copy_(loaded_weight)", 0),
+        ], msg)  # fmt: skip
+    if cls in (MERGED, QKV) and shard is not None:
+        want = [p.shard_rows[shard], *p.shape[1:]]
+        got = _narrow(shape, 0, p.shard_rows[shard])
+        if got == want:
+            return None
+        return _Failure(["AssertionError"], [Frame(LINEAR_PY, "weight_loader",
+                                                   "assert param_data.shape == loaded_weight.shape",
+                                                   725 if cls == MERGED else 1168, cls=cls, last=True)],
+                        "AssertionError")  # fmt: skip
+    if cls in (COLUMN, VOCAB):
+        got = _narrow(shape, 0, p.shape[0])
+        if got == p.shape:
+            return None
+        if cls == VOCAB:
+            return _Failure(["AssertionError"], [Frame(VOCAB_PY, "weight_loader",
+                                                       "assert param.data.shape == loaded_weight.shape", 440,
+                                                       cls=VOCAB)],
+                            "AssertionError")  # fmt: skip
+        msg = messages.COLUMN_SHAPE.format(param=_size(p.shape), loaded=_size(got))
+        return _Failure([f"AssertionError: {msg}"], [Frame(LINEAR_PY, "weight_loader", "assert (", 432, cls=COLUMN)], msg)
+    if cls == ROW:
+        got = _narrow(shape, 1, p.shape[1]) if len(shape) == 2 and len(p.shape) == 2 else list(shape)
+        if got == p.shape:
+            return None
+        msg = messages.ROW_SHAPE.format(param=_size(p.shape), loaded=_size(got))
+        return _Failure([f"AssertionError: {msg}"], [Frame(LINEAR_PY, "weight_loader", "assert (", 1485, cls=ROW)], msg)
+    if cls in (REPLICATED, FUSED_QKV_A):
+        if shape == p.shape:
+            return None
+        msg = messages.REPLICATED_SHAPE.format(param=_size(p.shape), param_dtype=TORCH_DTYPES.get(p.dtype, p.dtype),
+                                               loaded=_size(shape), loaded_dtype=TORCH_DTYPES.get(dtype, dtype))  # fmt: skip
+        return _Failure([f"AssertionError: {msg}"], [Frame(LINEAR_PY, "weight_loader", "assert (", 272, cls=REPLICATED)], msg)
+    if shape == p.shape:
+        return None
+    msg = messages.DEFAULT_LOADER.format(loaded=_size(shape), param=_size(p.shape))
+    return _Failure([f"AssertionError: {msg}"],
+                    [Frame(WEIGHT_UTILS, "default_weight_loader", "assert param.size() == loaded_weight.size(), (", 1300)],
+                    msg)  # fmt: skip
+
+
+def _expert_target(name: str) -> tuple[str, int, int] | None:
+    """``mlp.experts.{e}.{gate,up,down}_proj.<suffix>`` -> (engine param, expert id, shard id)."""
+    parts = name.split(".")
+    try:
+        i = parts.index("experts")
+        e = int(parts[i + 1])
+    except (ValueError, IndexError):
+        return None
+    proj, suffix = parts[i + 2], ".".join(parts[i + 3:])
+    which = {"gate_proj": ("w13", 0), "up_proj": ("w13", 1), "down_proj": ("w2", 0)}.get(proj)
+    if which is None:
+        return None
+    base = ".".join(parts[: i + 1])
+    return f"{base}.{which[0]}_{suffix}", e, which[1]
+
+
+class _Loader:
+    """Walks the checkpoint in order and loads each tensor, as ``do_load_weights`` does."""
+
+    def __init__(self, root: Path, engine: _Engine, frames: list[Frame], report: WeightLoadReport,
+                 by_cat: dict[str, int], *, draft: bool) -> None:  # fmt: skip
+        self.root, self.engine, self.frames, self.report, self.by_cat, self.draft = \
+            root, engine, frames, report, by_cat, draft  # fmt: skip
+        self.qkv_cache: dict[str, tuple[str, list[int]]] = {}
+
+    def fail(self, f: _Failure, engine_name: str, ckpt: str, threaded: bool = True) -> WeightLoadError:
+        frames = self.frames + (FUTURE if threaded else []) + f.frames
+        return WeightLoadError(f.summary, render(self.root, frames, f.tail), param=engine_name,
+                               checkpoint_param=ckpt, draft=self.draft)  # fmt: skip
+
+    def load(self, ckpt: str, name: str, meta: dict[str, Any]) -> None:
+        dtype, shape = meta.get("dtype", ""), list(meta.get("shape") or [])
+        params = self.engine.params
+        self.report.num_tensors += 1
+        module, _, suffix = name.rpartition(".")
+        last = module.rpartition(".")[2]
+        expert = _expert_target(name) if ".mlp.experts." in name else None
+        stacked = STACKED.get(last) if expert is None and (last in ("gate_proj", "up_proj") or self.engine.gqa) else None
+        if stacked is not None:  # stacked_params_mapping
+            target = f"{module.rpartition('.')[0]}.{stacked[0]}.{suffix}"
+            p = params.get(target)
+            if p is None:
+                raise WeightLoadError(f"KeyError: '{target}'", render(
+                    self.root, self.frames[:-1] + [Frame(self.frames[-1].file, "do_load_weights",
+                                                         "param = params_dict[name]", 237)],
+                    [f"KeyError: '{target}'"]), param=target, checkpoint_param=ckpt, draft=self.draft)  # fmt: skip
+            failure = _load_into(p, target, dtype, shape, stacked[1], None)
+            if failure:
+                raise self.fail(failure, target, ckpt)
+            self._mark(p, dtype, shape)
+            return
+        if expert is not None:  # expert_params_mapping: a missing parameter is skipped silently
+            target, eid, sid = expert
+            p = params.get(target)
+            if p is None:
+                return
+            failure = _load_into(p, target, dtype, shape, None, (eid, sid))
+            if failure:
+                raise self.fail(failure, target, ckpt)
+            self._mark(p, dtype, shape)
+            return
+        if last in ("q_a_proj", "kv_a_proj_with_mqa") and self.engine.fuse_qkv_a:
+            base = module.rpartition(".")[0]
+            other = "kv_a_proj_with_mqa" if last == "q_a_proj" else "q_a_proj"
+            key = f"{base}.{other}.{suffix}"
+            if key not in self.qkv_cache:
+                self.qkv_cache[f"{module}.{suffix}"] = (dtype, shape)
+                return
+            first = self.qkv_cache.pop(key)
+            parts = [first, (dtype, shape)] if last == "kv_a_proj_with_mqa" else [(dtype, shape), first]
+            (d0, s0), (_d1, s1) = parts
+            if s0[1:] != s1[1:]:
+                msg = messages.CAT_SIZES.format(expected=s0[1], got=s1[1])
+                raise WeightLoadError(msg, render(self.root, self.frames[:-1] + [
+                    Frame(self.frames[-1].file, "do_load_weights", "fused_weight = torch.cat(", 330)],
+                    [f"RuntimeError: {msg}"]), param=f"{base}.fused_qkv_a_proj_with_mqa.{suffix}",
+                    checkpoint_param=ckpt, draft=self.draft)  # fmt: skip
+            fused = [s0[0] + s1[0], *s0[1:]]
+            target = f"{base}.fused_qkv_a_proj_with_mqa.{suffix}"
+            p = params.get(target)
+            if p is None:
+                raise WeightLoadError(f"KeyError: '{target}'", render(self.root, self.frames[:-1] + [
+                    Frame(self.frames[-1].file, "do_load_weights", "param = params_dict[param_name]", 341)],
+                    [f"KeyError: '{target}'"]), param=target, checkpoint_param=ckpt, draft=self.draft)  # fmt: skip
+            failure = _load_into(p, target, d0, fused, None, None)
+            if failure:
+                raise self.fail(failure, target, ckpt)
+            self._mark(p, d0, fused)
+            return
+        p = params.get(name)
+        if p is None:
+            self.report.log_lines.append(messages.NOT_IN_PARAMS_DICT.format(name=name))
+            return
+        failure = _load_into(p, name, dtype, shape, None, None)
+        if failure:
+            raise self.fail(failure, name, ckpt)
+        self._mark(p, dtype, shape)
+
+    def _mark(self, p: _Param, dtype: str, shape: list[int]) -> None:
+        """A loaded tensor: the whole model's bytes of it (every rank together) count for its category."""
+        p.loaded = True
+        self.by_cat[p.category] = self.by_cat.get(p.category, 0) + tensor_bytes(dtype, shape)
+
+
+# --- workspace code -----------------------------------------------------------------------------------------
+
+
+def _workspace_error(root: Path, rel: str, exc: PureCodeError, frames: list[Frame], what: str) -> WorkspaceImportError:
+    name = rel.removeprefix("python/").removesuffix(".py").replace("/", ".")
+    if exc.kind == "ModuleNotFoundError":
+        tail = [f"ModuleNotFoundError: No module named '{name}'"]
+    elif exc.kind == "SyntaxError":
+        tail = [f'  File "{root / rel}", line {exc.line}', f"SyntaxError: {exc.message}"]
+    elif exc.kind == "ImportError":
+        tail = [f"ImportError: {exc.message}"]
+    else:
+        tail = [f'  File "{root / rel}", line {exc.line}, in <module>', exc.message]
+    return WorkspaceImportError(f"{what}: {tail[-1]}", render(root, frames, tail))
+
+
+def _should_ignore(root: Path, frames: list[Frame]) -> Any:
+    try:
+        ns = load_definitions(root / QUARK_UTILS, ["should_ignore_layer"])
+    except PureCodeError as exc:
+        raise _workspace_error(root, QUARK_UTILS, exc, frames, "Quark utils") from None
+    return ns["should_ignore_layer"]
+
+
+def _draft_mapper(root: Path, draft_file: str, draft_class: str, frames: list[Frame]) -> Any:
+    """The draft model class's ``hf_to_sglang_mapper`` (None when the class has none)."""
+    try:
+        ns = load_definitions(root / MODEL_UTILS, ["WeightsMapper"])
+        found, mapper = class_attribute(root / draft_file, draft_class, "hf_to_sglang_mapper", ns)
+    except PureCodeError as exc:
+        rel = MODEL_UTILS if exc.path == root / MODEL_UTILS else draft_file
+        raise _workspace_error(root, rel, exc, frames, "draft model") from None
+    return mapper if found else None
+
+
+def _decider(root: Path, should_ignore: Any, exclude: list[str], frames: list[Frame], draft: bool) -> Any:
+    cache: dict[str, bool] = {}
+
+    def decide(engine_name: str) -> bool:
+        hit = cache.get(engine_name)
+        if hit is None:
+            try:
+                hit = bool(should_ignore(engine_name, exclude, QUARK_PACKED_MODULES))
+            except Exception as exc:  # the workspace's matcher raised (e.g. a bad regex in the exclude list)
+                line = definition_line(root / QUARK_UTILS, "should_ignore_layer")
+                tail = [f"{type(exc).__name__}: {exc}"]
+                where = [Frame(LINEAR_PY, "__init__", "self.quant_method = quant_config.get_quant_method(", 0),
+                         Frame("python/sglang/srt/layers/quantization/quark/quark.py", "get_quant_method",
+                               "if should_ignore_layer(", 80),
+                         Frame(QUARK_UTILS, "should_ignore_layer", "", line)]  # fmt: skip
+                raise WeightLoadError(f"should_ignore_layer({engine_name!r}) raised {type(exc).__name__}: {exc}",
+                                      render(root, frames + where, tail), param=engine_name, draft=draft) from None
+            cache[engine_name] = hit
+        return hit
+
+    return decide
+
+
+# --- config -------------------------------------------------------------------------------------------------
+
+
 def _read_json(path: Path, root: Path, what: str) -> Any:
+    config_frames = SCHEDULER_START[:1] + [
+        Frame("python/sglang/srt/managers/scheduler.py", "__init__", "self.init_model_config()", 0)]
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
         msg = f"OSError: {path.parent} does not appear to have a file named {path.name}."
-        raise WeightLoadError(f"{what}: {path} not found", _traceback(root, _CONFIG_READ, [msg])) from None
+        raise WeightLoadError(f"{what}: {path} not found", render(root, config_frames, [msg])) from None
     except json.JSONDecodeError as exc:
-        tail = [f"json.decoder.JSONDecodeError: {exc}",
-                "",
-                "During handling of the above exception, another exception occurred:",
-                "",
-                f"OSError: It looks like the config file at '{path}' is not a valid JSON file."]
-        raise WeightLoadError(f"{what}: {path} is not valid JSON ({exc})", _traceback(root, _CONFIG_READ, tail)) from None
+        tail = [f"json.decoder.JSONDecodeError: {exc}", "", "During handling of the above exception, another "
+                "exception occurred:", "", f"OSError: It looks like the config file at '{path}' is not a valid JSON file."]  # fmt: skip
+        raise WeightLoadError(f"{what}: {path} is not valid JSON ({exc})", render(root, config_frames, tail)) from None
 
 
-def _resolve_draft_file(model_dir: Path, dims: ModelDims, explicit: str | None) -> str:
-    if explicit:
-        return explicit
+def _scenario_draft(model_dir: Path) -> tuple[str, str, str]:
+    """(draft model file, class, decoder prefix) from the workspace's scenario, else DeepSeek's NextN."""
     scenario_file = model_dir.parent / ".twin" / "scenario.yaml"
     if scenario_file.is_file():
         from . import scenario as scenario_mod
@@ -332,180 +529,101 @@ def _resolve_draft_file(model_dir: Path, dims: ModelDims, explicit: str | None) 
         except scenario_mod.ScenarioError:
             sc = None
         if sc is not None and sc.model.mtp is not None:
-            return sc.model.mtp.draft_model_file
-    return f"python/sglang/srt/models/{dims.model_type}_nextn.py"
+            m = sc.model.mtp
+            return m.draft_model_file, m.draft_model_class, m.engine_prefix
+    return DEFAULT_DRAFT[0], DEFAULT_DRAFT[1], "model.decoder"
 
 
-def _target_model_file(draft_file: str, dims: ModelDims) -> str:
-    if "_nextn" in draft_file:
-        return draft_file.replace("_nextn", "")
-    return f"python/sglang/srt/models/{dims.model_type}.py"
-
-
-def load_weights(model_dir: Path, sglang_root: Path, *, with_draft: bool,
-                 draft_model_file: str | None = None) -> WeightLoadReport:
+def load_weights(model_dir: Path, sglang_root: Path, *, with_draft: bool, tp_size: int = 1, attn_tp_size: int | None = None,
+                 draft: tuple[str, str, str] | None = None) -> WeightLoadReport:  # fmt: skip
     """Load the checkpoint in ``model_dir`` into the engine built from the workspace ``sglang_root``.
 
-    ``draft_model_file`` (relative to ``sglang_root``) defaults to the one named by the workspace's
-    ``.twin/scenario.yaml``. Raises ``WeightLoadError`` (``.log`` holds the SGLang-like traceback).
+    ``draft`` is (draft model file relative to ``sglang_root``, its class, the prefix it registers the MTP
+    decoder layer under); it defaults to what the workspace's ``.twin/scenario.yaml`` names. Raises
+    ``WeightLoadError`` whose ``.log`` is the traceback SGLang prints.
     """
     model_dir, root = Path(model_dir), Path(sglang_root)
+    tp = max(1, tp_size)
+    attn_tp = max(1, attn_tp_size or tp)
     cfg = _read_json(model_dir / "config.json", root, "config.json")
     try:
         dims = ModelDims.from_config(cfg)
         fmt = quant_format_from_config(cfg)
         exclude = exclude_from_config(cfg)
     except (KeyError, ValueError, TypeError) as exc:
-        tail = [f"{type(exc).__name__}: {exc}"]
-        raise WeightLoadError(f"config.json: {exc}", _traceback(root, _CONFIG_READ, tail)) from None
+        raise WeightLoadError(f"config.json: {exc}", f"{type(exc).__name__}: {exc}") from None
     index = _read_json(model_dir / "model.safetensors.index.json", root, "model.safetensors.index.json")
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, dict) for v in list(weight_map.values())[:1]):
         raise WeightLoadError("model.safetensors.index.json has no tensor metadata",
                               "RuntimeError: model.safetensors.index.json: weight_map must map names to "
-                              "{dtype, shape} (dayzero twin, simulated checkpoint)")
-
+                              "{dtype, shape} (dayzero twin, simulated checkpoint)")  # fmt: skip
     report = WeightLoadReport(quant_format=fmt, with_draft=with_draft)
-    log = report.log_lines
-    target_frames = _HEAD + _TARGET_WORKER + _RUNNER_CHAIN
-    draft_frames = _HEAD + _DRAFT_WORKER + _RUNNER_CHAIN
-
-    should_ignore: Any = None
-    if fmt != "bf16":
-        mod = _import_workspace(root, QUARK_UTILS, target_frames + _INIT_MODEL + _QUANT_IMPORT, "Quark utils")
-        should_ignore = _require(mod, "should_ignore_layer", root, QUARK_UTILS,
-                                 target_frames + _INIT_MODEL + _QUANT_IMPORT, "Quark utils")
-    target_file = _target_model_file(_resolve_draft_file(model_dir, dims, draft_model_file), dims)
-    build_frames = target_frames + _INIT_MODEL + [
-        (_LOADER, 262, "_initialize_model", "return model_class("),
-        (target_file, 3012, "__init__", "self.model = model_cls(config, quant_config, prefix=add_prefix(\"model\", prefix))"),
-    ]
-    builder = _Builder(root, fmt, exclude, should_ignore, build_frames)
+    target_init = SCHEDULER_START + TARGET_WORKER + RUNNER_INIT
+    fuse_qkv_a = dims.q_lora_rank > 0
+    gqa = dims.attention_kind == "gqa"
 
     # target model
-    engine: dict[str, _EngineParam] = {}
-    builder.add(engine, list(checkpoint_modules(dims, include_mtp=False)))
-    log.append(f"Load weight begin. type={dims.architecture}, quantization={fmt}, "
-               f"{len(builder.unquantized)} module(s) kept bf16 by the exclude list")
-    mtp_prefix = (dims.mtp_checkpoint_prefix + ".") if dims.mtp_checkpoint_prefix else None
+    should_ignore = _should_ignore(root, target_init) if fmt != "bf16" else (lambda *a, **k: True)
+    engine = _Engine(fmt, _decider(root, should_ignore, exclude, target_init, False), tp, attn_tp, fuse_qkv_a, gqa, dims.head_dim)
+    engine.add(list(checkpoint_modules(dims, include_mtp=False)))
+    loader = _Loader(root, engine, SCHEDULER_START + TARGET_WORKER + RUNNER_LOAD + DEEPSEEK_LOAD, report,
+                     report.target_bytes_by_category, draft=False)  # fmt: skip
     n_layers = dims.num_hidden_layers
-    weights_frames = target_frames + _LOAD_WEIGHTS
-    by_cat = report.target_bytes_by_category
     for name, meta in weight_map.items():
-        if name.startswith("model.layers."):
-            end = name.find(".", 13)
-            if end > 13 and name[13:end].isdigit() and int(name[13:end]) >= n_layers:
-                continue  # the target model skips the MTP layer (and anything beyond its layers)
-        if mtp_prefix is not None and name.startswith(mtp_prefix):
+        if name.startswith("model.layers.") and dims.mtp_layer_index is not None:
+            layer = name.split(".")[2]
+            if layer.isdigit() and int(layer) >= n_layers:
+                continue  # NextNDisabledConfig: the target model skips the MTP layer
+        if dims.mtp_checkpoint_prefix and name.startswith(dims.mtp_checkpoint_prefix + "."):
             continue
-        _load_one(root, engine, name, name, meta, by_cat, weights_frames, target_file, draft=False)
-        report.num_tensors += 1
-    missing = [n for n, p in engine.items() if not p.loaded]
+        loader.load(name, name, meta)
+    report.unquantized_modules = engine.unquantized[:]
+    missing = [n for n, p in engine.params.items() if not p.loaded]
 
     if with_draft:
-        _load_draft(root, dims, fmt, exclude, should_ignore, weight_map, model_dir, draft_model_file,
-                    draft_frames, report, missing)
-    report.unquantized_modules = builder.unquantized[:] + report.unquantized_modules
+        missing += _load_draft(root, dims, fmt, exclude, should_ignore, weight_map, draft or _scenario_draft(model_dir),
+                               tp, attn_tp, fuse_qkv_a, report)  # fmt: skip
     report.not_loaded = missing[:MAX_LISTED]
-    if missing:
-        log.append(f"Warning: {len(missing)} parameter(s) were not initialized from the checkpoint, e.g. {missing[0]}")
-    log.append(f"Load weight end. target {report.target_bytes / 2**30:.2f} GiB"
-               + (f", draft {report.draft_bytes / 2**30:.2f} GiB" if with_draft else ""))
     return report
 
 
 def _load_draft(root: Path, dims: ModelDims, fmt: str, exclude: list[str], should_ignore: Any,
-                weight_map: dict[str, Any], model_dir: Path, draft_model_file: str | None,
-                frames: list[_Frame], report: WeightLoadReport, missing: list[str]) -> None:
-    draft_file = _resolve_draft_file(model_dir, dims, draft_model_file)
-    draft_path = root / draft_file
-    if dims.mtp_layer_index is None or dims.mtp_checkpoint_prefix is None:
-        line, code = _find_line(draft_path, "nextn_layer_id =", "class ")
-        tail = ["AssertionError: Only 1 nextn layer is supported (config.json: num_nextn_predict_layers is 0)"]
-        raise WeightLoadError("the draft model needs num_nextn_predict_layers >= 1 in config.json",
-                              _traceback(root, frames + _INIT_MODEL + [(draft_file, line, "__init__", code)], tail),
-                              draft=True)
-    module = _import_workspace(root, draft_file, frames + _INIT_MODEL + _MODEL_CLASS_IMPORT, "draft model")
-    init_frames = frames + _INIT_MODEL + [(_LOADER, 262, "_initialize_model", "return model_class(")]
-    model_prefix = _require(module, "NEXTN_MODEL_PREFIX", root, draft_file, init_frames, "draft model")
-    decoder_prefix = _require(module, "NEXTN_DECODER_PREFIX", root, draft_file, init_frames, "draft model")
-    remap = _require(module, "remap_weight_name", root, draft_file, init_frames, "draft model")
-    line, code = _find_line(draft_path, "self.decoder =", "class ")
-    builder = _Builder(root, fmt, exclude, should_ignore,
-                       init_frames + [(draft_file, line, "__init__", code),
-                                      ("python/sglang/srt/models/deepseek_v2.py", 2617, "__init__",
-                                       "self.mlp = DeepseekV2MoE(")])
-    engine: dict[str, _EngineParam] = {}
-    index = dims.mtp_layer_index
-    builder.add(engine, layer_modules(dims, index, str(decoder_prefix), mtp=True, mtp_only_prefix=str(model_prefix)))
-    report.unquantized_modules.extend(builder.unquantized)
-    report.log_lines.append(f"Load weight begin (draft model, NextN layer {index} -> {decoder_prefix}), "
-                            f"{len(builder.unquantized)} module(s) kept bf16 by the exclude list")
-    ckpt_prefix = dims.mtp_checkpoint_prefix + "."
-    weights_frames = frames + _LOAD_WEIGHTS
-    remap_line, remap_code = _find_line(draft_path, "remap_weight_name(name")
+                weight_map: dict[str, Any], draft: tuple[str, str, str], tp: int, attn_tp: int, fuse_qkv_a: bool,
+                report: WeightLoadReport) -> list[str]:  # fmt: skip
+    draft_file, draft_class, decoder_prefix = draft
+    init = SCHEDULER_START + DRAFT_WORKER + RUNNER_INIT
+    if dims.mtp_layer_index is None:  # DeepseekV2WeightLoaderMixin._initialize_nextn_conf
+        raise WeightLoadError("num_nextn_predict_layers is not in the config", render(
+            root, SCHEDULER_START + DRAFT_WORKER + RUNNER_LOAD + NEXTN_LOAD + DEEPSEEK_LOAD[:1] + [
+                Frame(DEEPSEEK_LOAD[1].file, "do_load_weights", "nextn_conf = self._initialize_nextn_conf(is_nextn)", 116),
+                Frame(DEEPSEEK_LOAD[1].file, "_initialize_nextn_conf",
+                      'raise ValueError("num_nextn_predict_layers is not in the config")', 389)],
+            ["ValueError: num_nextn_predict_layers is not in the config"]), draft=True)  # fmt: skip
+    if not (root / draft_file).is_file():
+        name = draft_file.removeprefix("python/").removesuffix(".py").replace("/", ".")
+        raise WorkspaceImportError(f"No module named '{name}'", render(root, init, [
+            f"ModuleNotFoundError: No module named '{name}'"]))  # fmt: skip
+    mapper = _draft_mapper(root, draft_file, draft_class, init) if fmt != "bf16" else None
+    mapped_exclude = list(mapper.apply_list(exclude)) if mapper is not None else list(exclude)
+    nextn_layer = dims.mtp_layer_index if dims.num_hidden_layers != 1 else 0
+    ckpt_prefix = dims.mtp_checkpoint_prefix or f"model.layers.{nextn_layer}"
+    decide = _decider(root, should_ignore, mapped_exclude, init + [Frame(draft_file, "__init__", "self.model = ", 0)],
+                      True)  # fmt: skip
+    whole = fmt != "bf16" and decide(mapper._map_name(ckpt_prefix) if mapper is not None else ckpt_prefix)
+    engine = _Engine("bf16" if whole else fmt, decide, tp, attn_tp, fuse_qkv_a, dims.attention_kind == "gqa",
+                     dims.head_dim)
+    model_prefix = decoder_prefix.rpartition(".")[0] or "model"
+    engine.add(layer_modules(dims, dims.mtp_layer_index, decoder_prefix, mtp=True, mtp_only_prefix=model_prefix))
+    report.unquantized_modules.extend(engine.unquantized)
+    loader = _Loader(root, engine, SCHEDULER_START + DRAFT_WORKER + RUNNER_LOAD + NEXTN_LOAD + DEEPSEEK_LOAD, report,
+                     report.draft_bytes_by_category, draft=True)  # fmt: skip
     for name, meta in weight_map.items():
-        if not name.startswith(ckpt_prefix):
+        if not name.startswith(ckpt_prefix + "."):
             continue
-        try:
-            engine_name = remap(name, index)
-        except Exception as exc:
-            tail = _workspace_tail(root, exc)
-            raise WeightLoadError(
-                f"remap_weight_name({name!r}) raised {type(exc).__name__}: {exc}",
-                _traceback(root, weights_frames + [(draft_file, remap_line, "load_weights", remap_code)], tail),
-                checkpoint_param=name, draft=True) from None
-        _load_one(root, engine, str(engine_name), name, meta, report.draft_bytes_by_category, weights_frames,
-                  draft_file, draft=True)
-        report.num_tensors += 1
-    missing.extend(n for n, p in engine.items() if not p.loaded)
-
-
-def _loader_line(model_path: Path, draft: bool) -> tuple[int, str]:
-    if draft:  # the draft model file is in the workspace: point at its real line
-        return _find_line(model_path, "weight_loader(param, loaded_weight)")
-    return 2999, "weight_loader(param, loaded_weight)"
-
-
-def _load_one(root: Path, engine: dict[str, _EngineParam], engine_name: str, ckpt_name: str, meta: Any,
-              by_cat: dict[str, int], frames: list[_Frame], model_file: str, *, draft: bool) -> None:
-    param = engine.get(engine_name)
-    if param is not None and meta.get("dtype") == param.dtype and meta.get("shape") == param.shape:
-        param.loaded = True
-        by_cat[param.category] = by_cat.get(param.category, 0) + tensor_bytes(param.dtype, param.shape)
-        return
-    model_path = root / model_file
-    if param is None:
-        line, code = _find_line(model_path, "params_dict[name]") if draft else (2986, "param = params_dict[name]")
-        summary = (f"Failed to load checkpoint weight {ckpt_name}: the model has no parameter '{engine_name}'")
-        log = summary + "\n" + _traceback(root, frames + [(model_file, line, "load_weights", code)],
-                                          [f"KeyError: '{engine_name}'"])
-        raise WeightLoadError(summary, log, param=engine_name, checkpoint_param=ckpt_name, draft=draft)
-    c_dtype, c_shape = meta.get("dtype"), meta.get("shape")
-    summary = (f"Failed to load parameter '{engine_name}' (checkpoint: {ckpt_name}, dtype {c_dtype}, "
-               f"shape {list(c_shape or [])}; engine: {param.dtype} {param.shape} {param.fmt})")
-    if param.expert and c_shape != param.shape:
-        line, code = _loader_line(model_path, draft)
-        layer = "python/sglang/srt/layers/moe/fused_moe_triton/layer.py"
-        dim = next((i for i, (a, b) in enumerate(zip(c_shape, param.shape, strict=False)) if a != b), 0)
-        tail_frames = [(model_file, line, "load_weights", code),
-                       (layer, 763, "weight_loader", "self._weight_loader_impl("),
-                       (layer, 954, "_weight_loader_impl", "self._load_model_weight_or_group_weight_scale("),
-                       (layer, 498, "_load_model_weight_or_group_weight_scale", "self._load_w13("),
-                       (layer, 571, "_load_w13", "expert_data.copy_(loaded_weight)")]
-        msg = (f"RuntimeError: The size of tensor a ({param.shape[dim] if dim < len(param.shape) else '?'}) must "
-               f"match the size of tensor b ({c_shape[dim] if dim < len(c_shape) else '?'}) at non-singleton "
-               f"dimension {dim}")
-        raise WeightLoadError(summary, summary + "\n" + _traceback(root, frames + tail_frames, [msg]),
-                              param=engine_name, checkpoint_param=ckpt_name, draft=draft)
-    line, code = _loader_line(model_path, draft)
-    tail_frames = [(model_file, line, "load_weights", code),
-                   (WEIGHT_UTILS, 1047, "default_weight_loader", "assert param.size() == loaded_weight.size(), (")]
-    if c_shape != param.shape:
-        msg = f"AssertionError: Attempted to load weight ({_size(c_shape or [])}) into parameter ({_size(param.shape)})"
-    else:
-        msg = (f"AssertionError: Attempted to load weight ({_size(c_shape)}, dtype={TORCH_DTYPES.get(c_dtype, c_dtype)}) "
-               f"into parameter ({_size(param.shape)}, dtype={TORCH_DTYPES.get(param.dtype, param.dtype)})")
-    raise WeightLoadError(summary, summary + "\n" + _traceback(root, frames + tail_frames, [msg]),
-                          param=engine_name, checkpoint_param=ckpt_name, draft=draft)
-
+        if "shared_head.head" in name or "embed_tokens" in name:
+            continue  # shared with the target model
+        rest = name[len(ckpt_prefix):]
+        to = model_prefix if any(s in name for s in NEXTN_SPEC_WEIGHT_NAMES) else decoder_prefix
+        loader.load(name, to + rest, meta)
+    return [n for n, p in engine.params.items() if not p.loaded]

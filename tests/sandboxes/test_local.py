@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 import urllib.request
@@ -177,6 +178,7 @@ def twin_ws(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     materialize("glm52_mi355x", src)
     root = tmp_path_factory.mktemp("twin") / "ws"
     LocalSandbox(root).prepare({"model": src / "model", "sglang": src / "sglang"})
+    shutil.copytree(src / "aiter", root / "aiter")  # the image's aiter tree, beside the sources
     env = {"TWIN_TIME_SCALE": "0", "TWIN_SCENARIO": str(src / ".twin/scenario.yaml"), "PYTHONPATH": str(REPO)}
     return root, env
 

@@ -16,9 +16,9 @@ def test_walkthrough_runs_as_written(tmp_path):
     out = proc.stdout
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "simulated: True moe: fallback" in out
-    assert "Attempted to load weight (torch.Size([6144, 2048])) into parameter (torch.Size([6144, 1024]))" in out
+    assert "assert param_data.shape == loaded_weight.shape\nAssertionError" in out  # SGLang's own, bare
     assert "MTP 3/1/4 serves" in out
-    assert "fatal error: cuda_runtime.h: No such file or directory" in out
+    assert "fatal error: 'cuda_runtime.h' file not found" in out
     assert "MTP 5/1/6 serves" in out
     assert "Accept length:" in out
     assert "using 2stage default for" in out

@@ -10,9 +10,7 @@ import importlib.util
 import json
 import re
 import shutil
-import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -22,15 +20,8 @@ from sandboxes.twin import scenario as scenario_mod
 from sandboxes.twin.__main__ import main as cli_main
 from sandboxes.twin.checkpoint import ModelDims, checkpoint_modules, param_specs
 from sandboxes.twin.jit import ROCM_INCLUDE, JitCompileError, compile_jit_kernels
-from sandboxes.twin.materialize import (
-    HIP_EQUIVALENTS,
-    QUARK_UTILS,
-    MaterializeError,
-    build_config,
-    materialize,
-    workspace_scenario,
-)
-from sandboxes.twin.weights import WeightLoadError, WorkspaceImportError, load_weights
+from sandboxes.twin.materialize import MaterializeError, build_config, materialize, workspace_scenario
+from sandboxes.twin.weights import QUARK_UTILS, WeightLoadError, load_weights
 
 needs_cpp = pytest.mark.skipif(shutil.which("cpp") is None, reason="the twin's JIT needs cpp")
 
@@ -50,7 +41,7 @@ def ws(pristine: Path, tmp_path: Path) -> Path:
 
 
 def _load(ws: Path, *, with_draft: bool):
-    return load_weights(ws / "model", ws / "sglang", with_draft=with_draft)
+    return load_weights(ws / "model", ws / "sglang", with_draft=with_draft, tp_size=8)
 
 
 def _edit_config(ws: Path, fn) -> None:
@@ -107,7 +98,7 @@ def test_materialize_writes_the_workspace(pristine: Path) -> None:
     assert qc["global_quant_config"]["weight"]["group_size"] == 32
     assert qc["global_quant_config"]["input_tensors"]["is_dynamic"] is True
     assert qc["exclude"] == sc.exclude_entries()
-    assert "model.layers.78.mlp.shared_experts.gate_proj" in qc["exclude"]
+    assert r"re:model\.layers\.\d+\.mlp\.shared_experts\..*" in qc["exclude"]
 
     index = json.loads((model / "model.safetensors.index.json").read_text())
     assert index["metadata"]["simulated"] is True
@@ -130,12 +121,12 @@ def test_materialize_writes_the_workspace(pristine: Path) -> None:
     for name in ("tokenizer_config.json", "generation_config.json"):
         assert "simulated" in json.loads((model / name).read_text())["_comment"]
     root = pristine / "sglang"
-    for rel in (QUARK_UTILS, sc.model.mtp.draft_model_file, sc.engine.moe_config_reader,
-                *(k.source for k in sc.engine.jit_kernels)):
-        text = (root / rel).read_text()
-        assert "dayzero MI355X twin (simulated)" in text.splitlines()[0], rel
-    assert (root / sc.engine.default_moe_config).read_text().startswith("# dayzero MI355X twin (simulated)")
-    assert "simulated" in (root / "README.twin").read_text()
+    for rel in (QUARK_UTILS, sc.model.mtp.draft_model_file, *(k.source for k in sc.engine.jit_kernels)):
+        assert (root / rel).is_file(), rel  # the real tree (or the bundled excerpt) at its real paths
+    aiter = pristine / "aiter"  # what the twin writes itself says so, with the scenario's hardware
+    assert "dayzero digital twin of MI355X (simulated)" in (aiter / sc.engine.moe_config_reader).read_text().splitlines()[0]
+    assert (aiter / sc.engine.default_moe_config).read_text().startswith("# dayzero digital twin (simulated)")
+    assert json.loads((pristine / ".twin" / "source.json").read_text())["version"] == sc.engine.version
     assert workspace_scenario(pristine).name == "glm52_mi355x"
 
 
@@ -170,147 +161,6 @@ def test_cli_lists_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
     assert "glm52_mi355x" in capsys.readouterr().out
 
 
-def test_materialize_is_fast(tmp_path: Path) -> None:
-    t0 = time.perf_counter()
-    materialize("glm52_mi355x", tmp_path / "ws")
-    assert time.perf_counter() - t0 < 5.0
-
-
-# --- weight loading: fix 1 ----------------------------------------------------------------------------------
-
-
-def test_load_without_draft_passes(ws: Path) -> None:
-    t0 = time.perf_counter()
-    report = _load(ws, with_draft=False)
-    assert time.perf_counter() - t0 < 3.0
-    assert report.quant_format == "mxfp4"
-    assert report.draft_bytes == 0
-    assert report.not_loaded == []
-    assert report.target_bytes_by_category["routed_experts"] > report.target_bytes_by_category["shared_experts"] > 0
-    assert "model.layers.3.mlp.shared_experts.gate_proj" in report.unquantized_modules
-    index = json.loads((ws / "model" / "model.safetensors.index.json").read_text())
-    mtp = sum(1 for k in index["weight_map"] if k.startswith("model.layers.78."))
-    assert report.num_tensors == len(index["weight_map"]) - mtp
-
-
-def test_load_with_draft_fails_on_mtp_shared_expert(ws: Path) -> None:
-    with pytest.raises(WeightLoadError) as info:
-        _load(ws, with_draft=True)
-    err = info.value
-    assert err.draft
-    assert err.param is not None and err.param.startswith("model.decoder.mlp.shared_experts.")
-    assert err.checkpoint_param is not None
-    assert err.checkpoint_param.startswith("model.layers.78.mlp.shared_experts.")
-    log = err.log
-    assert f"Failed to load parameter '{err.param}'" in log
-    assert "Traceback (most recent call last):" in log
-    assert "load_weights_and_postprocess" in log and "default_weight_loader" in log
-    assert str(ws / "sglang" / "python/sglang/srt/models/glm_moe_dsa_nextn.py") in log
-    shapes = {"gate_proj": ([2048, 6144], [2048, 3072]), "up_proj": ([2048, 6144], [2048, 3072]),
-              "down_proj": ([6144, 2048], [6144, 1024])}
-    ckpt, engine = shapes[err.param.split(".")[-2]]
-    assert f"shape {ckpt}" in log and f"U8 {engine}" in log
-    last = log.strip().splitlines()[-1]
-    assert last == (f"AssertionError: Attempted to load weight (torch.Size([{ckpt[0]}, {ckpt[1]}])) "
-                    f"into parameter (torch.Size([{engine[0]}, {engine[1]}]))")
-
-
-def test_engine_name_excludes_in_config_fix_the_draft(ws: Path) -> None:
-    _add_excludes(ws, _engine_excludes("model.decoder"))
-    report = _load(ws, with_draft=True)
-    assert report.draft_bytes_by_category["shared_experts"] == 3 * 2048 * 6144 * 2
-    assert report.not_loaded == []
-    assert "model.decoder.mlp.shared_experts.down_proj" in report.unquantized_modules
-    assert _load(ws, with_draft=False).total_bytes == report.target_bytes
-
-
-def test_patched_matcher_fixes_the_draft(ws: Path) -> None:
-    utils = ws / "sglang" / QUARK_UTILS
-    utils.write_text(utils.read_text() + '''
-
-_should_ignore_checkpoint_names = should_ignore_layer
-
-
-def should_ignore_layer(layer_name, ignore, fused_mapping=MappingProxyType({})):
-    """Also try the checkpoint's name of the NextN layer."""
-    if _should_ignore_checkpoint_names(layer_name, ignore, fused_mapping):
-        return True
-    if layer_name is not None and layer_name.startswith("model.decoder."):
-        alias = "model.layers.78." + layer_name[len("model.decoder."):]
-        return _should_ignore_checkpoint_names(alias, ignore, fused_mapping)
-    return False
-''')
-    report = _load(ws, with_draft=True)
-    assert report.draft_bytes > 0
-
-
-def test_regex_exclude_entries(ws: Path) -> None:
-    def rewrite(cfg: dict[str, Any]) -> None:
-        cfg["quantization_config"]["exclude"] = [
-            "lm_head",
-            r"re:model\.(layers\.\d+|decoder)\.mlp\.shared_experts\.",
-            r"re:model\.(layers\.\d+|decoder)\.self_attn\.indexer\.",
-        ]
-
-    _edit_config(ws, rewrite)
-    assert _load(ws, with_draft=True).draft_bytes > 0
-    mod = _import(ws / "sglang" / QUARK_UTILS)
-    assert mod.should_ignore_layer("model.layers.3.mlp.shared_experts.up_proj", [r"re:model\.layers\.\d+\.mlp"])
-    assert not mod.should_ignore_layer("x.model.layers.3.mlp", [r"re:model\.layers"])  # re.match: anchored
-    assert mod.should_ignore_layer("lm_head", ["lm_head"])
-    assert not mod.should_ignore_layer("lm_head_2", ["lm_head"])
-    assert mod.should_ignore_layer(
-        "model.layers.3.mlp.gate_up_proj", ["model.layers.3.mlp.gate_proj", "model.layers.3.mlp.up_proj"],
-        {"gate_up_proj": ["gate_proj", "up_proj"]})
-
-
-def test_quantizing_what_the_checkpoint_kept_bf16_fails_in_the_target(ws: Path) -> None:
-    _edit_config(ws, lambda cfg: cfg["quantization_config"].update(exclude=["lm_head"]))
-    with pytest.raises(WeightLoadError) as info:
-        _load(ws, with_draft=False)
-    assert not info.value.draft
-    assert info.value.param.startswith("model.layers.")
-
-
-def test_editing_the_draft_prefix_moves_the_engine_names(ws: Path) -> None:
-    draft = ws / "sglang" / "python/sglang/srt/models/glm_moe_dsa_nextn.py"
-    text = draft.read_text()
-    assert 'NEXTN_DECODER_PREFIX = "model.decoder"' in text
-    draft.write_text(text.replace('NEXTN_DECODER_PREFIX = "model.decoder"', 'NEXTN_DECODER_PREFIX = "model.layers.78"'))
-    report = _load(ws, with_draft=True)
-    assert "model.layers.78.mlp.shared_experts.gate_proj" in report.unquantized_modules
-
-
-def test_broken_remap_gives_key_error(ws: Path) -> None:
-    draft = ws / "sglang" / "python/sglang/srt/models/glm_moe_dsa_nextn.py"
-    draft.write_text(draft.read_text().replace('return f"{NEXTN_DECODER_PREFIX}.{rest}"',
-                                               'return f"{NEXTN_DECODER_PREFIX}.layer.{rest}"'))
-    with pytest.raises(WeightLoadError) as info:
-        _load(ws, with_draft=True)
-    assert info.value.log.strip().splitlines()[-1].startswith("KeyError: 'model.decoder.layer.")
-
-
-def test_syntax_error_in_workspace_is_a_traceback(ws: Path) -> None:
-    utils = ws / "sglang" / QUARK_UTILS
-    utils.write_text(utils.read_text().replace("def check_equal_or_regex_match(", "def check_equal_or_regex_match(("))
-    with pytest.raises(WorkspaceImportError) as info:
-        _load(ws, with_draft=False)
-    log = info.value.log
-    assert "SyntaxError" in log and str(utils) in log
-    assert log.startswith("Traceback (most recent call last):")
-
-
-def test_error_raised_inside_workspace_code_shows_its_frame(ws: Path) -> None:
-    draft = ws / "sglang" / "python/sglang/srt/models/glm_moe_dsa_nextn.py"
-    draft.write_text(draft.read_text().replace("    rest = name[len(prefix) + 1 :]\n",
-                                               "    rest = name[len(prefix) + 1 :]\n    rest = undefined_name\n"))
-    with pytest.raises(WeightLoadError) as info:
-        _load(ws, with_draft=True)
-    log = info.value.log
-    assert f'File "{draft}"' in log and "in remap_weight_name" in log
-    assert log.strip().splitlines()[-1] == "NameError: name 'undefined_name' is not defined"
-
-
 # --- JIT kernels: fix 2 -------------------------------------------------------------------------------------
 
 
@@ -321,11 +171,20 @@ def test_jit_with_deep_speculation_fails_on_unguarded_cuda_header(ws: Path) -> N
     with pytest.raises(JitCompileError) as info:
         compile_jit_kernels(sc, ws / "sglang", {"speculative_num_steps": 5}, lines.append)
     kernel = sc.engine.jit_kernels[0]
+    source = (ws / "sglang" / kernel.source).resolve()
+    line = source.read_text().splitlines().index("#include <cuda_runtime.h>") + 1
     log = info.value.log
-    assert "cuda_runtime.h: No such file or directory" in log
-    assert str(ws / "sglang" / kernel.source) in log
-    assert f"RuntimeError: JIT compilation of {kernel.name} failed (exit 1)" in log
+    # hipcc's (clang's) report, inside the RuntimeError tvm-ffi's build step raises, at the end of the traceback
+    assert log.startswith("Traceback (most recent call last):")
+    assert f"{source}:{line}:10: fatal error: 'cuda_runtime.h' file not found" in log
+    assert f"{line:>5} | #include <cuda_runtime.h>\n      |          ^~~~~~~~~~~~~~~~\n" in log
+    assert f"1 error generated when compiling for {sc.hardware.gfx_arch}." in log
+    assert "\nRuntimeError: ninja exited with status 1\nstdout:\n" in log
+    assert info.value.summary == f"JIT compilation of {kernel.name} failed (exit 1): {kernel.source}"
+    assert info.value.kernel == kernel.name and info.value.source == kernel.source and info.value.returncode == 1
     assert lines and kernel.name in lines[0]
+    assert lines[1].startswith("[JIT] /opt/rocm/bin/hipcc ") and f"--offload-arch={sc.hardware.gfx_arch}" in lines[1]
+    assert "-DUSE_ROCM -std=c++20 -O3" in lines[1]
 
 
 @needs_cpp
@@ -347,7 +206,9 @@ def test_jit_not_triggered_at_three_steps(ws: Path) -> None:
 def test_rocm_include_tree() -> None:
     headers = {p.relative_to(ROCM_INCLUDE).as_posix() for p in ROCM_INCLUDE.rglob("*") if p.is_file()}
     assert not any(Path(h).name.startswith(("cuda", "cub")) for h in headers)
-    assert set(HIP_EQUIVALENTS.values()) | {"hipcub/hipcub.hpp", "stdint.h", "stddef.h"} <= headers
+    hip = {"hip/hip_runtime.h", "hip/hip_runtime_api.h", "hip/hip_fp16.h", "hip/hip_bf16.h", "hip/hip_fp8.h",
+           "hip/hip_cooperative_groups.h", "hipcub/hipcub.hpp"}
+    assert hip | {"stdint.h", "stddef.h"} <= headers
 
 
 # --- MoE kernel selection CSV ---------------------------------------------------------------------------------
@@ -355,9 +216,9 @@ def test_rocm_include_tree() -> None:
 
 def test_tuned_fmoe_reader(ws: Path) -> None:
     sc = workspace_scenario(ws)
-    reader = _import(ws / "sglang" / sc.engine.moe_config_reader)
+    reader = _import(ws / "aiter" / sc.engine.moe_config_reader)
     assert tuple(reader.FMOE_CSV_COLUMNS) == moe_csv.FMOE_CSV_COLUMNS
-    csv_path = ws / "sglang" / sc.engine.default_moe_config
+    csv_path = ws / "aiter" / sc.engine.default_moe_config
     rows = reader.load_tuned_fmoe(str(csv_path))
     assert len(rows) == 14 * len(sc.defects.tuned_moe_shapes)
     assert {r["cu_num"] for r in rows} == {256}
@@ -390,8 +251,7 @@ def _other_scenario(tmp_path: Path) -> Path:
                  hidden_size=4096, num_hidden_layers=40, vocab_size=100000, first_k_dense_replace=1,
                  dense_intermediate_size=8192)
     model["moe"].update(num_experts=64, top_k=4, intermediate_size=1024)
-    model["mtp"].update(layer_index=40, checkpoint_prefix="model.layers.40", engine_prefix="model.mtp_block",
-                        draft_model_file="python/sglang/srt/models/other_moe_nextn.py")
+    model["mtp"].update(layer_index=40, checkpoint_prefix="model.layers.40")
     data["quantization"]["exclude"] = [
         "lm_head",
         "model.layers.{1..40}.mlp.shared_experts.gate_proj",
@@ -399,13 +259,13 @@ def _other_scenario(tmp_path: Path) -> Path:
         "model.layers.{1..40}.mlp.shared_experts.down_proj",
         r"re:model\.layers\.\d+\.self_attn\.indexer\..*",
     ]
-    source = "sgl-kernel/csrc/spec/draft_extend_meta.cuh"
+    source = "python/sglang/jit_kernel/csrc/diffusion/timestep_embedding.cuh"
     data["engine"]["jit_kernels"] = [{
-        "name": "draft_extend_meta", "source": source,
+        "name": "timestep_embedding", "source": source,
         "when": {"flag": "speculative_num_steps", "above": 2},
-        "includes": ["cuda_fp16.h", "hip/hip_fp16.h", "cuda_runtime.h", "stddef.h"],
+        "includes": ["cuda_runtime.h"],
     }]
-    data["defects"]["unguarded_includes"] = [{"file": source, "header": "cuda_fp16.h"}]
+    data["defects"]["unguarded_includes"] = [{"file": source, "header": "cuda_runtime.h"}]
     data["defects"]["tuned_moe_shapes"] = [
         {"model_dim": 4096, "inter_dim": 1024, "experts": 64, "top_k": 4, "dtype": "fp8"}]
     path = tmp_path / "other_moe_test.yaml"
@@ -422,10 +282,10 @@ def test_other_scenario_same_mechanisms(tmp_path: Path) -> None:
     assert _load(ws, with_draft=False).draft_bytes == 0
     with pytest.raises(WeightLoadError) as info:
         _load(ws, with_draft=True)
-    assert info.value.param.startswith("model.mtp_block.mlp.shared_experts.")
-    assert "model.layers.40.mlp.shared_experts." in info.value.log
-    assert "other_moe_nextn.py" in info.value.log
-    _add_excludes(ws, _engine_excludes("model.mtp_block"))
+    assert info.value.param.startswith("model.decoder.mlp.shared_experts.")
+    assert info.value.checkpoint_param.startswith("model.layers.40.mlp.shared_experts.")
+    assert "deepseek_nextn.py" in info.value.log and info.value.log.splitlines()[-1] == "AssertionError"
+    _add_excludes(ws, _engine_excludes("model.decoder"))
     assert _load(ws, with_draft=True).draft_bytes > 0
 
     root = ws / "sglang"
@@ -433,6 +293,6 @@ def test_other_scenario_same_mechanisms(tmp_path: Path) -> None:
     assert compile_jit_kernels(sc, root, {"speculative_num_steps": 2}, None) == []
     with pytest.raises(JitCompileError) as jinfo:
         compile_jit_kernels(sc, root, {"speculative_num_steps": 3}, None)
-    assert "cuda_fp16.h: No such file or directory" in jinfo.value.log
-    _guard_include(root / kernel.source, "cuda_fp16.h")
-    assert compile_jit_kernels(sc, root, {"speculative_num_steps": 3}, None) == ["draft_extend_meta"]
+    assert "fatal error: 'cuda_runtime.h' file not found" in jinfo.value.log
+    _guard_include(root / kernel.source, "cuda_runtime.h")
+    assert compile_jit_kernels(sc, root, {"speculative_num_steps": 3}, None) == ["timestep_embedding"]

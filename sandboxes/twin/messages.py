@@ -1,0 +1,71 @@
+"""Every message the twin prints that the real engine prints, as a template taken from the pinned release.
+
+Each ``RealMessage`` names the file of the SGLang 0.5.12 wheel it comes from and the source text of the
+format string there (``source``), so the drift test (``tests/twin/test_fidelity.py``) can find it in the real
+release and fail when either side changes. ``docs/twin-fidelity.md`` lists them with the twin code that
+prints each one. The templates use ``str.format`` fields where the real code interpolates values.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RealMessage:
+    name: str
+    template: str  # what the twin prints (str.format fields)
+    file: str  # path inside the sglang package of the pinned release
+    source: str  # text that appears verbatim in that file (the format string as written there)
+    printed_by: str  # twin code that prints it
+
+
+# --- weight loading (python/sglang/srt/layers/linear.py, model_loader/weight_utils.py, ...) ----------------
+DEFAULT_LOADER = "Attempted to load weight ({loaded}) into parameter ({param})"
+REPLICATED_SHAPE = "param.shape={param} param.dtype={param_dtype} loaded_weight.shape={loaded} loaded_weight.dtype={loaded_dtype}"
+COLUMN_SHAPE = "param_data.shape={param} != loaded_weight.shape={loaded}"
+ROW_SHAPE = "param_data.shape={param} loaded_weight.shape={loaded}"
+TENSOR_SIZE_MISMATCH = "The size of tensor a ({a}) must match the size of tensor b ({b}) at non-singleton dimension {dim}"
+CAT_SIZES = "Sizes of tensors must match except in dimension 0. Expected size {expected} but got size {got} for tensor number 1 in the list."
+NOT_IN_PARAMS_DICT = "{name} not found in params_dict."
+
+# --- start-up and serving (python/sglang/srt/managers, entrypoints) ----------------------------------------
+SCHEDULER_EXCEPTION = "Scheduler hit an exception: {traceback}"
+SIGQUIT = "Received sigquit from a child process. It usually means the child failed."
+READY = "The server is fired up and ready to roll!"
+LOAD_WEIGHT_BEGIN = "Load weight begin. avail mem={avail:.2f} GB"
+LOAD_WEIGHT_END = "Load weight end. elapsed={elapsed:.2f} s, type={type}, quant={quant}, avail mem={avail:.2f} GB, mem usage={usage:.2f} GB."
+KV_ALLOCATED = "KV Cache is allocated. #tokens: {tokens}, KV size: {size:.2f} GB"
+
+REAL_MESSAGES: tuple[RealMessage, ...] = (
+    RealMessage("default weight loader", DEFAULT_LOADER, "srt/model_loader/weight_utils.py",
+                'f"Attempted to load weight ({loaded_weight.size()}) "', "weights._load_into"),
+    RealMessage("ReplicatedLinear.weight_loader", REPLICATED_SHAPE, "srt/layers/linear.py",
+                'f"{param.shape=} {param.dtype=} {loaded_weight.shape=} {loaded_weight.dtype=}"', "weights._load_into"),
+    RealMessage("ColumnParallelLinear.weight_loader", COLUMN_SHAPE, "srt/layers/linear.py",
+                'f"param_data.shape={param_data.shape} != loaded_weight.shape={loaded_weight.shape}"',
+                "weights._load_into"),
+    RealMessage("RowParallelLinear.weight_loader", ROW_SHAPE, "srt/layers/linear.py",
+                'f"{param_data.shape=} {loaded_weight.shape=}"', "weights._load_into"),
+    RealMessage("MergedColumnParallelLinear.weight_loader (bare AssertionError)", "AssertionError",
+                "srt/layers/linear.py", "assert param_data.shape == loaded_weight.shape\n", "weights._load_into"),
+    RealMessage("params_dict miss in the DeepSeek loader", NOT_IN_PARAMS_DICT,
+                "srt/models/deepseek_common/deepseek_weight_loader.py", 'f"{name} not found in params_dict."',
+                "weights._Loader.load"),
+    RealMessage("nextn config check", "num_nextn_predict_layers is not in the config",
+                "srt/models/deepseek_common/deepseek_weight_loader.py",
+                '"num_nextn_predict_layers is not in the config"', "weights._load_draft"),
+    RealMessage("KV pool too small", "Not enough memory. Please try to increase --mem-fraction-static. Current value: "
+                "mem_fraction_static={value}", "srt/model_executor/pool_configurator.py",
+                '"Not enough memory. Please try to increase --mem-fraction-static."', "memory.plan_memory"),
+    RealMessage("JIT loader failure", "Failed to compile JIT fused metadata copy kernel (forward_mode={mode}, "
+                "has_real_page_table={page}, has_flashmla={flashmla}): {error}", "jit_kernel/fused_metadata_copy.py",
+                'f"Failed to compile JIT fused metadata copy kernel "', "jit.compile_jit_kernels"),
+    RealMessage("scheduler failure", SCHEDULER_EXCEPTION, "srt/managers/scheduler.py",
+                'f"Scheduler hit an exception: {traceback}"', "launch_server.main"),
+    RealMessage("child failed", SIGQUIT, "srt/entrypoints/engine.py",
+                '"Received sigquit from a child process. It usually means the child failed."', "launch_server.main"),
+    RealMessage("ready line", READY, "srt/entrypoints/http_server.py",
+                '"The server is fired up and ready to roll!"', "launch_server.main"),
+)

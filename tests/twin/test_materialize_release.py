@@ -1,0 +1,75 @@
+"""materialize builds the workspace from the real release the scenario pins, and turns the scenario's defects
+into edits of real files (or refuses, located, when they name what the tree does not have)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sandboxes.twin import release
+from sandboxes.twin.materialize import MaterializeError, materialize, unguard_include
+from sandboxes.twin.scenario import SCENARIO_DIR
+
+UTILS = "python/sglang/jit_kernel/include/sgl_kernel/utils.cuh"
+
+
+@pytest.fixture(scope="module")
+def tree() -> release.ReleaseTree:
+    got = release.release_tree("0.5.12")
+    if not isinstance(got, release.ReleaseTree):
+        pytest.skip(f"release not available: {got.reason}")
+    return got
+
+
+def scenario_with(tmp_path: Path, edit) -> Path:
+    data = yaml.safe_load((SCENARIO_DIR / "glm52_mi355x.yaml").read_text())
+    edit(data)
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_a_guarded_include_is_moved_out_of_its_guard(tree: release.ReleaseTree, tmp_path: Path) -> None:
+    real = (tree.package / "jit_kernel/include/sgl_kernel/utils.cuh").read_text().splitlines()
+    at = real.index("#include <cuda_bf16.h>")
+    assert real[at - 1].strip() == "#ifndef USE_ROCM"  # the release guards it
+    path = scenario_with(tmp_path, lambda d: d["defects"]["unguarded_includes"].append(
+        {"file": UTILS, "header": "cuda_bf16.h"}))
+    result = materialize(path, tmp_path / "ws")
+    lines = (tmp_path / "ws" / "sglang" / UTILS).read_text().splitlines()
+    moved = lines.index("#include <cuda_bf16.h>")
+    assert lines[moved + 1].strip() == "#ifndef USE_ROCM"  # now before the guard, unconditional
+    assert "#include <cuda_fp16.h>" in lines[moved + 2:moved + 5]  # the rest of the guard is untouched
+    assert len(lines) == len(real)
+    assert any("moved out of its USE_ROCM guard" in e for e in result.defect_edits)
+    assert any("unguarded as released" in e for e in result.defect_edits)
+
+
+def test_unguard_is_a_no_op_on_an_unguarded_include(tmp_path: Path) -> None:
+    f = tmp_path / "k.cuh"
+    f.write_text("#pragma once\n#include <cuda_runtime.h>\n")
+    assert unguard_include(f, "cuda_runtime.h") is False
+    f.write_text("#ifdef USE_ROCM\n#include <hip/hip_runtime.h>\n#else\n#include <cuda_runtime.h>\n#endif\n")
+    assert unguard_include(f, "cuda_runtime.h") is False  # the CUDA side of an #ifdef USE_ROCM: not the defect kind
+
+
+@pytest.mark.parametrize("edit,where", [
+    (lambda d: d["defects"]["unguarded_includes"].append({"file": "python/sglang/nope.cuh", "header": "cuda.h"}),
+     "defects.unguarded_includes[1].file"),
+    (lambda d: d["defects"]["unguarded_includes"].append({"file": UTILS, "header": "cub/cub.cuh"}),
+     "defects.unguarded_includes[1].header"),
+    (lambda d: d["engine"]["jit_kernels"][0].update(source="python/sglang/jit_kernel/csrc/none.cuh"),
+     "engine.jit_kernels[0].source"),
+    (lambda d: d["engine"]["jit_kernels"][0].update(includes=["cuda_fp8.h"]), "engine.jit_kernels[0].includes"),
+    (lambda d: d["model"]["mtp"].update(draft_model_class="GlmNextN"), "model.mtp.draft_model_class"),
+])  # fmt: skip
+def test_defects_must_name_what_the_tree_has(tree: release.ReleaseTree, tmp_path: Path, edit, where: str) -> None:
+    path = scenario_with(tmp_path, edit)
+    with pytest.raises(MaterializeError) as info:
+        materialize(path, tmp_path / "ws")
+    message = str(info.value)
+    assert re.match(rf"{re.escape(str(path))}:\d+: {re.escape(where)}: ", message), message
+    assert "\n" not in message

@@ -1,0 +1,216 @@
+"""Weight loading against the real SGLang tree: the workspace's own pure functions decide, the loaders' own
+messages come out, and the traceback names the real files, functions and lines.
+
+Driven the way an agent would: edit config.json or the workspace's sources, then load again. Nothing in the
+twin knows what "the fix" is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sandboxes.twin import release
+from sandboxes.twin.materialize import materialize, workspace_scenario
+from sandboxes.twin.weights import QUARK_UTILS, WeightLoadError, WorkspaceImportError, load_weights
+
+NEXTN = "python/sglang/srt/models/deepseek_nextn.py"
+LINEAR = "python/sglang/srt/layers/linear.py"
+
+
+@pytest.fixture(scope="session")
+def pristine_workspaces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = {}
+    for name in ("glm52_mi355x", "vega_mi355x", "orion_mi300x"):
+        dest = tmp_path_factory.mktemp(name) / "ws"
+        materialize(name, dest)
+        out[name] = dest
+    return out
+
+
+def workspace(pristine_workspaces: dict[str, Path], tmp_path: Path, name: str = "glm52_mi355x") -> Path:
+    dest = tmp_path / "ws"
+    shutil.copytree(pristine_workspaces[name], dest, symlinks=True)
+    return dest
+
+
+@pytest.fixture
+def ws(pristine_workspaces: dict[str, Path], tmp_path: Path) -> Path:
+    return workspace(pristine_workspaces, tmp_path)
+
+
+def load(ws: Path, *, draft: bool, tp: int = 8):
+    return load_weights(ws / "model", ws / "sglang", with_draft=draft, tp_size=tp)
+
+
+def edit_config(ws: Path, fn) -> None:
+    path = ws / "model" / "config.json"
+    cfg = json.loads(path.read_text())
+    fn(cfg)
+    path.write_text(json.dumps(cfg, indent=2))
+
+
+def failure(ws: Path, **kw) -> WeightLoadError:
+    with pytest.raises(WeightLoadError) as info:
+        load(ws, **kw)
+    return info.value
+
+
+def line_of(ws: Path, frame_line: str) -> str:
+    """The source line a traceback frame line points at, read from the workspace."""
+    m = re.match(r'\s*File "([^"]+)", line (\d+), in (\S+)', frame_line)
+    assert m, frame_line
+    return Path(m.group(1)).read_text().splitlines()[int(m.group(2)) - 1].strip()
+
+
+def frames(log: str) -> list[str]:
+    return [ln for ln in log.splitlines() if ln.lstrip().startswith('File "')]
+
+
+def test_the_workspace_is_the_real_release(ws: Path) -> None:
+    source = json.loads((ws / ".twin" / "source.json").read_text())
+    sc = workspace_scenario(ws)
+    tree = release.release_tree(sc.engine.version)
+    if not isinstance(tree, release.ReleaseTree):
+        pytest.skip(f"release not available: {tree.reason}")
+    assert source["sglang"].startswith(f"release: sglang=={sc.engine.version}")
+    real = tree.package / "srt/models/deepseek_nextn.py"
+    assert (ws / "sglang" / NEXTN).read_bytes() == real.read_bytes()
+    n_files = sum(1 for p in (ws / "sglang/python/sglang").rglob("*") if p.is_file())
+    assert n_files == sum(1 for p in tree.package.rglob("*") if p.is_file()) > 1000
+
+
+def test_target_model_loads(ws: Path) -> None:
+    report = load(ws, draft=False)
+    assert report.quant_format == "mxfp4" and report.draft_bytes == 0
+    assert "model.layers.3.mlp.shared_experts.gate_up_proj" in report.unquantized_modules  # fused, asked by shards
+    assert report.target_bytes_by_category["routed_experts"] > report.target_bytes_by_category["shared_experts"] > 0
+
+
+def test_draft_fails_with_the_merged_linear_bare_assertion(ws: Path) -> None:
+    err = failure(ws, draft=True)
+    assert err.draft and err.param == "model.decoder.mlp.shared_experts.gate_up_proj.weight"
+    assert err.checkpoint_param == "model.layers.78.mlp.shared_experts.gate_proj.weight"
+    log = err.log
+    assert log.startswith("Traceback (most recent call last):")
+    assert log.splitlines()[-1] == "AssertionError"  # what the real loader raises: no name, no shapes
+    assert "model.decoder" not in log and "model.layers.78" not in log
+    fr = frames(log)
+    nextn = next(f for f in fr if str(ws / "sglang" / NEXTN) in f)
+    assert nextn.endswith("in load_weights")
+    assert line_of(ws, nextn) == "super().load_weights(weights, is_nextn=True)"
+    for f in fr:  # every frame of the workspace's tree points at real code in the named function
+        if str(ws) in f:
+            assert line_of(ws, f), f
+    assert str(ws / "sglang" / LINEAR) in fr[-1] and fr[-1].endswith("in weight_loader")
+    assert line_of(ws, fr[-1]) == "assert param_data.shape == loaded_weight.shape"
+    # the real line of MergedColumnParallelLinear.weight_loader's shard assertion, not another class's
+    source = (ws / "sglang" / LINEAR).read_text().splitlines()
+    n = int(re.search(r"line (\d+)", fr[-1]).group(1))
+    owner = next(ln for ln in reversed(source[:n]) if ln.startswith("class "))
+    assert owner.startswith("class MergedColumnParallelLinear")
+
+
+def test_engine_names_in_the_exclude_list_fix_the_draft(ws: Path) -> None:
+    edit_config(ws, lambda cfg: cfg["quantization_config"]["exclude"].append(
+        r"re:model\.decoder\.(mlp\.shared_experts|self_attn\.indexer)\..*"))
+    report = load(ws, draft=True)
+    assert report.draft_bytes_by_category["shared_experts"] == 3 * 2048 * 6144 * 2
+    assert "model.decoder.mlp.shared_experts.gate_up_proj" in report.unquantized_modules
+
+
+def test_one_name_at_a_time_reveals_the_next_layer_class(ws: Path) -> None:
+    edit_config(ws, lambda cfg: cfg["quantization_config"]["exclude"].append(
+        r"re:model\.decoder\.mlp\.shared_experts\..*"))
+    err = failure(ws, draft=True)  # the DSA indexer's ReplicatedLinear prints shapes and dtypes
+    assert err.param.startswith("model.decoder.self_attn.indexer.")
+    last = err.log.splitlines()[-1]
+    assert re.fullmatch(r"AssertionError: param\.shape=torch\.Size\(\[\d+, \d+\]\) param\.dtype=torch\.uint8 "
+                        r"loaded_weight\.shape=torch\.Size\(\[\d+, \d+\]\) loaded_weight\.dtype=torch\.bfloat16", last)
+
+
+def test_a_fix_in_the_engine_matcher_is_honoured(ws: Path) -> None:
+    utils = ws / "sglang" / QUARK_UTILS
+    text = utils.read_text()
+    assert "def should_ignore_layer(" in text
+    utils.write_text(text + '''
+
+_checkpoint_names_only = should_ignore_layer
+
+
+def should_ignore_layer(layer_name, ignore, fused_mapping=MappingProxyType({})):
+    """Also ask under the checkpoint's name of the NextN layer."""
+    if _checkpoint_names_only(layer_name, ignore, fused_mapping):
+        return True
+    if layer_name is not None and layer_name.startswith("model.decoder."):
+        return _checkpoint_names_only("model.layers.78." + layer_name[14:], ignore, fused_mapping)
+    return False
+''')
+    assert load(ws, draft=True).draft_bytes > 0
+
+
+def test_the_draft_models_own_mapper_is_honoured(pristine_workspaces: dict[str, Path], tmp_path: Path) -> None:
+    ws = workspace(pristine_workspaces, tmp_path, "vega_mi355x")  # exact per-layer names: the mapper maps them
+    failure(ws, draft=True)
+    nextn = ws / "sglang" / NEXTN
+    text = nextn.read_text()
+    assert '"model.layers.61": "model.decoder"' in text
+    nextn.write_text(text.replace('"model.layers.61": "model.decoder"', '"model.layers.48": "model.decoder"'))
+    report = load(ws, draft=True)
+    assert "model.decoder.self_attn.kv_b_proj" in report.unquantized_modules
+
+
+def test_column_parallel_message(pristine_workspaces: dict[str, Path], tmp_path: Path) -> None:
+    ws = workspace(pristine_workspaces, tmp_path, "vega_mi355x")
+    edit_config(ws, lambda cfg: cfg["quantization_config"]["exclude"].extend(
+        [f"model.decoder.mlp.shared_experts.{p}" for p in ("gate_proj", "up_proj", "down_proj")]))
+    err = failure(ws, draft=True)
+    assert err.param == "model.decoder.self_attn.kv_b_proj.weight"
+    assert re.fullmatch(r"AssertionError: param_data\.shape=torch\.Size\(\[\d+, \d+\]\) != "
+                        r"loaded_weight\.shape=torch\.Size\(\[\d+, \d+\]\)", err.log.splitlines()[-1])
+
+
+def test_fused_moe_and_default_loader_messages(ws: Path) -> None:
+    # an exclude entry for every MoE layer's routed experts: the engine builds bf16 experts for fp4 weights
+    edit_config(ws, lambda cfg: cfg["quantization_config"]["exclude"].append(r"re:model\.layers\.5\.mlp\.experts"))
+    err = failure(ws, draft=False)
+    assert re.fullmatch(r"RuntimeError: The size of tensor a \(\d+\) must match the size of tensor b \(\d+\) at "
+                        r"non-singleton dimension \d", err.log.splitlines()[-1])
+    assert "_load_w13" in err.log or "_load_w2" in err.log
+    edit_config(ws, lambda cfg: cfg["quantization_config"]["exclude"].pop())
+    index = ws / "model" / "model.safetensors.index.json"
+    data = json.loads(index.read_text())
+    data["weight_map"]["model.norm.weight"]["shape"] = [1234]
+    index.write_text(json.dumps(data))
+    err = failure(ws, draft=False)
+    assert err.log.splitlines()[-1] == ("AssertionError: Attempted to load weight (torch.Size([1234])) into "
+                                        "parameter (torch.Size([6144]))")
+
+
+def test_syntax_error_in_the_workspace_matcher(ws: Path) -> None:
+    utils = ws / "sglang" / QUARK_UTILS
+    utils.write_text(utils.read_text().replace("def check_equal_or_regex_match(", "def check_equal_or_regex_match((", 1))
+    with pytest.raises(WorkspaceImportError) as info:
+        load(ws, draft=False)
+    assert "SyntaxError" in info.value.log and str(utils) in info.value.log
+
+
+def test_bundled_excerpt_behaves_like_the_release(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    monkeypatch.setenv("DAYZERO_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("DAYZERO_SGLANG_SOURCE", "bundled")
+    ws = tmp_path / "ws"
+    materialize("glm52_mi355x", ws)
+    notice = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(notice) == 1 and "bundled excerpt" in notice[0]
+    assert json.loads((ws / ".twin" / "source.json").read_text())["sglang"].startswith("bundled excerpt")
+    err = failure(ws, draft=True)
+    assert err.param == "model.decoder.mlp.shared_experts.gate_up_proj.weight"
+    assert err.log.splitlines()[-1] == "AssertionError"
+    edit_config(ws, lambda cfg: cfg["quantization_config"]["exclude"].append(
+        r"re:model\.decoder\.(mlp\.shared_experts|self_attn\.indexer)\..*"))
+    assert load(ws, draft=True).draft_bytes > 0
