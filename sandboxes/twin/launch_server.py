@@ -27,14 +27,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from . import jit, memory, moe_csv, server_args, weights
+from . import jit, memory, messages, moe_csv, server_args, tracebacks, weights
 from .http_api import ServerState, make_server
 from .perf_model import CostModel, single_stream_tpot
 from .scenario import Scenario, ScenarioError, load
 from .serving_config import ServingConfig
 
-READY_LINE = "The server is fired up and ready to roll!"
-BANNER = "dayzero MI355X digital twin: SIMULATED SGLang ROCm engine (no GPU is used; timings come from a model)"
+READY_LINE = messages.READY
+SIMULATED_NOTE = "dayzero digital twin (simulated engine, no GPU used)"
+BANNER = ("dayzero digital twin of a {hardware} node: SIMULATED SGLang ROCm engine (no GPU is used; timings come "
+          "from a model)")
 DEFAULT_TIME_SCALE = 0.002
 
 log = logging.getLogger("sglang.twin")
@@ -46,6 +48,10 @@ class LaunchError(RuntimeError):
     def __init__(self, message: str, log_text: str = ""):
         super().__init__(message)
         self.log_text = log_text
+
+
+class SchedulerError(LaunchError):
+    """A scheduler process failed while starting: SGLang logs its traceback as one error message."""
 
 
 @dataclass
@@ -103,9 +109,10 @@ def load_workspace_module(root: Path, rel: str, name: str) -> ModuleType:
 def moe_selection(ws: Workspace, scale: float) -> bool:
     """Look the model's MoE shape up in the tuned CSV the environment names; log aiter's lines."""
     sc = ws.scenario
-    csv_path = os.environ.get("AITER_CONFIG_FMOE") or str(ws.sglang_root / sc.engine.default_moe_config)
+    aiter_root = ws.model_dir.parent / "aiter"  # the image's aiter tree (workspace aiter/)
+    csv_path = os.environ.get("AITER_CONFIG_FMOE") or str(aiter_root / sc.engine.default_moe_config)
     try:
-        reader = load_workspace_module(ws.sglang_root, sc.engine.moe_config_reader, "twin_ws_moe_reader")
+        reader = load_workspace_module(aiter_root, sc.engine.moe_config_reader, "twin_ws_moe_reader")
         rows = reader.load_tuned_fmoe(csv_path) if Path(csv_path).exists() else []
     except LaunchError:
         raise
@@ -143,10 +150,22 @@ def moe_selection(ws: Workspace, scale: float) -> bool:
     return tuned
 
 
+def resolve_server_args(args, ws: Workspace) -> server_args.ModelInfo:
+    """``ServerArgs.__post_init__``: resolve the ``None`` defaults for this node (the scenario's GPUs) and this
+    model (its ``config.json``), logging the release's lines. Raises ``server_args.InvalidServerArgs``."""
+    model = server_args.ModelInfo.from_config(ws.model_config, args.context_length)
+    platform = server_args.Platform.from_hardware(ws.scenario.hardware)
+    for level, message in server_args.resolve(args, model, platform):
+        getattr(log, level)(message)
+    return model
+
+
 def serving_config(args, ws: Workspace, moe_tuned: bool) -> ServingConfig:
+    kv_cache_dtype = "bf16" if args.kv_cache_dtype == "bfloat16" else args.kv_cache_dtype  # the same cache
+    context_len = args.context_length or ws.model_config.get("max_position_embeddings", 131072)
     return ServingConfig(
         tp_size=args.tp_size, dp_size=args.dp_size, enable_dp_attention=args.enable_dp_attention,
-        weight_format=ws.scenario.quantization.weight_format, kv_cache_dtype=args.kv_cache_dtype,
+        weight_format=ws.scenario.quantization.weight_format, kv_cache_dtype=kv_cache_dtype,
         attention_backend=args.attention_backend, moe_runner_backend=args.moe_runner_backend,
         moe_tuned=moe_tuned, speculative_algorithm=args.speculative_algorithm,
         speculative_num_steps=args.speculative_num_steps or 0,
@@ -157,6 +176,7 @@ def serving_config(args, ws: Workspace, moe_tuned: bool) -> ServingConfig:
         cuda_graph_max_bs=args.cuda_graph_max_bs, disable_cuda_graph=args.disable_cuda_graph,
         disable_radix_cache=args.disable_radix_cache, page_size=args.page_size,
         mem_fraction_static=args.mem_fraction_static, enable_mixed_chunk=args.enable_mixed_chunk,
+        context_length=context_len,
     )  # fmt: skip
 
 
@@ -165,8 +185,9 @@ def start(args) -> tuple[ServerState, float]:
     scale = time_scale()
     ws = find_workspace(args)
     sc = ws.scenario
-    log.info(BANNER)
+    log.info(BANNER.format(hardware=sc.hardware.name))
     log.info(f"scenario={sc.name} ({sc.description}); engine image {sc.engine.image} (simulated)")
+    model_info = resolve_server_args(args, ws)
     log.info(f"server_args=ServerArgs({', '.join(f'{k}={v!r}' for k, v in vars(args).items())})")
     server_args.check_platform(args, visible_gpus(sc))
     gpus = args.tp_size if args.enable_dp_attention else args.tp_size * args.dp_size
@@ -175,17 +196,26 @@ def start(args) -> tuple[ServerState, float]:
     avail = sc.hardware.memory_gb * 0.985
     log.info(f"Load weight begin. avail mem={avail:.2f} GB")
     try:
-        report = weights.load_weights(ws.model_dir, ws.sglang_root, with_draft=bool(args.speculative_algorithm))
+        report = weights.load_weights(
+            ws.model_dir, ws.sglang_root, with_draft=bool(args.speculative_algorithm), tp_size=args.tp_size,
+            attn_tp_size=args.tp_size // args.dp_size if args.enable_dp_attention else args.tp_size)
     except weights.WeightLoadError as exc:
-        raise LaunchError(str(exc), exc.log) from None
+        raise SchedulerError(str(exc), exc.log) from None
+    for line in report.log_lines:
+        log.warning(line)
     moe_tuned = moe_selection(ws, scale)
     cfg = serving_config(args, ws, moe_tuned)
     model = CostModel(sc, cfg, report.target_bytes_by_category)
     try:
         plan = memory.plan_memory(model, report.draft_bytes)
-    except (memory.OutOfMemory, memory.NotEnoughMemory) as exc:
-        kind = "torch.OutOfMemoryError" if isinstance(exc, memory.OutOfMemory) else "RuntimeError"
-        raise LaunchError(f"{kind}: {exc}", f"{kind}: {exc}") from None
+    except memory.NotEnoughMemory as exc:
+        chain = tracebacks.SCHEDULER_START + tracebacks.TARGET_WORKER + tracebacks.MEMORY_POOL
+        raise SchedulerError(f"RuntimeError: {exc}",
+                             tracebacks.render(ws.sglang_root, chain, [f"RuntimeError: {exc}"])) from None
+    except memory.OutOfMemory as exc:  # weights, activations or graph buffers do not fit the GPU
+        chain = tracebacks.SCHEDULER_START + tracebacks.TARGET_WORKER + tracebacks.GRAPH_CAPTURE
+        raise SchedulerError(f"torch.OutOfMemoryError: {exc}",
+                             tracebacks.render(ws.sglang_root, chain, [f"torch.OutOfMemoryError: {exc}"])) from None
     weights_gb = plan.weight_bytes_per_gpu / memory.GIB
     load_s = weights_gb * sc.startup.per_gb_weights_seconds
     log.info(
@@ -196,7 +226,10 @@ def start(args) -> tuple[ServerState, float]:
     log.info(
         f"KV Cache is allocated. #tokens: {plan.max_total_num_tokens}, KV size: {plan.kv_pool_bytes_per_gpu / memory.GIB:.2f} GB"
     )
-    kernels = jit.compile_jit_kernels(sc, ws.sglang_root, vars(args), log.info)
+    try:
+        kernels = jit.compile_jit_kernels(sc, ws.sglang_root, vars(args), log.info)
+    except jit.JitCompileError as exc:
+        raise SchedulerError(exc.summary, exc.log) from None
     for k in kernels:
         log.info(f"JIT kernel ready: {k}")
     graph_bs = [] if cfg.disable_cuda_graph else [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if b <= cfg.cuda_graph_max_bs]
@@ -205,8 +238,11 @@ def start(args) -> tuple[ServerState, float]:
         log.info(f"Capture cuda graph begin. This can take up to several minutes. avail mem={plan.free_bytes / memory.GIB + plan.graph_bytes / memory.GIB:.2f} GB")
         log.info(f"Capture cuda graph bs {graph_bs}")
         log.info(f"Capture cuda graph end. Time elapsed: {graph_s:.2f} s. mem usage={plan.graph_bytes / memory.GIB:.2f} GB. avail mem={plan.free_bytes / memory.GIB:.2f} GB.")
-    max_running = cfg.max_running_requests or max(1, min(plan.max_total_num_tokens // 2, 4096))
-    context_len = args.context_length or ws.model_config.get("max_position_embeddings", 131072)
+    context_len = model_info.context_len
+    # per DP rank, as SGLang's scheduler reports it (ServingConfig.max_running_per_rank)
+    max_running = cfg.max_running_per_rank(plan.max_total_num_tokens, context_len)
+    if max_running <= 0:
+        raise LaunchError("AssertionError: max_running_request is zero", "AssertionError: max_running_request is zero")
     log.info(
         f"max_total_num_tokens={plan.max_total_num_tokens}, chunked_prefill_size={cfg.chunked_prefill_size}, "
         f"max_prefill_tokens={args.max_prefill_tokens}, max_running_requests={max_running}, "
@@ -220,6 +256,7 @@ def start(args) -> tuple[ServerState, float]:
     twin = {
         "simulated": True,
         "scenario": sc.name,
+        "hardware": f"{sc.hardware.num_gpus}x {sc.hardware.name}",
         "scenario_path": str(Path(sc.path).resolve()),
         "quantization": sc.quantization.weight_format,
         "serving_config": cfg.to_dict(),
@@ -269,14 +306,19 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     try:
         state, startup_s = start(args)
-    except (LaunchError, server_args.ServerArgsError, jit.JitCompileError) as exc:
-        text = getattr(exc, "log_text", "") or getattr(exc, "log", "") or ""
+    except SchedulerError as exc:  # scheduler.run_scheduler_process logs the traceback, the parent gets SIGQUIT
+        log.error(messages.SCHEDULER_EXCEPTION.format(traceback=exc.log_text))
+        log.error(messages.SIGQUIT)
+        log.error(f"{SIMULATED_NOTE}: the launch failed")
+        return 1
+    except (LaunchError, server_args.ServerArgsError) as exc:
+        text = getattr(exc, "log_text", "") or ""
         if text:
             print(text, flush=True)
-        kind = "ValueError: " if isinstance(exc, server_args.ServerArgsError) else ""  # SGLang raises ValueError
-        log.error(f"Scheduler hit an exception: {kind}{exc}")
-        log.error("Received sigquit from a child process. It usually means the child failed.")
-        log.error("Initialization failed. Please see the error messages above. (simulated MI355X twin)")
+        # ServerArgs raises ValueError (or an AssertionError, ...: InvalidServerArgs.kind) while resolving
+        kind = f"{exc.kind}: " if isinstance(exc, server_args.ServerArgsError) else ""
+        log.error(f"{kind}{exc}")
+        log.error(f"{SIMULATED_NOTE}: the launch failed")
         return 1
     server = make_server(state, args.host, args.port)
     host, port = server.server_address[:2]

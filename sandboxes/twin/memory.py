@@ -62,9 +62,9 @@ def plan_memory(model: CostModel, draft_bytes: float = 0.0) -> MemoryPlan:
     tokens = int(pool // kv_token) if pool > 0 else 0
     tokens -= tokens % max(cfg.page_size, 1)
     if tokens <= 0:
-        raise NotEnoughMemory(
+        raise NotEnoughMemory(  # pool_configurator.MemoryPoolConfig.__post_init__, verbatim
             "Not enough memory. Please try to increase --mem-fraction-static. "
-            f"(weights {weights / GIB:.2f} GB per GPU, static budget {static / GIB:.2f} GB)"
+            f"Current value: mem_fraction_static={cfg.mem_fraction_static}"
         )
     chunk = cfg.chunked_prefill_size if cfg.chunked_prefill_size > 0 else 65536
     activation = cal.activation_gb_per_gpu * GIB * max(chunk / 16384, 0.25)

@@ -1,8 +1,9 @@
 """What the performance model needs to know about one running server: layout, dtypes and kernel paths.
 
-The launcher builds a ``ServingConfig`` from the parsed SGLang flags and what it found in the workspace (for
-example which MoE shapes have a tuned kernel selection); it publishes it in ``/server_info`` under ``twin``
-so that ``bench_serving`` can rebuild the same model without sharing memory with the server.
+The launcher builds a ``ServingConfig`` from the resolved SGLang flags (``server_args.resolve``) and what it
+found in the workspace (for example which MoE shapes have a tuned kernel selection); it publishes it in
+``/server_info`` under ``twin`` so that ``bench_serving`` can rebuild the same model without sharing memory
+with the server.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ class ServingConfig:
     disable_cuda_graph: bool = False
     disable_radix_cache: bool = False
     page_size: int = 1
-    mem_fraction_static: float = 0.90
+    mem_fraction_static: float = 0.90  # the launcher passes the resolved value (server_args.resolve)
     enable_mixed_chunk: bool = False
+    context_length: int | None = None  # the served context length (None: the model's max_position_embeddings)
 
     @property
     def speculative(self) -> bool:
@@ -52,6 +54,23 @@ class ServingConfig:
     @property
     def gpus_used(self) -> int:
         return self.tp_size if self.enable_dp_attention else self.tp_size * self.dp_size
+
+    def max_running_per_rank(self, token_capacity: int, context_len: int) -> int:
+        """The running-request limit of one scheduler (one DP rank), as SGLang 0.5.12 derives it from
+        ``--max-running-requests`` and the rank's KV capacity (``ModelRunner._resolve_max_num_reqs``,
+        model_executor/model_runner_kv_cache_mixin.py:817-836).
+
+        ``--max-running-requests`` (also the 48 that speculative decoding sets) is a limit for the whole
+        server under DP attention: it is divided by ``dp_size`` there, ``ModelRunner.dp_size`` being
+        ``dp_size if enable_dp_attention else 1`` (model_runner.py:364). Without DP attention every DP rank is
+        a full replica started with the same server arguments, so each replica gets the whole limit.
+        """
+        estimated = int(token_capacity / max(context_len, 1) * 512)
+        estimated = max(min(estimated, 4096), 2048)
+        if self.max_running_requests is not None:
+            divisor = self.dp_size if self.enable_dp_attention else 1
+            return min(self.max_running_requests // divisor, estimated)
+        return min(estimated, token_capacity // 2)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

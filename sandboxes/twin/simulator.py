@@ -247,7 +247,10 @@ def simulate(
     max_concurrency: int | None = None,
 ) -> SimulationResult:
     cfg = model.config
-    max_running = cfg.max_running_requests or max(1, min(kv_capacity // 2, 4096))
+    # per DP rank, as SGLang's scheduler limits it (ServingConfig.max_running_per_rank): under DP attention
+    # --max-running-requests (or the 48 speculative decoding sets) is shared by the ranks, else per replica
+    context_len = cfg.context_length or model.scenario.model.max_position_embeddings
+    max_running = max(1, cfg.max_running_per_rank(kv_capacity, context_len))
     ranks = [
         RankScheduler(
             model=model,

@@ -58,7 +58,7 @@ def test_start_up_failures(ws, tmp_path, flags, message):
         start_server(ws, tmp_path / "server.log", flags)
     assert info.value.code == 1
     assert message in info.value.log
-    assert "Initialization failed" in info.value.log or "ValueError" in info.value.log
+    assert "Scheduler hit an exception: Traceback" in info.value.log or "ValueError" in info.value.log
 
 
 def test_visible_devices_limit_the_layout(ws, tmp_path):

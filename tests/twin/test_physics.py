@@ -58,7 +58,9 @@ def faster_hardware(factor: float):
 def test_throughput_never_falls_when_capacity_rises(cfg, rate, factor):
     slow, _, _ = run(SC, cfg, rate)
     fast, _, _ = run(faster_hardware(factor), cfg, rate)
-    assert fast >= slow * (1 - 1e-9)
+    # with a running-request cap (SGLang's 48 under speculative decoding), a request admitted one step earlier
+    # can move the last finish across a step boundary: the same granularity as the other properties
+    assert fast >= slow * (1 - STEP_GRAIN)
 
 
 @SETTINGS
