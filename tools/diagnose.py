@@ -6,6 +6,7 @@ never by model names, so it applies to any model the engine can load.
 
 from __future__ import annotations
 
+import bisect
 import re
 from typing import Literal
 
@@ -20,19 +21,33 @@ Category = Literal[
 ]  # fmt: skip
 
 
+class Frame(BaseModel):
+    """One frame of a Python traceback in the log."""
+
+    file: str
+    line: int
+    function: str
+    code: str | None = Field(None, description="the source line Python printed under the frame")
+
+
 class Diagnosis(BaseModel):
     category: Category
     summary: str
-    parameter: str | None = Field(None, description="engine parameter that failed to load")
+    parameter: str | None = Field(None, description="engine parameter that failed to load, when the log names it")
     checkpoint_parameter: str | None = None
     checkpoint_shape: list[int] | None = None
     engine_shape: list[int] | None = None
     checkpoint_dtype: str | None = None
     engine_dtype: str | None = None
+    loader: str | None = Field(None, description="the function that raised while loading, file:line function")
+    model_file: str | None = Field(None, description="the model source whose load_weights was running")
+    draft_model: bool = Field(False, description="the failure happened while building or loading the draft model")
     file: str | None = Field(None, description="source file the error points at")
     line: int | None = None
     header: str | None = Field(None, description="missing include")
+    symbol: str | None = Field(None, description="undeclared type or identifier a compile error names")
     flag: str | None = Field(None, description="offending command-line flag")
+    frames: list[Frame] = Field(default_factory=list, description="the traceback's frames, outermost first")
     evidence: list[str] = Field(default_factory=list, description="the log lines this rests on")
 
 
@@ -55,21 +70,56 @@ class MoEShape(BaseModel):
         return (self.model_dim, self.inter_dim, self.expert, self.topk, self.q_dtype_w)
 
 
-_SHAPE = r"torch\.Size\(\[([\d,\s]*)\]\)"
-_DTYPE = r"(?:, dtype=([\w.]+))?"
-_ASSIGN = re.compile(rf"Attempted to load weight \({_SHAPE}{_DTYPE}\) into parameter \({_SHAPE}{_DTYPE}\)")
+_SIZE = r"torch\.Size\(\[([\d,\s]*)\]\)"
+# the weight loaders' own messages: SGLang's model_loader/weight_utils.py and layers/linear.py, vLLM's likewise
+_DEFAULT_LOADER = re.compile(rf"Attempted to load weight \({_SIZE}(?:, dtype=([\w.]+))?\) into parameter \({_SIZE}(?:, dtype=([\w.]+))?\)")
+_TRIED = re.compile(rf"Tried to load weights of size {_SIZE}\s*to a parameter (?:shard of id \S+ )?(?:of )?size {_SIZE}")
+_REPLICATED = re.compile(rf"param\.shape={_SIZE} param\.dtype=([\w.]+) loaded_weight\.shape={_SIZE} loaded_weight\.dtype=([\w.]+)")
+_PARAM_DATA = re.compile(rf"param_data\.shape={_SIZE}(?: !=)? loaded_weight\.shape={_SIZE}")
+# PyTorch's own, meaningful only while a loader runs: copy_ into a parameter, and slice assignment
 _TENSOR_SIZE = re.compile(r"The size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)")
-_FAILED_PARAM = re.compile(
-    r"Failed to load parameter '([^']+)'(?: \(checkpoint: (\S+?), dtype (\S+), shape \[([\d, ]*)\]; "
-    r"engine: (\S+) \[([\d, ]*)\]\s*(\S*)\))?"
-)
-_FATAL = re.compile(r"^(\S+?):(\d+):(?:\d+:)? fatal error: ([^:]+): No such file or directory", re.M)
-_COMPILE = re.compile(r"^(\S+?):(\d+):(?:\d+:)? (?:fatal )?error: (.+)$", re.M)
+_EXPANDED = re.compile(r"The expanded size of the tensor \((\d+)\) must match the existing size \((\d+)\)")
+_KEY_ERROR = re.compile(r"^KeyError: '([^']+)'", re.M)
+_BARE_ASSERT = re.compile(r"^AssertionError\s*$", re.M)
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
+_CARETS = re.compile(r"^\s*[\^~]+\s*$")
+_TRACEBACK = "Traceback (most recent call last):"
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b(?::|\s*$)")
+# compilers: clang/hipcc ('x' file not found; unknown type name) and gcc (x: No such file or directory). Newer
+# clang wraps a long diagnostic onto the next line, and pasted logs may indent it, hence the \s around the message.
+_CLANG_MISSING = re.compile(r"^[ \t]*(\S+?):(\d+):\d+: fatal error:\s*'([^']+)' file not found", re.M)
+_GCC_MISSING = re.compile(r"^[ \t]*(\S+?):(\d+):(?:\d+:)? fatal error:\s*([^:\s]+): No such file or directory", re.M)
+_UNDECLARED = re.compile(r"^[ \t]*(\S+?):(\d+):\d+: error:\s*(unknown type name|use of undeclared identifier) '([^']+)'",
+                         re.M)  # fmt: skip
+_COMPILE = re.compile(r"^[ \t]*(\S+?):(\d+):(?:\d+:)? (?:fatal )?error:[ \t]*\n?[ \t]*(\S.*)$", re.M)
 _ARGPARSE = re.compile(r"error: (unrecognized arguments: (\S+).*|argument (--[\w-]+)(?:/\S+)?: (.+))$", re.M)
 _OOM = re.compile(r"(out of memory|Not enough memory|OutOfMemoryError|Prefill out of memory|Decode out of memory)",
                   re.I)  # fmt: skip
-_COLLECTIVE = re.compile(r"(NCCL|RCCL|ncclInternalError|ncclSystemError|HSA_STATUS_ERROR|Watchdog caught collective)")
+# the collective libraries' own errors; HSA_STATUS_ERROR_* is the ROCm runtime aborting a queue (a memory fault,
+# an illegal instruction), which any kernel can cause, so it is no evidence of a collective failure
+_COLLECTIVE = re.compile(r"((?:NCCL|RCCL) error|\bnccl(?:InternalError|SystemError|UnhandledCudaError|InvalidUsage|"
+                         r"RemoteError)\b|Watchdog caught collective)")  # fmt: skip
 _FALLBACK = re.compile(r"using 2stage default for \(([^)]*)\)")
+_ERROR_LINE = re.compile(r"^[\w.]*(?:Error|Exception)\b: |\bHSA_STATUS_ERROR_\w+|\bHIP error: |Memory access fault")
+_LOADING = ("load_weights", "do_load_weights", "weight_loader", "load_model", "default_weight_loader")
+_LOADING_NAME = re.compile(r"(?:^|_)load(?:_|$)|weight_loader|load_weights")
+_DRAFT_HINTS = re.compile(r"nextn|_mtp|eagle|draft", re.I)
+
+# Prefixes the launchers put in front of every line. A stream prefix says which process wrote the line (interleaved
+# ranks must not be mixed up); a record prefix (time stamp, logger header) says nothing about the traceback.
+_COMPOSE_PREFIX = re.compile(r"[\w.-]+ +\| ?")  # docker compose: "sglang-1  | "
+_STREAM_PREFIX = (
+    re.compile(r"\([\w.-]+ pid=\d+(?:, ip=[\d.]+)?\) ?"),  # vLLM/Ray workers: "(Worker_TP0 pid=1267) "
+    re.compile(r"\[(?:rank|default)\d+\]: ?"),  # torch.distributed / torchrun: "[rank0]: ", "[default0]:"
+)
+_RECORD_PREFIX = (
+    re.compile(r"\[\d{4}-\d\d-\d\d[T ][\d:.,]+Z?(?: [A-Z]+\d+)*\] ?"),  # SGLang "[2025-03-20 00:44:38 TP3] ", CI
+    re.compile(r"\d{4}-\d\d-\d\d[T ][\d:.,]+Z? "),  # CI runners' time stamps
+    re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) +\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
+               r"(?:\[[^\]]*\]|[\w.]+:\d+\])(?: |$)"),  # vLLM's logger, new "[core.py:1231]" and old "engine.py:366]"
+    re.compile(r"\[(?:Error|Warning|Info|Debug)\] (?:\(\w+\) )?"),  # a launcher's own level tag
+    re.compile(r"-->(?:\[History\]: )?"),  # aiter's JIT build history
+)
 
 
 def _shape(text: str) -> list[int]:
@@ -80,41 +130,182 @@ def _tail(lines: list[str], pattern: re.Pattern, n: int = 3) -> list[str]:
     return [ln for ln in lines if pattern.search(ln)][-n:]
 
 
+def _split(line: str) -> tuple[str, str]:
+    """(the stream the line belongs to, the line without the launchers' prefixes)."""
+    source: list[str] = []
+    if m := _COMPOSE_PREFIX.match(line):
+        source.append(m.group(0).split("|")[0].strip())
+        line = line[m.end():]
+    while True:
+        for p in (*_STREAM_PREFIX, *_RECORD_PREFIX):
+            if m := p.match(line):
+                if p in _STREAM_PREFIX:
+                    source.append(m.group(0).strip())
+                line = line[m.end():]
+                break
+        else:
+            return " ".join(source), line
+
+
+def _entries(log: str) -> list[tuple[str, str]]:
+    return [_split(ln) for ln in log.splitlines()]
+
+
+def _frames(entries: list[tuple[str, str]], lo: int, hi: int, source: str | None) -> list[Frame]:
+    """The traceback frames in ``entries[lo:hi]`` written by ``source`` (any stream when None), each with the
+    source line Python printed under it."""
+    frames: list[Frame] = []
+    pending: Frame | None = None
+    for src, body in entries[lo:hi]:
+        if source is not None and src != source:
+            continue
+        if m := _FRAME.match(body):
+            pending = Frame(file=m.group(1), line=int(m.group(2)), function=m.group(3))
+            frames.append(pending)
+        elif pending is not None and body.strip() and not _CARETS.match(body):
+            pending.code = body.strip() if body[:1].isspace() else None
+            pending = None
+    return frames
+
+
+def _frames_before(entries: list[tuple[str, str]], idx: int) -> list[Frame]:
+    """The frames of the traceback whose exception line is ``entries[idx]``: back to its header (or to an earlier
+    exception line, or the start of the excerpt), from the same stream only."""
+    source = entries[idx][0]
+    lo = 0
+    for j in range(idx - 1, -1, -1):
+        src, body = entries[j]
+        if src != source:
+            continue
+        if _TRACEBACK in body or _EXCEPTION_LINE.match(body):
+            lo = j + 1
+            break
+    return _frames(entries, lo, idx, source)
+
+
+def frames_of(log: str) -> list[Frame]:
+    """The frames of the last Python traceback in ``log`` (of every frame, when it prints no header)."""
+    entries = _entries(log)
+    for j in range(len(entries) - 1, -1, -1):
+        if _TRACEBACK in entries[j][1]:
+            return _frames(entries, j + 1, len(entries), entries[j][0])
+    return _frames(entries, 0, len(entries), None)
+
+
+def _is_loading(function: str) -> bool:
+    return function in _LOADING or bool(_LOADING_NAME.search(function))
+
+
+def _model_file(frames: list[Frame]) -> str | None:
+    """The model source whose load_weights ran: the outermost one under models/, not vLLM's shared helpers."""
+    model = [f.file for f in frames if f.function == "load_weights" and "/models/" in f.file
+             and not f.file.endswith("/models/utils.py")]  # fmt: skip
+    return model[0] if model else None
+
+
+def _weight_match(entries: list[tuple[str, str]]) -> tuple[str, re.Match, list[Frame]] | None:
+    """The first loader failure in the log: (kind, the message's match, the frames of its traceback).
+
+    The loaders' own messages are enough on their own; PyTorch's generic ones (a size mismatch in copy_, a KeyError,
+    a bare AssertionError) count only when the traceback that raised them is inside a weight loader."""
+    text = "\n".join(body for _, body in entries)
+    starts = [0]
+    for _, body in entries:
+        starts.append(starts[-1] + len(body) + 1)
+    kinds = (("default", _DEFAULT_LOADER), ("tried", _TRIED), ("replicated", _REPLICATED),
+             ("param_data", _PARAM_DATA), ("tensor_size", _TENSOR_SIZE), ("expanded", _EXPANDED),
+             ("key", _KEY_ERROR), ("assert", _BARE_ASSERT))  # fmt: skip
+    for kind, pattern in kinds:
+        for m in pattern.finditer(text):
+            idx = bisect.bisect_right(starts, m.start()) - 1
+            frames = _frames_before(entries, idx)
+            raised = frames[-1] if frames else None
+            loading = any(_is_loading(f.function) for f in frames)
+            if kind in ("default", "tried", "replicated"):
+                return kind, m, frames
+            if kind in ("param_data", "tensor_size", "expanded") and loading:
+                return kind, m, frames
+            if kind == "key" and raised is not None and _is_loading(raised.function) and (
+                "." in m.group(1) or "param" in (raised.code or "")
+            ):
+                return kind, m, frames
+            if kind == "assert" and raised is not None and (
+                raised.function in ("weight_loader", "default_weight_loader")
+                or (_is_loading(raised.function) and re.search(r"\bshape\b|\bsize\(\)", raised.code or ""))
+            ):
+                return kind, m, frames
+    return None
+
+
+def _weight_failure(entries: list[tuple[str, str]]) -> Diagnosis | None:
+    """A failure while the engine built or loaded the model's weights, by the loaders' own messages."""
+    found = _weight_match(entries)
+    if found is None:
+        return None
+    kind, m, frames = found
+    d = Diagnosis(category="weight_shape_mismatch", summary="", frames=frames, evidence=[m.group(0)])
+    if kind == "default":
+        d.checkpoint_shape, d.checkpoint_dtype = _shape(m.group(1)), m.group(2)
+        d.engine_shape, d.engine_dtype = _shape(m.group(3)), m.group(4)
+    elif kind == "tried":
+        d.checkpoint_shape, d.engine_shape = _shape(m.group(1)), _shape(m.group(2))
+    elif kind == "replicated":
+        d.engine_shape, d.engine_dtype = _shape(m.group(1)), m.group(2)
+        d.checkpoint_shape, d.checkpoint_dtype = _shape(m.group(3)), m.group(4)
+    elif kind == "param_data":
+        d.engine_shape, d.checkpoint_shape = _shape(m.group(1)), _shape(m.group(2))
+    elif kind in ("tensor_size", "expanded"):
+        # copy_/assignment into the parameter: a (the target) is the engine's, b the checkpoint's; one dimension
+        d.engine_shape, d.checkpoint_shape = [int(m.group(1))], [int(m.group(2))]
+    elif kind == "key":
+        d.parameter = m.group(1)
+    raised = frames[-1] if frames else None
+    if raised is not None:
+        d.loader = f"{raised.file}:{raised.line} {raised.function}"
+        if kind == "assert" and raised.code:
+            d.evidence = [raised.code, "AssertionError"]
+    d.model_file = _model_file(frames)
+    d.draft_model = any(_DRAFT_HINTS.search(f.file) or _DRAFT_HINTS.search(f.function) for f in frames)
+    what = "the draft model's" if d.draft_model else "a"
+    subject = d.parameter or f"{what} parameter the log does not name"
+    shapes = ""
+    if d.checkpoint_shape is not None:
+        shapes = (f": checkpoint {d.checkpoint_dtype or ''} {d.checkpoint_shape} vs engine "
+                  f"{d.engine_dtype or ''} {d.engine_shape}").replace("  ", " ")
+    where = f" (raised in {d.loader})" if d.loader else ""
+    d.summary = f"weight loading failed for {subject}{shapes}{where}"
+    return d
+
+
 def classify(log: str, *, timed_out: bool = False) -> Diagnosis:
     """Classify a failed start (or a failing run) from its log text."""
     lines = log.splitlines()
-    if m := _ASSIGN.search(log):
-        d = Diagnosis(category="weight_shape_mismatch", summary="",
-                      checkpoint_shape=_shape(m.group(1)), engine_shape=_shape(m.group(3)),
-                      checkpoint_dtype=m.group(2), engine_dtype=m.group(4),
-                      evidence=_tail(lines, re.compile(r"Attempted to load weight|Failed to load parameter")))  # fmt: skip
-        if p := _FAILED_PARAM.search(log):
-            d.parameter = p.group(1)
-            d.checkpoint_parameter = p.group(2)
-            d.checkpoint_dtype = p.group(3) or d.checkpoint_dtype
-            d.engine_dtype = p.group(5) or d.engine_dtype
-        elif p := re.search(r"param(?:eter)?[ =:'\"]+([\w.]+\.(?:weight|bias|weight_scale))", log):
-            d.parameter = p.group(1)
-        what = "shape" if d.checkpoint_shape != d.engine_shape else "dtype"
-        d.summary = (f"weight {what} mismatch loading {d.parameter or 'a parameter'}: checkpoint "
-                     f"{d.checkpoint_dtype or ''} {d.checkpoint_shape} vs engine {d.engine_dtype or ''} {d.engine_shape}")  # fmt: skip
+    entries = _entries(log)
+    text = "\n".join(body for _, body in entries)  # the log without the launchers' line prefixes
+    frames = frames_of(log)
+    if (d := _weight_failure(entries)) is not None:
         return d
-    if m := _FATAL.search(log):
+    if m := _CLANG_MISSING.search(text) or _GCC_MISSING.search(text):
         return Diagnosis(category="compile_error", file=m.group(1), line=int(m.group(2)), header=m.group(3).strip(),
                          summary=f"{m.group(1)}:{m.group(2)}: missing header {m.group(3).strip()}",
-                         evidence=[m.group(0)])  # fmt: skip
-    if m := _COMPILE.search(log):
+                         evidence=[m.group(0)], frames=frames)  # fmt: skip
+    if m := _UNDECLARED.search(text):
+        return Diagnosis(category="compile_error", file=m.group(1), line=int(m.group(2)), symbol=m.group(4),
+                         summary=f"{m.group(1)}:{m.group(2)}: {m.group(3)} '{m.group(4)}'",
+                         evidence=[m.group(0)], frames=frames)  # fmt: skip
+    if m := _COMPILE.search(text):
         return Diagnosis(category="compile_error", file=m.group(1), line=int(m.group(2)),
-                         summary=f"compile error in {m.group(1)}:{m.group(2)}: {m.group(3)}", evidence=[m.group(0)])  # fmt: skip
-    if m := _ARGPARSE.search(log):
+                         summary=f"compile error in {m.group(1)}:{m.group(2)}: {m.group(3)}", evidence=[m.group(0)],
+                         frames=frames)  # fmt: skip
+    if m := _ARGPARSE.search(text):
         flag = m.group(2) or m.group(3)
         return Diagnosis(category="invalid_flag", flag=flag, summary=f"invalid flag: {m.group(1)}", evidence=[m.group(0)])
-    if m := _OOM.search(log):
+    if m := _OOM.search(text):
         return Diagnosis(category="out_of_memory", summary=f"out of memory: {m.group(1)}",
-                         evidence=_tail(lines, _OOM))  # fmt: skip
-    if m := _COLLECTIVE.search(log):
+                         evidence=_tail(lines, _OOM), frames=frames)  # fmt: skip
+    if m := _COLLECTIVE.search(text):
         return Diagnosis(category="collective_error", summary=f"collective communication error ({m.group(1)})",
-                         evidence=_tail(lines, _COLLECTIVE))  # fmt: skip
+                         evidence=_tail(lines, _COLLECTIVE), frames=frames)  # fmt: skip
     for ln in reversed(lines):
         if re.search(r"\b(ValueError|ServerArgsError)\b", ln):
             flag = re.search(r"(--[\w-]+|\b(?:tp|dp)_size\b|\b[a-z]+_[a-z_]+\b)", ln.split(":", 1)[-1])
@@ -123,9 +314,12 @@ def classify(log: str, *, timed_out: bool = False) -> Diagnosis:
     if timed_out:
         return Diagnosis(category="hang_timeout", summary="the server did not become ready before the timeout",
                          evidence=lines[-3:])  # fmt: skip
-    err = [ln for ln in lines if re.search(r"Error|[Ee]xception|error:", ln)]
+    # the exception or runtime-abort line itself, else any line that mentions an error
+    err = [body for _, body in entries if _ERROR_LINE.search(body)] or [
+        ln for ln in lines if re.search(r"Error|[Ee]xception|error:", ln)
+    ]
     return Diagnosis(category="unknown", summary=(err[-1].strip() if err else "no error line found")[:300],
-                     evidence=err[-3:])  # fmt: skip
+                     evidence=err[-3:], frames=frames)  # fmt: skip
 
 
 def moe_fallbacks(log: str) -> list[MoEShape]:
@@ -141,6 +335,47 @@ def moe_fallbacks(log: str) -> list[MoEShape]:
                          use_g1u1=g1u1 == "True", doweight_stage1=dw == "True")  # fmt: skip
         shapes.setdefault(shape.key(), shape)
     return list(shapes.values())
+
+
+def workspace_relative(ctx: ToolContext, d: Diagnosis) -> Diagnosis:
+    """Point file paths in a diagnosis at the workspace (the paths the source tools take).
+
+    A path under the sandbox is made relative to it; a path of an installed SGLang tree elsewhere (for example
+    ``/sgl-workspace/sglang/python/sglang/...`` in the ROCm image) is mapped onto the workspace's own copy.
+    """
+    roots = {str(ctx.sandbox.root.resolve()).rstrip("/") + "/", ctx.sandbox.command_root.rstrip("/") + "/"}
+
+    def rel(path: str | None) -> str | None:
+        if not path:
+            return path
+        for root in roots:
+            if path.startswith(root):
+                return path[len(root):]
+        for repo in ctx.repos:
+            for marker in (f"/{repo}/", "/python/"):
+                cut = path.rfind(marker)
+                if cut >= 0:
+                    tail = path[cut + len(marker):] if marker != "/python/" else "python/" + path[cut + 8:]
+                    candidate = f"{repo}/{tail}"
+                    try:
+                        if ctx.sandbox.resolve(candidate).is_file():
+                            return candidate
+                    except Exception:  # a path the sandbox refuses is not the workspace's
+                        pass
+        return path
+
+    d.file = rel(d.file)
+    d.model_file = rel(d.model_file)
+    if d.loader:
+        where, _, func = d.loader.partition(" ")
+        path, _, line = where.rpartition(":")
+        d.loader = f"{rel(path)}:{line} {func}".rstrip()
+    for f in d.frames:
+        f.file = rel(f.file) or f.file
+    for root in roots:
+        d.summary = d.summary.replace(root, "")
+        d.evidence = [line.replace(root, "") for line in d.evidence]
+    return d
 
 
 class DiagnoseInput(ToolInput):
@@ -164,5 +399,5 @@ def diagnose_crash(ctx: ToolContext, args: DiagnoseInput) -> DiagnoseResult:
             return DiagnoseResult(ok=False, summary="no server log yet: launch first",
                                   diagnosis=Diagnosis(category="unknown", summary="no log"))  # fmt: skip
         text = path.read_text(errors="replace")
-    d = classify(text)
+    d = workspace_relative(ctx, classify(text))
     return DiagnoseResult(summary=d.summary, diagnosis=d, moe_fallback_shapes=moe_fallbacks(text))

@@ -11,7 +11,7 @@ from pydantic import Field
 
 from .base import Cost, ToolInput, ToolResult, tool
 from .context import ServerState, ToolContext
-from .diagnose import Diagnosis, MoEShape, classify, moe_fallbacks
+from .diagnose import Diagnosis, MoEShape, classify, moe_fallbacks, workspace_relative
 
 FlagValue = int | float | str | bool | None
 
@@ -97,21 +97,11 @@ def launch_server(ctx: ToolContext, args: LaunchInput) -> LaunchResult:
                             diagnosis=diagnosis, summary=f"timed out after {ready.wall_seconds:.0f} s: {diagnosis.summary}",
                             cost=Cost(wall_seconds=ready.wall_seconds))  # fmt: skip
     ctx.sandbox.stop_server(handle)
-    diagnosis = _workspace_relative(ctx, classify(text))
+    diagnosis = workspace_relative(ctx, classify(text))
     return LaunchResult(ok=False, status="crashed", exit_code=ready.exit_code, argv=argv, log_path=rel,
                         log_tail=tail, diagnosis=diagnosis, moe_fallback_shapes=fallbacks,
                         summary=f"crashed (exit {ready.exit_code}): {diagnosis.summary}",
                         cost=Cost(wall_seconds=ready.wall_seconds))  # fmt: skip
-
-
-def _workspace_relative(ctx: ToolContext, d: Diagnosis) -> Diagnosis:
-    """Point file paths in a diagnosis at the workspace (the path the source tools take)."""
-    for root in {str(ctx.sandbox.root.resolve()).rstrip("/") + "/", ctx.sandbox.command_root.rstrip("/") + "/"}:
-        if d.file and d.file.startswith(root):
-            d.file = d.file[len(root):]
-        d.summary = d.summary.replace(root, "")
-        d.evidence = [line.replace(root, "") for line in d.evidence]
-    return d
 
 
 def _startup_cost(ctx: ToolContext, startup_s: float, simulated: bool, wall: float) -> Cost:

@@ -26,6 +26,12 @@ from tasks.spec import TaskSpec
 from .base import Decision, PolicyContext
 
 MAX_FIXES_PER_CONFIG = 6
+# CUDA headers and the HIP headers that declare the same API (hipify's mapping)
+HIP_COUNTERPARTS = {
+    "cuda_runtime.h": "hip/hip_runtime.h", "cuda_runtime_api.h": "hip/hip_runtime_api.h", "cuda.h": "hip/hip_runtime.h",
+    "cuda_fp16.h": "hip/hip_fp16.h", "cuda_bf16.h": "hip/hip_bf16.h", "cuda_fp8.h": "hip/hip_fp8.h",
+    "cooperative_groups.h": "hip/hip_cooperative_groups.h", "cub/cub.cuh": "hipcub/hipcub.hpp",
+}
 SPEC_KEYS = ("speculative-algorithm", "speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens")
 
 
@@ -364,49 +370,83 @@ class PlaybookPolicy:
 
     def _exclude_fix(self, ctx: PolicyContext, diag: dict) -> tuple[Call, dict] | None:
         """The engine built a module quantized that the checkpoint stores unquantized: add the engine's names
-        of every module the exclude list covers under the checkpoint's prefix."""
-        engine_mod, ckpt_mod = _module(diag.get("parameter")), _module(diag.get("checkpoint_parameter"))
-        if not engine_mod:
-            return None
+        of every module the exclude list covers under the checkpoint's prefix.
+
+        When the log names the parameter (a KeyError, a loader that prints it) the two names give the prefixes.
+        When it does not (a bare assertion in a layer's weight_loader), the failing layer is found the way an
+        engineer finds it: a draft model loads the checkpoint's extra layer (the one beyond
+        ``num_hidden_layers``, per the weight index), under the prefix its model file maps checkpoint layers to.
+        """
         config_path = next((p for p in ctx.workspace.glob("**/config.json")
                             if "quantization_config" in ctx.workspace.read_file(p)), None)  # fmt: skip
         if config_path is None:
             return None
         text = ctx.workspace.read_file(config_path)
-        exclude = json.loads(text).get("quantization_config", {}).get("exclude", [])
-        adds: list[str] = []
-        if ckpt_mod and ckpt_mod != engine_mod:
+        config = json.loads(text)
+        exclude = config.get("quantization_config", {}).get("exclude", [])
+        index = config_path.rsplit("/", 1)[0] + "/model.safetensors.index.json"
+        names = json.loads(ctx.workspace.read_file(index)).get("weight_map", {}) if ctx.workspace.exists(index) else {}
+        engine_mod, ckpt_mod = _module(diag.get("parameter")), _module(diag.get("checkpoint_parameter"))
+        how = "named by the log"
+        if ckpt_mod and engine_mod and ckpt_mod != engine_mod:
             cp, ep = _split_prefix(ckpt_mod, engine_mod)
-            index = config_path.rsplit("/", 1)[0] + "/model.safetensors.index.json"
-            modules = {ckpt_mod}
-            if cp and ctx.workspace.exists(index):
-                names = json.loads(ctx.workspace.read_file(index)).get("weight_map", {})
-                modules |= {_module(n) for n in names if n.startswith(cp + ".")}
-            for m in sorted(modules):
-                engine_name = ep + m[len(cp):] if cp else m
-                if _excluded(m, exclude) and not _excluded(engine_name, exclude) and engine_name not in adds:
-                    adds.append(engine_name)
-        if engine_mod not in adds and not _excluded(engine_mod, exclude):
+        else:
+            prefixes = self._draft_prefixes(ctx, diag, config, names)
+            if prefixes is None:
+                return None
+            cp, ep = prefixes
+            how = f"inferred: the draft model loads {cp}.* as {ep}.*"
+        modules = {_module(n) for n in names if n.startswith(cp + ".")} if cp else set()
+        if ckpt_mod:
+            modules.add(ckpt_mod)
+        adds: list[str] = []
+        for m in sorted(m for m in modules if m):
+            engine_name = ep + m[len(cp):] if cp else m
+            if _excluded(m, exclude) and not _excluded(engine_name, exclude) and engine_name not in adds:
+                adds.append(engine_name)
+        if engine_mod and engine_mod not in adds and not _excluded(engine_mod, exclude):
             adds.append(engine_mod)
         anchor = re.search(r'"exclude"\s*:\s*\[(\s*\])?', text)
         if not anchor or not adds:
             return None
         entries = ", ".join(json.dumps(a) for a in adds)
         new = f'"exclude": [{entries}]' if anchor.group(1) else f'"exclude": [{entries}, '
-        shapes = f"checkpoint {diag.get('checkpoint_shape')} vs engine {diag.get('engine_shape')}"
+        shapes = ""
+        if diag.get("checkpoint_shape") is not None:
+            shapes = f" (checkpoint {diag.get('checkpoint_shape')} vs engine {diag.get('engine_shape')})"
         note = {
             "category": "weight_shape_mismatch",
             "title": f"Exclude {len(adds)} module(s) from quantization under the engine's names",
-            "root_cause": (f"{ckpt_mod or engine_mod} is stored unquantized and named in quantization_config.exclude, "
-                           f"but the engine builds it as {engine_mod}, which the exclude list does not match; it "
-                           f"was created quantized and the checkpoint weight does not fit ({shapes})"),
+            "root_cause": (f"{cp or ckpt_mod}.* is stored unquantized and named in quantization_config.exclude under "
+                           f"the checkpoint's names, but the engine builds it as {ep or engine_mod}.*, which the "
+                           f"exclude list does not match; it was created quantized and the checkpoint weight does not "
+                           f"fit{shapes} [{how}]"),
             "change": f"add {len(adds)} exclude entr{'y' if len(adds) == 1 else 'ies'} in {config_path}: "
                       + ", ".join(adds[:6]) + (" ..." if len(adds) > 6 else ""),
         }  # fmt: skip
         return Call(tool="edit_file", args={"path": config_path, "old": anchor.group(0), "new": new}), note
 
+    @staticmethod
+    def _draft_prefixes(ctx: PolicyContext, diag: dict, config: dict, names: dict) -> tuple[str, str] | None:
+        """(checkpoint prefix, engine prefix) of the layer a draft model loads, or None when it is not that."""
+        if not diag.get("draft_model"):
+            return None
+        n_layers = int(config.get("num_hidden_layers") or 0)
+        extra = sorted({int(m.group(1)) for k in names if (m := re.match(r"model\.layers\.(\d+)\.", k))
+                        and int(m.group(1)) >= n_layers})  # fmt: skip
+        model_file = diag.get("model_file")
+        if not extra or not model_file or not ctx.workspace.exists(model_file):
+            return None
+        source = ctx.workspace.read_file(model_file)
+        # the draft model's own checkpoint-name mapping: "model.layers.<i>": "<engine prefix>"
+        mapped = re.findall(r'["\']model\.layers\.\d+["\']\s*:\s*["\']([\w.]+)["\']', source)
+        if not mapped:
+            return None
+        return f"model.layers.{extra[0]}", mapped[0]
+
     def _guard_fix(self, ctx: PolicyContext, diag: dict) -> tuple[Call, dict] | None:
-        """A CUDA-only header included without a ROCm guard, in a file compiled for ROCm: guard it."""
+        """A CUDA-only header included without a ROCm guard, in a file compiled for ROCm: guard it, with the HIP
+        header that declares the same things on the other side (as hipify maps them)."""
         header, path = diag.get("header"), diag.get("file")
         if not header or not path or not ctx.workspace.exists(path):
             return None
@@ -415,15 +455,17 @@ class PlaybookPolicy:
         if not m:
             return None
         line = m.group(0)
+        hip = HIP_COUNTERPARTS.get(header)
+        new = f"#ifndef USE_ROCM\n{line}" + (f"#else\n#include <{hip}>\n" if hip else "") + "#endif\n"
         note = {
             "category": "compile_error",
             "title": f"Guard the CUDA-only include of {header} for ROCm builds",
             "root_cause": (f"{path} includes {header} unconditionally; ROCm builds (-DUSE_ROCM) have no such header, "
                            "so the JIT compilation fails and the launch with it"),
-            "change": f"wrap '#include {header}' in {path} in #ifndef USE_ROCM",
+            "change": f"wrap '#include <{header}>' in {path} in #ifndef USE_ROCM"
+                      + (f", including <{hip}> on ROCm" if hip else ""),
         }
-        return Call(tool="edit_file", args={"path": path, "old": line,
-                                            "new": f"#ifndef USE_ROCM\n{line}#endif\n"}), note  # fmt: skip
+        return Call(tool="edit_file", args={"path": path, "old": line, "new": new}), note
 
     @staticmethod
     def _memory_fix(task: TaskSpec, cur: dict, text: str) -> bool:

@@ -76,6 +76,33 @@ def test_agent_run_meets_the_targets(tmp_path):
     assert {k: v["achieved"] for k, v in replayed["targets"].items()} == \
         {k: v["achieved"] for k, v in summary["targets"].items()}  # fmt: skip
 
+    # the SGLang patches apply with `git am` to a clean unpack of the real release the workspace was made from
+    check_patches_apply_upstream(tmp_path / "runs" / "e2e", tmp_path / "upstream")
+
+
+def check_patches_apply_upstream(run_dir: Path, dest: Path) -> None:
+    from sandboxes.twin import release
+
+    source = json.loads((run_dir / "workspace" / ".twin" / "source.json").read_text())
+    tree = release.release_tree(source["version"])
+    if not isinstance(tree, release.ReleaseTree):
+        pytest.skip(f"the SGLang {source['version']} release is not available here: {tree.reason}")
+    assert source["sglang"].startswith("release:"), source
+    summary = json.loads((run_dir / "summary.json").read_text())
+    ws = git.Repo(run_dir / "workspace" / "sglang")
+    base = ws.git.rev_list("--max-parents=0", "HEAD")
+    patches = ws.git.format_patch(f"{base}..dayzero/{summary['run_id']}", "-o", str(dest / "patches")).split()
+    assert patches, "the run made no SGLang commit"
+    clean = dest / "sglang"
+    release.unpack(tree.wheel, clean / "python")  # the wheel's sglang/ package, in the repository layout
+    repo = git.Repo.init(clean)
+    repo.git.add("--all")
+    repo.git.commit("-q", "-m", f"sglang {source['version']}", env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                                                                   "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+    repo.git.am(*patches, env={"GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+    kernel = clean / "python/sglang/jit_kernel/csrc/elementwise/fused_metadata_copy.cuh"
+    assert "#ifndef USE_ROCM" in kernel.read_text()
+
 
 def test_bad_task_file_is_one_line(tmp_path):
     bad = tmp_path / "bad.yaml"
@@ -127,7 +154,8 @@ def test_sigkill_mid_trial_then_resume(tmp_path, kill_after_calls):
 @pytest.mark.parametrize("task", ["orion_mi300x", "vega_mi355x"])
 def test_playbook_solves_unseen_scenarios_unchanged(tmp_path, task):
     """Other model names, layer counts, MTP prefixes, unguarded headers in other kernel files, other MoE shapes
-    (and for Orion, fp8 weights on other hardware): the same playbook fixes both defects and meets the targets."""
+    (and for Orion, another layer class failing, on other hardware): the same playbook fixes both defects and
+    meets the targets."""
     proc = agent(tmp_path, "run", str(REPO / "tasks" / f"{task}.yaml"), "--policy", "playbook", "--run-id", task)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     summary = json.loads((tmp_path / "runs" / task / "summary.json").read_text())

@@ -31,6 +31,7 @@ MTP = {"tp-size": 8, "speculative-algorithm": "EAGLE", "speculative-num-steps": 
        "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 4}  # fmt: skip
 BASELINE_ID, MALFORMED_ID, INVALID_ID = "call_baseline", "call_malformed", "call_invalid"
 MTP_ID, DIAGNOSE_ID, EDIT_ID = "call_mtp", "call_diagnose", "call_edit"
+READ_ID = "call_read"
 RELAUNCH_ID, FINAL_BENCH_ID = "call_relaunch", "call_bench2"
 
 
@@ -81,20 +82,31 @@ def diagnose_after_crash(request: dict[str, Any]) -> dict[str, Any]:
     return {"tool_calls": [("diagnose_crash", {}, DIAGNOSE_ID)]}
 
 
-def patch_from_diagnosis(request: dict[str, Any]) -> dict[str, Any]:
-    """Build the exclude-list edit from the diagnosis the model was sent, as a model would."""
+def read_draft_model(request: dict[str, Any]) -> dict[str, Any]:
+    """SGLang's loader names no parameter: read the draft model the traceback points at, as a model would."""
     reply = tool_replies(request)[DIAGNOSE_ID]
     assert reply["ok"], reply
     diagnosis = reply["diagnosis"]
     assert diagnosis["category"] == "weight_shape_mismatch", diagnosis
-    parameter = diagnosis["parameter"]  # the name the engine builds, e.g. model.decoder.mlp.shared_experts...
-    m = re.match(r"(model\.decoder)\.", parameter)
-    assert m, f"the diagnosis should name the engine-side (draft model) parameter: {parameter}"
+    assert diagnosis["draft_model"] and diagnosis["model_file"], diagnosis
+    assert diagnosis["model_file"].startswith("sglang/"), diagnosis  # a workspace path the source tools take
+    return {"content": "The draft model failed to load; its model file maps the checkpoint's names.",
+            "tool_calls": [("search_source", {"regex": r"\"model\.layers\.\d+\"\s*:", "glob": diagnosis["model_file"]},
+                            READ_ID)]}
+
+
+def patch_from_source(request: dict[str, Any]) -> dict[str, Any]:
+    """Build the exclude-list edit from the draft model's own name mapping, as a model would."""
+    reply = tool_replies(request)[READ_ID]
+    assert reply["ok"], reply
+    text = "\n".join(match["text"] for match in reply["matches"])
+    m = re.search(r'"model\.layers\.\d+":\s*"([\w.]+)"', text)
+    assert m, "the draft model file should show where it registers the MTP layer"
     prefix = re.escape(m.group(1))
     entry = json.dumps(f"re:{prefix}\\.(mlp\\.shared_experts|self_attn\\.indexer)\\..*")
     edit = {"path": "model/config.json", "old": '"exclude": [', "new": f'"exclude": [\n      {entry},'}
-    return {"content": f"The draft model builds {parameter}; the exclude list only names model.layers.*.",
-            "tool_calls": [("edit_file", edit, EDIT_ID)]}  # fmt: skip
+    return {"content": f"The draft model builds the MTP layer as {m.group(1)}.*; the exclude list only names "
+                       "model.layers.*.", "tool_calls": [("edit_file", edit, EDIT_ID)]}  # fmt: skip
 
 
 def relaunch_after_edit(request: dict[str, Any]) -> dict[str, Any]:
@@ -129,7 +141,7 @@ def checked(step: Callable[[dict[str, Any]], dict[str, Any]], problems: list[str
 
 def script(problems: list[str]) -> list[Any]:
     steps = [after_baseline, benchmark_after_errors, mtp_after_benchmark, diagnose_after_crash,
-             patch_from_diagnosis, relaunch_after_edit, benchmark_after_relaunch,
+             read_draft_model, patch_from_source, relaunch_after_edit, benchmark_after_relaunch,
              finish_after_benchmark]  # fmt: skip
     first, *rest = [checked(s, problems) for s in steps]
     return [
@@ -174,7 +186,7 @@ def test_llm_run_through_the_cli(tmp_path: Path) -> None:
 
     # every scripted step was consumed, the 429 as one extra HTTP request, and nothing more was asked
     assert remaining == 0
-    assert len(requests) == 10
+    assert len(requests) == 11
     assert all(r["model"] == "scripted" for r in requests)
     assert requests[2]["messages"] == requests[3]["messages"]  # the SDK retried the request after the 429
 
@@ -189,8 +201,8 @@ def test_llm_run_through_the_cli(tmp_path: Path) -> None:
     events = [json.loads(line) for line in (run_dir / "trace.jsonl").read_text().splitlines()]
     kinds = [e["kind"] for e in events]
     assert kinds[0] == "run_started" and kinds[-1] == "run_finished"
-    assert kinds.count("llm_request") == 9  # one per decision; the SDK's retry is inside one request
-    assert kinds.count("llm_response") == 9
+    assert kinds.count("llm_request") == 10  # one per decision; the SDK's retry is inside one request
+    assert kinds.count("llm_response") == 10
     assert all(not e.get("error") for e in events if e["kind"] == "llm_response")
     calls = {e["call_id"]: e for e in events if e["kind"] == "tool_call"}
     turns = [m for r in requests for m in r["messages"] if m["role"] == "assistant"]

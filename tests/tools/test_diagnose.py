@@ -6,10 +6,30 @@ import pytest
 
 from tools.diagnose import classify, moe_fallbacks
 
+# SGLang's own loader messages (model_loader/weight_utils.py default_weight_loader, layers/linear.py
+# ReplicatedLinear.weight_loader); real logs of every form are in test_diagnose_real.py
 SHAPE = """[2026 TP0] Load weight begin. avail mem=283.68 GB
+[2026 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/ws/sglang/python/sglang/srt/models/deepseek_nextn.py", line 160, in load_weights
+    super().load_weights(weights, is_nextn=True)
   File "/ws/sglang/python/sglang/srt/model_loader/weight_utils.py", line 1047, in default_weight_loader
+    assert param.size() == loaded_weight.size(), (
 AssertionError: Attempted to load weight (torch.Size([4096, 1024])) into parameter (torch.Size([4096, 512]))
-[2026 TP0] Scheduler hit an exception: Failed to load parameter 'model.mtp.mlp.shared_experts.down_proj.weight' (checkpoint: model.layers.40.mlp.shared_experts.down_proj.weight, dtype BF16, shape [4096, 1024]; engine: U8 [4096, 512] mxfp4)
+"""
+REPLICATED = """  File "/ws/sglang/python/sglang/srt/layers/linear.py", line 290, in weight_loader
+    assert param.size() == loaded_weight.size(), (
+AssertionError: param.shape=torch.Size([4096, 512]) param.dtype=torch.uint8 loaded_weight.shape=torch.Size([4096, 1024]) loaded_weight.dtype=torch.bfloat16
+"""
+# two ranks' tracebacks interleaved line by line, as vLLM's multiproc executor prints them
+_W0 = "(Worker_TP0 pid=11) ERROR 04-28 07:10:22 [multiproc_executor.py:857]"
+_W3 = "(Worker_TP3 pid=14) ERROR 04-28 07:10:22 [multiproc_executor.py:857]"
+INTERLEAVED = f"""{_W0}   File "/v/vllm/model_executor/models/some_moe.py", line 500, in load_weights
+{_W3}   File "/v/vllm/v1/spec_decode/eagle.py", line 1239, in _get_model
+{_W0}     weight_loader(param, loaded_weight)
+{_W3}     model = get_model(
+{_W0}   File "/v/vllm/model_executor/layers/fused_moe/layer.py", line 1222, in weight_loader
+{_W0}     expert_data.copy_(loaded_weight)
+{_W0} RuntimeError: The size of tensor a (3072) must match the size of tensor b (6144) at non-singleton dimension 1
 """
 COMPILE = "/ws/sglang/sgl-kernel/csrc/a.cuh:12:10: fatal error: cuda_fp16.h: No such file or directory\ncompilation terminated.\n"
 OOM = "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 287.98 GiB\n"
@@ -23,10 +43,16 @@ RCCL = "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system
 @pytest.mark.parametrize(
     "log,category,fields",
     [
-        (SHAPE, "weight_shape_mismatch", {"parameter": "model.mtp.mlp.shared_experts.down_proj.weight",
-                                          "checkpoint_parameter": "model.layers.40.mlp.shared_experts.down_proj.weight",
-                                          "checkpoint_shape": [4096, 1024], "engine_shape": [4096, 512],
-                                          "checkpoint_dtype": "BF16", "engine_dtype": "U8"}),
+        (SHAPE, "weight_shape_mismatch", {"checkpoint_shape": [4096, 1024], "engine_shape": [4096, 512],
+                                          "loader": "/ws/sglang/python/sglang/srt/model_loader/weight_utils.py:1047 "
+                                                    "default_weight_loader",
+                                          "model_file": "/ws/sglang/python/sglang/srt/models/deepseek_nextn.py",
+                                          "draft_model": True}),
+        (REPLICATED, "weight_shape_mismatch", {"engine_shape": [4096, 512], "engine_dtype": "torch.uint8",
+                                               "checkpoint_shape": [4096, 1024], "checkpoint_dtype": "torch.bfloat16"}),
+        (INTERLEAVED, "weight_shape_mismatch", {"engine_shape": [3072], "checkpoint_shape": [6144],
+                                                "model_file": "/v/vllm/model_executor/models/some_moe.py",
+                                                "draft_model": False}),
         (COMPILE, "compile_error", {"header": "cuda_fp16.h", "line": 12, "file": "/ws/sglang/sgl-kernel/csrc/a.cuh"}),
         (OOM, "out_of_memory", {}),
         (SMALL, "out_of_memory", {}),

@@ -48,7 +48,7 @@ def call(runner, name, **args):
 def add_exclude(runner, module: str) -> None:
     """Add ``module`` to the checkpoint's exclude list with edit_file (what a patch looks like)."""
     rec = call(runner, "edit_file", path="model/config.json", old='"exclude": [\n',
-               new=f'"exclude": [\n      "{module}",\n')  # fmt: skip
+               new=f'"exclude": [\n      {json.dumps(module)},\n')  # fmt: skip
     assert rec.ok, rec.error
 
 
@@ -66,17 +66,18 @@ def test_known_path(runner, tmp_path):
     assert not crash.ok and crash.result["status"] == "crashed"
     diag = call(runner, "diagnose_crash").result["diagnosis"]
     assert diag["category"] == "weight_shape_mismatch"
-    assert diag["parameter"].startswith("model.decoder.mlp.shared_experts.")
-    assert diag["checkpoint_parameter"].startswith("model.layers.78.mlp.shared_experts.")
-    assert diag["checkpoint_shape"] != diag["engine_shape"]
+    assert diag["parameter"] is None  # SGLang's merged-linear loader names nothing: a bare AssertionError
+    assert diag["draft_model"] and diag["model_file"].endswith("models/deepseek_nextn.py")
     first_error = crash.result["summary"]
-    for _ in range(8):
-        add_exclude(runner, re.sub(r"\.(weight|weight_scale)$", "", diag["parameter"]))
-        launched = call(runner, "launch_server", flags={"tp-size": 8, **SPEC})
-        if launched.ok:
-            break
-        diag = launched.result["diagnosis"]
-        assert diag["category"] == "weight_shape_mismatch"
+    # the draft model's own name mapping says where it registers the checkpoint's MTP layer
+    found = call(runner, "search_source", regex=r'"model\.layers\.\d+":', glob=diag["model_file"])
+    engine_prefix = re.search(r'"model\.layers\.\d+":\s*"([\w.]+)"', found.result["matches"][0]["text"]).group(1)
+    assert engine_prefix == "model.decoder"
+    config = json.loads(runner.ctx.sandbox.read_file("model/config.json"))
+    for entry in config["quantization_config"]["exclude"]:  # every regex entry again, under the engine's prefix
+        if entry.startswith("re:model\\.layers\\.\\d+"):
+            add_exclude(runner, entry.replace("model\\.layers\\.\\d+", re.escape(engine_prefix)))
+    launched = call(runner, "launch_server", flags={"tp-size": 8, **SPEC})
     assert launched.ok, launched.result["summary"]
     mtp = call(runner, "run_benchmark", workload="single_stream").result["runs"][0]
     assert 2.6 <= mtp["decode_tok_s"] / base_speed <= 3.2
@@ -127,7 +128,7 @@ def test_known_path(runner, tmp_path):
         assert "Evidence before:" in head.message and "Dayzero-Run: test-run" in head.message
         assert len(list(repo.iter_commits("dayzero/test-run"))) == 2  # pristine upstream + the patch
     cfg = json.loads((runner.ctx.repos["model"] / "config.json").read_text())
-    assert any(e.startswith("model.decoder.") for e in cfg["quantization_config"]["exclude"])
+    assert any(e.startswith("re:model\\.decoder") for e in cfg["quantization_config"]["exclude"])
 
     events = read_trace(runner.ctx.run_dir / "trace.jsonl")
     calls = [e for e in events if e.kind == "tool_call"]
@@ -155,7 +156,7 @@ def test_invalid_tool_calls_come_back_as_errors(runner):
 
 
 def test_apply_patch_changes_a_file(runner):
-    path = "sglang/README.twin"
+    path = "sglang/python/sglang/version.py"
     first = runner.ctx.sandbox.read_file(path).splitlines()[0]
     diff = f"--- a/{path}\n+++ b/{path}\n@@ -1,1 +1,2 @@\n-{first}\n+{first}\n+patched by the agent\n"
     rec = runner.call("apply_patch", {"diff": diff})
@@ -177,7 +178,7 @@ def test_tool_schemas_are_valid_openai_functions(runner):
 
 def test_search_source_and_rate_sweep(runner):
     found = runner.call("search_source", {"regex": r"def should_ignore_layer", "glob": "sglang/**/*.py"})
-    assert found.ok and found.result["matches"][0]["path"].endswith("quark/utils.py")
+    assert found.ok and any(m["path"].endswith("quantization/quark/utils.py") for m in found.result["matches"])
     assert not runner.call("search_source", {"regex": "("}).ok
     assert runner.call("launch_server", {"flags": {"tp-size": 8}}).ok
     sweep = runner.call("run_benchmark", {"workload": "throughput", "rates": [0.5, 1.0]})
