@@ -326,7 +326,8 @@ def moe_fallbacks(log: str) -> list[MoEShape]:
     """MoE shapes that ran aiter's untuned default path, from its ``using 2stage default for (...)`` lines."""
     shapes: dict[tuple, MoEShape] = {}
     for m in _FALLBACK.finditer(log):
-        parts = [p.strip().strip("'\"") for p in m.group(1).split(",")]
+        # an enum prints as its repr inside aiter's key tuple: <ActivationType.Silu: 0> -> ActivationType.Silu
+        parts = [re.sub(r"^<([\w.]+): -?\d+>$", r"\1", p.strip()).strip("'\"") for p in m.group(1).split(",")]
         if len(parts) < 13:
             continue
         _cu, _token, model_dim, inter_dim, expert, topk, act, dtype, qa, qw, qt, g1u1, dw = parts[:13]

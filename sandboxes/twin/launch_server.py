@@ -40,6 +40,7 @@ BANNER = ("dayzero digital twin of a {hardware} node: SIMULATED SGLang ROCm engi
 DEFAULT_TIME_SCALE = 0.002
 
 log = logging.getLogger("sglang.twin")
+aiter_log = logging.getLogger("aiter")  # aiter logs through its own handler: "[aiter] <message>"
 
 
 class LaunchError(RuntimeError):
@@ -118,13 +119,13 @@ def moe_selection(ws: Workspace, scale: float) -> bool:
         raise
     except Exception as exc:  # a broken reader or CSV is the engine's crash, with its traceback
         raise LaunchError(f"{type(exc).__name__}: {exc} (reading {csv_path})") from None
-    if not Path(csv_path).exists():
-        log.warning(f"[aiter] AITER_CONFIG_FMOE={csv_path} does not exist; no tuned MoE configs loaded")
     m = sc.model
     dtype = sc.quantization.weight_format
+    # aiter's fused_moe key as the image's aiter (cu_num first, before aiter keyed by gfx in June 2026) logs it,
+    # through aiter's own logger ("[aiter] " + message, no SGLang prefix); the activation is a pybind11 enum
     key = (
         f"({moe_csv.cu_count(sc.hardware.gfx_arch)}, {{token}}, {m.hidden_size}, {m.moe.intermediate_size}, {m.moe.num_experts}, {m.moe.top_k}, "
-        f"'ActivationType.Silu', 'torch.bfloat16', '{moe_csv.dtype_code(dtype)}', "
+        f"<ActivationType.Silu: 0>, 'torch.bfloat16', '{moe_csv.dtype_code(dtype)}', "
         f"'{moe_csv.dtype_code(dtype)}', '{moe_csv.quant_type(dtype)}', True, False)"
     )
     tuned = True
@@ -135,18 +136,10 @@ def moe_selection(ws: Workspace, scale: float) -> bool:
         )
         if row is None:
             tuned = False
-            log.warning(f"[aiter] [fused_moe] using 2stage default for {key.format(token=token)}")
+            aiter_log.info(f"[fused_moe] using 2stage default for {key.format(token=token)} ")
         else:
-            log.info(
-                f"[aiter] [fused_moe] using 2stage (kernelName1='{row.get('kernelName1')}', "
-                f"kernelName2='{row.get('kernelName2')}') for {key.format(token=token)}"
-            )
-    if not tuned:
-        log.warning(
-            f"[aiter] no tuned fused-MoE selection for model_dim={m.hidden_size} inter_dim={m.moe.intermediate_size}"
-            f" E={m.moe.num_experts} topk={m.moe.top_k} dtype={dtype} in {csv_path}: falling back to the "
-            "heuristic (slow) path. Tune it with aiter's fmoe tuner and point AITER_CONFIG_FMOE at the result."
-        )
+            tag = f"(kernelName1='{row.get('kernelName1')}', kernelName2='{row.get('kernelName2')}')"
+            aiter_log.info(f"[fused_moe] using 2stage {tag} for {key.format(token=token)} ")
     return tuned
 
 
@@ -295,6 +288,11 @@ def configure_logging() -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO)
+    aiter_handler = logging.StreamHandler(sys.stdout)
+    aiter_handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))  # aiter/__init__.py's format
+    aiter_log.handlers[:] = [aiter_handler]
+    aiter_log.propagate = False
+    aiter_log.setLevel(logging.INFO)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -76,8 +76,9 @@ def test_untuned_moe_runs_the_fallback_path_until_tuned(ws, tmp_path):
     with running(ws, tmp_path / "untuned.log", ["--tp-size", "8"]) as server:
         assert get(server.url + "/server_info")["twin"]["moe_kernels"] == "fallback"
         log = server.log.read_text()
-    assert "using 2stage default for (256, 1, 6144, 2048, 256, 8" in log
-    assert "falling back to the heuristic (slow) path" in log
+    # aiter's own line, through aiter's own logger (no SGLang prefix), the activation as its enum's repr
+    assert ("\n[aiter] [fused_moe] using 2stage default for (256, 1, 6144, 2048, 256, 8, <ActivationType.Silu: 0>, "
+            "'torch.bfloat16', 'torch.float4_e2m1fn_x2', 'torch.float4_e2m1fn_x2', 'QuantType.per_1x32', True, False) \n") in log
     csv = tmp_path / "tuned.csv"
     subprocess.run(
         [sys.executable, "-m", "sandboxes.twin.tune_moe", "--scenario", str(ws / ".twin/scenario.yaml"),

@@ -109,7 +109,7 @@ def test_scenario_defects_end_to_end(case: Case, tmp_path: Path) -> None:
     assert rec["server_info"]["twin"]["moe_kernels"] == "fallback"
     log = (tmp_path / "base.log").read_text()
     assert f"using 2stage default for {case.moe_key}" in log
-    assert f"dtype={case.weight_format} in" in log and sc.hardware.name in log
+    assert sc.hardware.name in log
     if sc.hardware.name != "MI355X":
         assert "MI355X" not in log
 
