@@ -183,9 +183,8 @@ def start(args) -> tuple[ServerState, float]:
     model_info = resolve_server_args(args, ws)
     log.info(f"server_args=ServerArgs({', '.join(f'{k}={v!r}' for k, v in vars(args).items())})")
     server_args.check_platform(args, visible_gpus(sc))
-    gpus = args.tp_size if args.enable_dp_attention else args.tp_size * args.dp_size
     log.info("Init torch distributed begin.")
-    log.info(f"Init torch distributed ends. elapsed=1.2 s, mem usage=0.62 GB ({gpus} x {sc.hardware.name})")
+    log.info("Init torch distributed ends. elapsed=1.20 s, mem usage=0.62 GB")
     avail = sc.hardware.memory_gb * 0.985
     log.info(f"Load weight begin. avail mem={avail:.2f} GB")
     try:
@@ -211,9 +210,11 @@ def start(args) -> tuple[ServerState, float]:
                              tracebacks.render(ws.sglang_root, chain, [f"torch.OutOfMemoryError: {exc}"])) from None
     weights_gb = plan.weight_bytes_per_gpu / memory.GIB
     load_s = weights_gb * sc.startup.per_gb_weights_seconds
+    quant = ws.model_config.get("quantization_config") or {}
+    quant_str = f"quant={quant.get('quant_method', 'quantized')}, " if quant else ""  # get_quantization_config_log_str
     log.info(
-        f"Load weight end. elapsed={load_s:.2f} s, type={sc.model.architecture}, "
-        f"quant={sc.quantization.weight_format}, avail mem={avail - weights_gb:.2f} GB, mem usage={weights_gb:.2f} GB."
+        f"Load weight end. elapsed={load_s:.2f} s, type={sc.model.architecture}, {quant_str}"
+        f"avail mem={avail - weights_gb:.2f} GB, mem usage={weights_gb:.2f} GB."
     )
     log.info(f"Using KV cache dtype: {'torch.bfloat16' if cfg.kv_cache_dtype in ('auto', 'bf16') else 'torch.float8_e4m3fn'}")
     log.info(
@@ -223,8 +224,6 @@ def start(args) -> tuple[ServerState, float]:
         kernels = jit.compile_jit_kernels(sc, ws.sglang_root, vars(args), log.info)
     except jit.JitCompileError as exc:
         raise SchedulerError(exc.summary, exc.log) from None
-    for k in kernels:
-        log.info(f"JIT kernel ready: {k}")
     graph_bs = [] if cfg.disable_cuda_graph else [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if b <= cfg.cuda_graph_max_bs]
     graph_s = len(graph_bs) * sc.startup.cuda_graph_seconds_per_bs * (1 + (cfg.speculative_num_steps or 0) / 2)
     if graph_bs:
@@ -322,15 +321,16 @@ def main(argv: list[str] | None = None) -> int:
     host, port = server.server_address[:2]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    log.info(f"INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)")
-    log.info('POST /generate HTTP/1.1" 200 OK (warm-up: "The capital city of France is")')
+    # uvicorn logs through its own handler ("INFO:     ..."), the warm-up request as an access-log line
+    print(f"INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)", flush=True)
+    print(f'INFO:     127.0.0.1:{port + 1} - "POST /generate HTTP/1.1" 200 OK', flush=True)
     state.ready.set()
     log.info(f"{READY_LINE} (simulated start-up {startup_s:.0f} s on {state.twin['scenario']})")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     stop.wait()
-    log.info("Shutting down (SIGTERM).")
+    log.info(f"{SIMULATED_NOTE}: shutting down (SIGTERM).")
     server.shutdown()
     return 0
 

@@ -66,6 +66,20 @@ REAL_MESSAGES: tuple[RealMessage, ...] = (
                 'f"Scheduler hit an exception: {traceback}"', "launch_server.main"),
     RealMessage("child failed", SIGQUIT, "srt/entrypoints/engine.py",
                 '"Received sigquit from a child process. It usually means the child failed."', "launch_server.main"),
+    RealMessage("weights loaded", "Load weight end. elapsed={s:.2f} s, type={arch}, quant={method}, avail mem={a:.2f} GB, "
+                "mem usage={u:.2f} GB.", "srt/model_executor/model_runner.py", 'f"Load weight end. "',
+                "launch_server.start"),
+    RealMessage("KV pool", "KV Cache is allocated. #tokens: {n}, KV size: {size:.2f} GB", "srt/mem_cache/memory_pool.py",
+                'f"KV Cache is allocated. #tokens: {num_tokens}, KV size: {kv_size_GB:.2f} GB"', "launch_server.start"),
+    RealMessage("KV cache dtype", "Using KV cache dtype: {dtype}", "srt/model_executor/model_runner.py",
+                'f"Using KV cache dtype: {self.kv_cache_dtype}"', "launch_server.start"),
+    RealMessage("graph capture", "Capture cuda graph begin. This can take up to several minutes. avail mem={m:.2f} GB",
+                "srt/model_executor/model_runner.py",
+                'f"Capture {graph_backend[self.device]} begin. This can take up to several minutes. avail mem={before_mem:.2f} GB"',
+                "launch_server.start"),
+    RealMessage("running-request limit", "max_total_num_tokens={n}, chunked_prefill_size={c}, max_prefill_tokens={p}, "
+                "max_running_requests={r}, context_len={l}, available_gpu_mem={m:.2f} GB", "srt/managers/scheduler.py",
+                'f"max_total_num_tokens={self.max_total_num_tokens}, "', "launch_server.start"),
     RealMessage("ready line", READY, "srt/entrypoints/http_server.py",
                 '"The server is fired up and ready to roll!"', "launch_server.main"),
 )

@@ -192,5 +192,6 @@ MEMORY_POOL = [
 GRAPH_CAPTURE = [
     Frame(f"{_SRT}/model_executor/model_runner.py", "__init__", "self.initialize(pre_model_load_memory)", 535),
     Frame(f"{_SRT}/model_executor/model_runner.py", "initialize", "self.init_device_graphs()", 791),
-    Frame(f"{_SRT}/model_executor/model_runner.py", "init_device_graphs", "self.graph_runner = GraphRunnerCls(self)", 2949),
+    Frame(f"{_SRT}/model_executor/model_runner.py", "init_device_graphs",
+          "self.graph_runner = graph_runners[self.device](self)", 2958),
 ]
