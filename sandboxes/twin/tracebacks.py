@@ -134,30 +134,33 @@ SCHEDULER_START = [
     Frame(f"{_SRT}/managers/scheduler.py", "run_scheduler_process", "scheduler = Scheduler(", 4025),
     Frame(f"{_SRT}/managers/scheduler.py", "__init__", "self.init_model_worker()", 437),
 ]
+_TP_WORKER = [  # a TP worker (the target's, or the draft worker's base class) builds its model runner
+    Frame(f"{_SRT}/managers/tp_worker.py", "__init__", "self._init_model_runner()", 262),
+    Frame(f"{_SRT}/managers/tp_worker.py", "_init_model_runner", "self._model_runner = ModelRunner(", 347),
+]
 TARGET_WORKER = [
     Frame(f"{_SRT}/managers/scheduler.py", "init_model_worker", "self.init_tp_model_worker()", 718),
     Frame(f"{_SRT}/managers/scheduler.py", "init_tp_model_worker", "self.tp_worker = TpModelWorker(**worker_kwargs)", 673),
-    Frame(f"{_SRT}/managers/tp_worker.py", "__init__", "self._init_model_runner()", 262),
-    Frame(f"{_SRT}/managers/tp_worker.py", "_init_model_runner", "self._model_runner = ModelRunner(", 347),
+    *_TP_WORKER,
 ]
 DRAFT_WORKER = [
     Frame(f"{_SRT}/managers/scheduler.py", "init_model_worker", "self.maybe_init_draft_worker()", 719),
     Frame(f"{_SRT}/managers/scheduler.py", "maybe_init_draft_worker", "self.draft_worker = DraftWorkerClass(**draft_worker_kwargs)", 703),
     Frame(f"{_SRT}/speculative/eagle_worker.py", "__init__", "super().__init__(", 161),
-    Frame(f"{_SRT}/managers/tp_worker.py", "__init__", "self._init_model_runner()", 262),
-    Frame(f"{_SRT}/managers/tp_worker.py", "_init_model_runner", "self._model_runner = ModelRunner(", 347),
+    *_TP_WORKER,
 ]
-RUNNER_LOAD = [
+_RUNNER_MODEL = [  # the model runner loads the model through its loader
     Frame(f"{_SRT}/model_executor/model_runner.py", "__init__", "self.initialize(pre_model_load_memory)", 535),
     Frame(f"{_SRT}/model_executor/model_runner.py", "initialize", "self.load_model()", 655),
     Frame(f"{_SRT}/model_executor/model_runner.py", "load_model", "self.model = self.loader.load_model(", 1465),
+]
+RUNNER_LOAD = [
+    *_RUNNER_MODEL,
     Frame(f"{_SRT}/model_loader/loader.py", "load_model", "self.load_weights_and_postprocess(", 724),
     Frame(f"{_SRT}/model_loader/loader.py", "load_weights_and_postprocess", "model.load_weights(weights)", 733),
 ]
 RUNNER_INIT = [
-    Frame(f"{_SRT}/model_executor/model_runner.py", "__init__", "self.initialize(pre_model_load_memory)", 535),
-    Frame(f"{_SRT}/model_executor/model_runner.py", "initialize", "self.load_model()", 655),
-    Frame(f"{_SRT}/model_executor/model_runner.py", "load_model", "self.model = self.loader.load_model(", 1465),
+    *_RUNNER_MODEL,
     Frame(f"{_SRT}/model_loader/loader.py", "load_model", "model = _initialize_model(", 718),
     Frame(f"{_SRT}/model_loader/loader.py", "_initialize_model", "return model_class(**kwargs)", 292),
 ]
