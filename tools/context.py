@@ -12,6 +12,9 @@ from sandboxes.executors import InlineExecutor
 from tasks.spec import EngineSpec, TaskSpec
 
 
+ENGINE_LOCALE = {"LC_ALL": "C", "LANG": "C"}
+
+
 @dataclass
 class ServerState:
     handle: ServerHandle
@@ -53,7 +56,9 @@ class ToolContext:
         return text.format_map(_Missing(self.placeholders(**extra)))
 
     def engine_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        env = {**self.engine.env, **self.task.resolved_env(), **(extra or {})}
+        """The engine's environment: the C locale first (compilers then report in English, as the diagnosis
+        reads them), then the engine's, the task's and the call's own variables."""
+        env = {**ENGINE_LOCALE, **self.engine.env, **self.task.resolved_env(), **(extra or {})}
         return {k: self.render_value(v) for k, v in env.items()}
 
     def node_fraction(self) -> float:

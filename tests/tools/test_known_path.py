@@ -189,3 +189,15 @@ def test_search_source_and_rate_sweep(runner):
     assert sweep.result["cost"]["simulated_seconds"] > 1000  # two ten-minute runs, simulated
     log = runner.call("read_log", {"grep": "fired up", "context": 0})
     assert log.ok and "ready to roll" in log.result["lines"][0]
+
+
+def test_engines_run_in_the_c_locale(runner):
+    """Compilers then report in English, the form the diagnosis reads; a task may still set its own locale."""
+    env = runner.ctx.engine_env()
+    assert env["LC_ALL"] == "C" and env["LANG"] == "C"
+    assert runner.ctx.engine_env({"LC_ALL": "de_DE.UTF-8"})["LC_ALL"] == "de_DE.UTF-8"
+    assert runner.call("launch_server", {"flags": {"tp-size": 8}}).ok
+    pid = runner.ctx.server.handle.pid
+    environ = dict(kv.split("=", 1) for kv in open(f"/proc/{pid}/environ").read().split("\0") if "=" in kv)
+    assert environ["LC_ALL"] == "C"
+    assert runner.call("stop_server").ok
