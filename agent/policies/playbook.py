@@ -66,6 +66,59 @@ def _split_prefix(checkpoint: str, engine: str) -> tuple[str, str]:
     return ".".join(cp[: len(cp) - n]), ".".join(ep[: len(ep) - n])
 
 
+def _layer_module(suffix: str) -> bool:
+    """A module inside a decoder layer (attention or MLP), where a draft layer is renamed as a whole."""
+    return suffix.startswith(("self_attn.", "mlp."))
+
+
+def _regex_for_engine(entry: str, cp: str, ep: str) -> str | None:
+    """The ``re:`` entry ``entry`` rewritten for the engine's prefix: the part of its pattern that matches the
+    checkpoint's layer prefix replaced by the engine's (None when no leading part of it matches that prefix)."""
+    pattern = entry[3:]
+    for cut in range(1, len(pattern) + 1):
+        try:
+            head = re.compile(pattern[:cut])
+        except re.error:
+            continue
+        if head.fullmatch(cp + "."):
+            return "re:" + re.escape(ep + ".") + pattern[cut:]
+    return None
+
+
+def _engine_excludes(modules: list[str], cp: str, ep: str, exclude: list[str]) -> list[str]:
+    """Exclude entries naming, under the engine's prefix, the layer's modules the list keeps unquantized, in the
+    list's own style: one ``re:`` entry per pattern that covers them, exact names where exact names do."""
+    adds: list[str] = []
+    for m in modules:
+        suffix = m[len(cp) + 1:] if cp and m.startswith(cp + ".") else None
+        if suffix is None or not _layer_module(suffix):
+            continue
+        engine_name = f"{ep}.{suffix}"
+        if not _excluded(m, exclude) or _excluded(engine_name, exclude + adds):
+            continue
+        covering = next((e for e in exclude if e.startswith("re:") and _excluded(m, [e])), None)
+        rewritten = _regex_for_engine(covering, cp, ep) if covering else None
+        if rewritten is not None and _excluded(engine_name, [rewritten]):
+            adds.append(rewritten)
+        else:
+            adds.append(engine_name)
+    return adds
+
+
+def _insert_entries(text: str, adds: list[str]) -> tuple[str, str] | None:
+    """(old, new) for an edit that puts ``adds`` first in the file's exclude list, keeping its layout."""
+    m = re.search(r'"exclude"\s*:\s*\[(\s*)(\]?)', text)
+    if not m:
+        return None
+    gap, empty = m.group(1), m.group(2)
+    if "\n" in gap and not empty:  # one entry per line: the same indentation
+        indent = gap.rsplit("\n", 1)[1]
+        body = "".join(f"{json.dumps(a)},\n{indent}" for a in adds)
+        return m.group(0), m.group(0) + body
+    entries = ", ".join(json.dumps(a) for a in adds)
+    return m.group(0), f'"exclude": [{entries}]' if empty else f'"exclude": [{entries}, '
+
+
 class PlaybookPolicy:
     name = "playbook"
 
@@ -399,18 +452,12 @@ class PlaybookPolicy:
         modules = {_module(n) for n in names if n.startswith(cp + ".")} if cp else set()
         if ckpt_mod:
             modules.add(ckpt_mod)
-        adds: list[str] = []
-        for m in sorted(m for m in modules if m):
-            engine_name = ep + m[len(cp):] if cp else m
-            if _excluded(m, exclude) and not _excluded(engine_name, exclude) and engine_name not in adds:
-                adds.append(engine_name)
-        if engine_mod and engine_mod not in adds and not _excluded(engine_mod, exclude):
+        adds = _engine_excludes(sorted(m for m in modules if m), cp, ep, exclude)
+        if engine_mod and not _excluded(engine_mod, exclude + adds):
             adds.append(engine_mod)
-        anchor = re.search(r'"exclude"\s*:\s*\[(\s*\])?', text)
-        if not anchor or not adds:
+        edit = _insert_entries(text, adds)
+        if edit is None or not adds:
             return None
-        entries = ", ".join(json.dumps(a) for a in adds)
-        new = f'"exclude": [{entries}]' if anchor.group(1) else f'"exclude": [{entries}, '
         shapes = ""
         if diag.get("checkpoint_shape") is not None:
             shapes = f" (checkpoint {diag.get('checkpoint_shape')} vs engine {diag.get('engine_shape')})"
@@ -424,7 +471,7 @@ class PlaybookPolicy:
             "change": f"add {len(adds)} exclude entr{'y' if len(adds) == 1 else 'ies'} in {config_path}: "
                       + ", ".join(adds[:6]) + (" ..." if len(adds) > 6 else ""),
         }  # fmt: skip
-        return Call(tool="edit_file", args={"path": config_path, "old": anchor.group(0), "new": new}), note
+        return Call(tool="edit_file", args={"path": config_path, "old": edit[0], "new": edit[1]}), note
 
     @staticmethod
     def _draft_prefixes(ctx: PolicyContext, diag: dict, config: dict, names: dict) -> tuple[str, str] | None:
