@@ -88,18 +88,34 @@ _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit
 # compilers: clang/hipcc ('x' file not found; unknown type name) and gcc (x: No such file or directory). Newer
 # clang wraps a long diagnostic onto the next line, and pasted logs may indent it, hence the \s around the message.
 _CLANG_MISSING = re.compile(r"^[ \t]*(\S+?):(\d+):\d+: fatal error:\s*'([^']+)' file not found", re.M)
-_GCC_MISSING = re.compile(r"^[ \t]*(\S+?):(\d+):(?:\d+:)? fatal error:\s*([^:\s]+): No such file or directory", re.M)
+# gcc prints "fatal error: x.h: No such file or directory" in the user's locale ("没有那个文件或目录", "Aucun fichier ou
+# dossier de ce type", "Datei oder Verzeichnis nicht gefunden", ...), and may translate "fatal error" itself
+_FATAL = r"(?:fatal error|致命错误|schwerwiegender Fehler|erreur fatale|errore fatale|error fatal|erro fatal)"
+_GCC_MISSING = re.compile(rf"^[ \t]*(\S+?):(\d+):(?:\d+:)? {_FATAL}[:：]\s*([^:：\s]+)[:：] *(?:No such file or directory"
+                          r"|[^\x00-\x7f]|Datei |Aucun |File o |No existe |Arquivo |Nie ma )", re.M)  # fmt: skip
 _UNDECLARED = re.compile(r"^[ \t]*(\S+?):(\d+):\d+: error:\s*(unknown type name|use of undeclared identifier) '([^']+)'",
                          re.M)  # fmt: skip
 _COMPILE = re.compile(r"^[ \t]*(\S+?):(\d+):(?:\d+:)? (?:fatal )?error:[ \t]*\n?[ \t]*(\S.*)$", re.M)
 _ARGPARSE = re.compile(r"error: (unrecognized arguments: (\S+).*|argument (--[\w-]+)(?:/\S+)?: (.+))$", re.M)
-_OOM = re.compile(r"(out of memory|Not enough memory|OutOfMemoryError|Prefill out of memory|Decode out of memory)",
-                  re.I)  # fmt: skip
+_OOM = re.compile(r"(out of memory|Not enough memory|OutOfMemoryError|Prefill out of memory|Decode out of memory"
+                  r"|larger than the maximum number of tokens that can be stored in KV cache"
+                  r"|No available memory for the cache blocks)", re.I)  # fmt: skip
 # the collective libraries' own errors; HSA_STATUS_ERROR_* is the ROCm runtime aborting a queue (a memory fault,
 # an illegal instruction), which any kernel can cause, so it is no evidence of a collective failure
+# Their INFO lines (NCCL_DEBUG=INFO, RCCL prints "NCCL" too) are progress reports, never evidence of a failure.
 _COLLECTIVE = re.compile(r"((?:NCCL|RCCL) error|\bnccl(?:InternalError|SystemError|UnhandledCudaError|InvalidUsage|"
-                         r"RemoteError)\b|Watchdog caught collective)")  # fmt: skip
-_FALLBACK = re.compile(r"using 2stage default for \(([^)]*)\)")
+                         r"RemoteError)\b|Watchdog caught collective|(?:Test )?(?:NCCL|RCCL) failure)")  # fmt: skip
+_COLLECTIVE_INFO = re.compile(r"\b(?:NCCL|RCCL) INFO\b")
+# SGLang's scheduler watchdog: a forward pass (or a rank) stopped making progress
+_HANG = re.compile(r"(\b[Ww]atchdog timeout \(self\.watchdog_timeout=[^)]*\))")
+# a ValueError is a configuration (flag) problem only when it names a server argument: a --flag, a parallel size
+# (SGLang's "tp_size * dp_size = 16 GPUs requested ..."), or it was raised by the argument validation itself
+_VALUE_ERROR = re.compile(r"\b(?:ValueError|ServerArgsError)\b:?\s*(.*)$")
+_FLAG_NAME = re.compile(r"(--[a-z][\w-]*|\b(?:tp|dp|pp|ep|cp|sp|attn_tp|moe_dense_tp|moe_ep)_size\b|"
+                        r"\b(?:tensor|pipeline|data)[ _-]parallel[ _-]size\b)")  # fmt: skip
+_ARGS_FILES = ("server_args.py", "arg_utils.py")
+# aiter's MoE-shape lines (its selection line and its untuned notices); tools/moe_lines.py reads them field by field
+_FALLBACK = re.compile(r"\[fused_moe\] |Fmoe tuning not support for ")
 _ERROR_LINE = re.compile(r"^[\w.]*(?:Error|Exception)\b: |\bHSA_STATUS_ERROR_\w+|\bHIP error: |Memory access fault")
 _LOADING = ("load_weights", "do_load_weights", "weight_loader", "load_model", "default_weight_loader")
 _LOADING_NAME = re.compile(r"(?:^|_)load(?:_|$)|weight_loader|load_weights")
@@ -277,6 +293,26 @@ def _weight_failure(entries: list[tuple[str, str]]) -> Diagnosis | None:
     return d
 
 
+def _flag_value_error(entries: list[tuple[str, str]]) -> Diagnosis | None:
+    """The last ValueError, as an invalid_flag, when it names a server argument or the argument checks raised it."""
+    for idx in range(len(entries) - 1, -1, -1):
+        body = entries[idx][1]
+        if not (m := _VALUE_ERROR.search(body)):
+            continue
+        message = m.group(1)
+        frames = _frames_before(entries, idx)
+        by_args = bool(frames) and frames[-1].file.endswith(_ARGS_FILES)
+        named = _FLAG_NAME.search(message)
+        if not (named or by_args):
+            return None  # the last ValueError is the failure, and it is no configuration problem
+        flag = named.group(1) if named else None
+        if flag and not flag.startswith("--"):
+            flag = "--" + re.sub(r"[ _]", "-", flag.lower())
+        return Diagnosis(category="invalid_flag", flag=flag, summary=f"rejected configuration: {body.strip()[-200:]}",
+                         evidence=[body], frames=frames)  # fmt: skip
+    return None
+
+
 def classify(log: str, *, timed_out: bool = False) -> Diagnosis:
     """Classify a failed start (or a failing run) from its log text."""
     lines = log.splitlines()
@@ -300,42 +336,39 @@ def classify(log: str, *, timed_out: bool = False) -> Diagnosis:
     if m := _ARGPARSE.search(text):
         flag = m.group(2) or m.group(3)
         return Diagnosis(category="invalid_flag", flag=flag, summary=f"invalid flag: {m.group(1)}", evidence=[m.group(0)])
-    if m := _OOM.search(text):
+    # the collective libraries' INFO lines are progress reports; nothing below may rest on them
+    quiet = [(src, body) for src, body in entries if not _COLLECTIVE_INFO.search(body)]
+    quiet_text = "\n".join(body for _, body in quiet)
+    quiet_lines = [ln for ln in lines if not _COLLECTIVE_INFO.search(ln)]
+    if m := _OOM.search(quiet_text):
         return Diagnosis(category="out_of_memory", summary=f"out of memory: {m.group(1)}",
-                         evidence=_tail(lines, _OOM), frames=frames)  # fmt: skip
-    if m := _COLLECTIVE.search(text):
+                         evidence=_tail(quiet_lines, _OOM), frames=frames)  # fmt: skip
+    if m := _COLLECTIVE.search(quiet_text):
         return Diagnosis(category="collective_error", summary=f"collective communication error ({m.group(1)})",
-                         evidence=_tail(lines, _COLLECTIVE), frames=frames)  # fmt: skip
-    for ln in reversed(lines):
-        if re.search(r"\b(ValueError|ServerArgsError)\b", ln):
-            flag = re.search(r"(--[\w-]+|\b(?:tp|dp)_size\b|\b[a-z]+_[a-z_]+\b)", ln.split(":", 1)[-1])
-            return Diagnosis(category="invalid_flag", flag=flag.group(1) if flag else None,
-                             summary=f"rejected configuration: {ln.strip()[-200:]}", evidence=[ln])  # fmt: skip
+                         evidence=_tail(quiet_lines, _COLLECTIVE), frames=frames)  # fmt: skip
+    if m := _HANG.search(quiet_text):
+        return Diagnosis(category="hang_timeout", summary=f"the engine stopped making progress: {m.group(1)}",
+                         evidence=_tail(quiet_lines, _HANG), frames=frames)  # fmt: skip
+    if (d := _flag_value_error(quiet)) is not None:
+        return d
     if timed_out:
         return Diagnosis(category="hang_timeout", summary="the server did not become ready before the timeout",
-                         evidence=lines[-3:])  # fmt: skip
+                         evidence=quiet_lines[-3:] or lines[-3:])  # fmt: skip
     # the exception or runtime-abort line itself, else any line that mentions an error
-    err = [body for _, body in entries if _ERROR_LINE.search(body)] or [
-        ln for ln in lines if re.search(r"Error|[Ee]xception|error:", ln)
+    err = [body for _, body in quiet if _ERROR_LINE.search(body)] or [
+        ln for ln in quiet_lines if re.search(r"Error|[Ee]xception|error:", ln)
     ]
     return Diagnosis(category="unknown", summary=(err[-1].strip() if err else "no error line found")[:300],
                      evidence=err[-3:], frames=frames)  # fmt: skip
 
 
 def moe_fallbacks(log: str) -> list[MoEShape]:
-    """MoE shapes that ran aiter's untuned default path, from its ``using 2stage default for (...)`` lines."""
-    shapes: dict[tuple, MoEShape] = {}
-    for m in _FALLBACK.finditer(log):
-        # an enum prints as its repr inside aiter's key tuple: <ActivationType.Silu: 0> -> ActivationType.Silu
-        parts = [re.sub(r"^<([\w.]+): -?\d+>$", r"\1", p.strip()).strip("'\"") for p in m.group(1).split(",")]
-        if len(parts) < 13:
-            continue
-        _cu, _token, model_dim, inter_dim, expert, topk, act, dtype, qa, qw, qt, g1u1, dw = parts[:13]
-        shape = MoEShape(model_dim=int(model_dim), inter_dim=int(inter_dim), expert=int(expert), topk=int(topk),
-                         act_type=act, dtype=dtype, q_dtype_a=qa, q_dtype_w=qw, q_type=qt,
-                         use_g1u1=g1u1 == "True", doweight_stage1=dw == "True")  # fmt: skip
-        shapes.setdefault(shape.key(), shape)
-    return list(shapes.values())
+    """MoE shapes that ran aiter's untuned default path, deduplicated, from its ``[fused_moe] using ... default for
+    (...)`` lines and untuned notices in any format aiter has printed (tools/moe_lines.py). Lines of no known
+    format are left out here; ``moe_lines.unparsed_lines(log)`` lists them."""
+    from .moe_lines import untuned_shapes  # moe_lines imports MoEShape from here
+
+    return untuned_shapes("\n".join(ln for ln in log.splitlines() if _FALLBACK.search(ln)))
 
 
 def workspace_relative(ctx: ToolContext, d: Diagnosis) -> Diagnosis:

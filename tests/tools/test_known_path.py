@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import git
 import pytest
@@ -198,6 +199,7 @@ def test_engines_run_in_the_c_locale(runner):
     assert runner.ctx.engine_env({"LC_ALL": "de_DE.UTF-8"})["LC_ALL"] == "de_DE.UTF-8"
     assert runner.call("launch_server", {"flags": {"tp-size": 8}}).ok
     pid = runner.ctx.server.handle.pid
-    environ = dict(kv.split("=", 1) for kv in open(f"/proc/{pid}/environ").read().split("\0") if "=" in kv)
+    raw = Path(f"/proc/{pid}/environ").read_text()
+    environ = dict(kv.split("=", 1) for kv in raw.split("\0") if "=" in kv)
     assert environ["LC_ALL"] == "C"
     assert runner.call("stop_server").ok
