@@ -11,7 +11,6 @@ from sandboxes.base import Sandbox, ServerHandle
 from sandboxes.executors import InlineExecutor
 from tasks.spec import EngineSpec, TaskSpec
 
-
 ENGINE_LOCALE = {"LC_ALL": "C", "LANG": "C"}
 
 

@@ -66,6 +66,23 @@ def _split_prefix(checkpoint: str, engine: str) -> tuple[str, str]:
     return ".".join(cp[: len(cp) - n]), ".".join(ep[: len(ep) - n])
 
 
+_GUARDED_PAIR = re.compile(
+    r"^[ \t]*#[ \t]*if(?:ndef[ \t]+USE_ROCM|[ \t]+!defined\(?[ \t]*USE_ROCM[ \t]*\)?)[ \t]*\n"
+    r"((?:[ \t]*#[ \t]*include[ \t]*<[^>]+>[^\n]*\n)+)[ \t]*#[ \t]*else[^\n]*\n"
+    r"((?:[ \t]*#[ \t]*include[ \t]*<[^>]+>[^\n]*\n)+)", re.M)  # fmt: skip
+_INCLUDE = re.compile(r"<([^>]+)>")
+
+
+def _own_counterparts(text: str) -> dict[str, str]:
+    """CUDA header -> HIP header, as the file's own guarded includes pair them (#ifndef USE_ROCM / #else)."""
+    pairs: dict[str, str] = {}
+    for m in _GUARDED_PAIR.finditer(text):
+        cuda, hip = _INCLUDE.findall(m.group(1)), _INCLUDE.findall(m.group(2))
+        if len(cuda) == len(hip):  # one for one, in order
+            pairs.update(zip(cuda, hip, strict=True))
+    return pairs
+
+
 def _layer_module(suffix: str) -> bool:
     """A module inside a decoder layer (attention or MLP), where a draft layer is renamed as a whole."""
     return suffix.startswith(("self_attn.", "mlp."))
@@ -502,7 +519,7 @@ class PlaybookPolicy:
         if not m:
             return None
         line = m.group(0)
-        hip = HIP_COUNTERPARTS.get(header)
+        hip = _own_counterparts(text).get(header) or HIP_COUNTERPARTS.get(header)
         new = f"#ifndef USE_ROCM\n{line}" + (f"#else\n#include <{hip}>\n" if hip else "") + "#endif\n"
         note = {
             "category": "compile_error",
