@@ -223,6 +223,8 @@ def summarize(run: Run, state: AgentState) -> dict[str, Any]:
         "wall_seconds_in_tools": round(state.budget.wall_seconds, 1),
         "llm_tokens": state.budget.llm_tokens,
         "best_config": best,
+        # features the policy could not bring up: why, the configuration that showed it, what it did not retry
+        "blocked": dict(state.memo.get("blocked", {})),
     }
 
 

@@ -180,7 +180,8 @@ class PlaybookPolicy:
             if item["from"] != "none" and flags == base["flags"] and env == base.get("env", {}):
                 return None  # nothing new to try
             memo["current"] = {"label": item["label"], "flags": flags, "env": env, "measure": item["measure"],
-                               "keep_as": item["keep_as"], "group": item.get("group"), "step": "launch",
+                               "keep_as": item["keep_as"], "group": item.get("group"),
+                               "feature": item.get("feature"), "step": "launch",
                                "fixes": 0, "seen": []}  # fmt: skip
             return None
         return self._next_phase(state, task, memo)
@@ -254,7 +255,8 @@ class PlaybookPolicy:
                 plan.append({"label": f"speculative decoding {s}/1/{s + 1}", "from": "single",
                              "set": {"speculative-algorithm": algs[0], "speculative-num-steps": s,
                                      "speculative-eagle-topk": 1, "speculative-num-draft-tokens": s + 1},
-                             "measure": "single", "keep_as": "single", "group": "depth" if s > shallow else None})  # fmt: skip
+                             "measure": "single", "keep_as": "single", "group": "depth" if s > shallow else None,
+                             "feature": "speculative decoding"})  # fmt: skip
         plan += self._knob_items(task, "single", "single")
         return plan
 
@@ -399,6 +401,11 @@ class PlaybookPolicy:
         if cur["keep_as"] == "base":
             memo["phase"] = "done"
             return [], f"bring-up failed and could not be fixed: {why}"
+        feature = cur.get("feature")
+        if feature:  # the same crash waits at every other depth of this feature: do not relaunch them
+            skipped = [q["label"] for q in memo["queue"] if q.get("feature") == feature]
+            memo["queue"] = [q for q in memo["queue"] if q.get("feature") != feature]
+            memo.setdefault("blocked", {})[feature] = {"why": why, "tried": cur["label"], "skipped": skipped}
         return None
 
     # --- fixes ---------------------------------------------------------------------------------------------------

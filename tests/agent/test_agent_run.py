@@ -35,6 +35,7 @@ def check_finished_run(run_dir: Path) -> dict:
     assert summary["targets"]["single_stream"]["achieved"] >= 213
     titles = [c["title"] for c in summary["commits"]]
     assert len(titles) >= 2
+    assert summary["blocked"] == {}  # every crash on the way was fixed: no feature left blocked
     repos = {name: git.Repo(run_dir / "workspace" / name) for name in ("model", "sglang")}
     branch = f"dayzero/{summary['run_id']}"
     messages = [c.message for r in repos.values() for c in r.iter_commits(branch) if "Dayzero-Run" in c.message]

@@ -62,3 +62,17 @@ def test_guard_counterparts_come_from_the_file_first() -> None:
     assert HIP_COUNTERPARTS["cuda_fp8.h"] == "hip/hip_fp8.h"  # hipify's mapping otherwise
     uneven = "#ifndef USE_ROCM\n#include <a.h>\n#include <b.h>\n#else\n#include <c.h>\n#endif\n"
     assert _own_counterparts(uneven) == {}  # no one-for-one pairing to learn from
+
+
+def test_an_unfixable_crash_blocks_its_feature_at_every_depth() -> None:
+    from agent.policies.playbook import PlaybookPolicy
+
+    memo = {"queue": [{"label": "speculative decoding 4/1/5", "feature": "speculative decoding"},
+                      {"label": "speculative decoding 5/1/6", "feature": "speculative decoding"},
+                      {"label": "KV cache fp8_e4m3"}], "current": {}}  # fmt: skip
+    cur = {"label": "speculative decoding 3/1/4", "keep_as": "single", "feature": "speculative decoding"}
+    assert PlaybookPolicy()._abandon(memo, cur, "No module named 'sglang.srt.models.deepseek_nextn'") is None
+    assert [q["label"] for q in memo["queue"]] == ["KV cache fp8_e4m3"]
+    blocked = memo["blocked"]["speculative decoding"]
+    assert blocked["tried"] == "speculative decoding 3/1/4" and "deepseek_nextn" in blocked["why"]
+    assert blocked["skipped"] == ["speculative decoding 4/1/5", "speculative decoding 5/1/6"]
