@@ -129,8 +129,8 @@ class ModelDims:
         """Dims from an HF-style ``config.json`` dict (DeepSeek-V3 / GLM-MoE-DSA key names).
 
         The MTP layer follows the DeepSeek convention: with ``num_nextn_predict_layers >= 1`` it is stored
-        as layer ``num_hidden_layers`` under ``model.layers.<num_hidden_layers>``; the twin-only block
-        ``dayzero_twin`` may override both (``mtp_layer_index``, ``mtp_checkpoint_prefix``).
+        as layer ``num_hidden_layers`` under ``model.layers.<num_hidden_layers>``, where SGLang's NextN loader
+        reads it (scenarios may not place it elsewhere).
         """
 
         def need(key: str) -> Any:
@@ -139,12 +139,11 @@ class ModelDims:
             return cfg[key]
 
         n_layers = int(need("num_hidden_layers"))
-        twin = cfg.get("dayzero_twin") or {}
         mtp_index: int | None = None
         mtp_prefix: str | None = None
         if int(cfg.get("num_nextn_predict_layers") or 0) > 0:
-            mtp_index = int(twin.get("mtp_layer_index", n_layers))
-            mtp_prefix = str(twin.get("mtp_checkpoint_prefix", f"model.layers.{mtp_index}"))
+            mtp_index = n_layers
+            mtp_prefix = f"model.layers.{n_layers}"
         archs = cfg.get("architectures") or [""]
         if cfg.get("kv_lora_rank") is None:  # no latent attention: grouped-query attention
             heads = int(need("num_attention_heads"))

@@ -190,7 +190,8 @@ def start(args) -> tuple[ServerState, float]:
     try:
         report = weights.load_weights(
             ws.model_dir, ws.sglang_root, with_draft=bool(args.speculative_algorithm), tp_size=args.tp_size,
-            attn_tp_size=args.tp_size // args.dp_size if args.enable_dp_attention else args.tp_size)
+            attn_tp_size=args.tp_size // args.dp_size if args.enable_dp_attention else args.tp_size,
+            draft=(mtp.draft_model_file, mtp.draft_model_class, mtp.engine_prefix) if (mtp := sc.model.mtp) else None)
     except weights.WeightLoadError as exc:
         raise SchedulerError(str(exc), exc.log) from None
     for line in report.log_lines:

@@ -34,9 +34,6 @@ NOT_IN_PARAMS_DICT = "{name} not found in params_dict."
 SCHEDULER_EXCEPTION = "Scheduler hit an exception: {traceback}"
 SIGQUIT = "Received sigquit from a child process. It usually means the child failed."
 READY = "The server is fired up and ready to roll!"
-LOAD_WEIGHT_BEGIN = "Load weight begin. avail mem={avail:.2f} GB"
-LOAD_WEIGHT_END = "Load weight end. elapsed={elapsed:.2f} s, type={type}, quant={quant}, avail mem={avail:.2f} GB, mem usage={usage:.2f} GB."
-KV_ALLOCATED = "KV Cache is allocated. #tokens: {tokens}, KV size: {size:.2f} GB"
 
 REAL_MESSAGES: tuple[RealMessage, ...] = (
     RealMessage("default weight loader", DEFAULT_LOADER, "srt/model_loader/weight_utils.py",

@@ -149,8 +149,9 @@ DRAFT_WORKER = [
     Frame(f"{_SRT}/speculative/eagle_worker.py", "__init__", "super().__init__(", 161),
     *_TP_WORKER,
 ]
+_RUNNER_START = Frame(f"{_SRT}/model_executor/model_runner.py", "__init__", "self.initialize(pre_model_load_memory)", 535)
 _RUNNER_MODEL = [  # the model runner loads the model through its loader
-    Frame(f"{_SRT}/model_executor/model_runner.py", "__init__", "self.initialize(pre_model_load_memory)", 535),
+    _RUNNER_START,
     Frame(f"{_SRT}/model_executor/model_runner.py", "initialize", "self.load_model()", 655),
     Frame(f"{_SRT}/model_executor/model_runner.py", "load_model", "self.model = self.loader.load_model(", 1465),
 ]
@@ -181,7 +182,7 @@ FUTURE = [
 _MIXIN = f"{_SRT}/model_executor/model_runner_kv_cache_mixin.py"
 _POOL = f"{_SRT}/model_executor/pool_configurator.py"
 MEMORY_POOL = [
-    Frame(f"{_SRT}/model_executor/model_runner.py", "__init__", "self.initialize(pre_model_load_memory)", 535),
+    _RUNNER_START,
     Frame(f"{_SRT}/model_executor/model_runner.py", "initialize", "self.init_memory_pool(pre_model_load_memory)", 749),
     Frame(_MIXIN, "init_memory_pool", "self.memory_pool_config = self._resolve_memory_pool_config(", 902),
     Frame(_MIXIN, "_resolve_memory_pool_config", "config = configurator.calculate_pool_sizes(available_bytes, page_size)",
@@ -193,7 +194,7 @@ MEMORY_POOL = [
 ]
 # CUDA-graph capture (where activations and graph buffers are allocated)
 GRAPH_CAPTURE = [
-    Frame(f"{_SRT}/model_executor/model_runner.py", "__init__", "self.initialize(pre_model_load_memory)", 535),
+    _RUNNER_START,
     Frame(f"{_SRT}/model_executor/model_runner.py", "initialize", "self.init_device_graphs()", 791),
     Frame(f"{_SRT}/model_executor/model_runner.py", "init_device_graphs",
           "self.graph_runner = graph_runners[self.device](self)", 2958),
