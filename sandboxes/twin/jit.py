@@ -189,21 +189,25 @@ def _functions(tree: ast.Module) -> Iterator[ast.FunctionDef]:
             yield node
 
 
-def _call_site(root: Path, module: str, func: str) -> tracebacks.Frame | None:
-    """The first place under python/sglang/srt that imports ``module`` from sglang.jit_kernel and calls ``func``."""
-    srt = root / "python/sglang/srt"
-    needle = f"sglang.jit_kernel.{module}"
-    for path in sorted(srt.rglob("*.py")) if srt.is_dir() else ():
+def _parsed_mentioning(paths: Iterable[Path], *texts: str) -> Iterator[tuple[Path, ast.Module, list[str]]]:
+    """(path, tree, lines) of each Python file among ``paths`` whose text contains every one of ``texts``."""
+    for path in paths:
         try:
             text = path.read_text(errors="replace")
         except OSError:
             continue
-        if needle not in text or func not in text:
+        if not all(t in text for t in texts):
             continue
         parsed = _parse(path)
-        if parsed is None:
-            continue
-        tree, lines = parsed
+        if parsed is not None:
+            yield path, *parsed
+
+
+def _call_site(root: Path, module: str, func: str) -> tracebacks.Frame | None:
+    """The first place under python/sglang/srt that imports ``module`` from sglang.jit_kernel and calls ``func``."""
+    srt = root / "python/sglang/srt"
+    needle = f"sglang.jit_kernel.{module}"
+    for path, tree, lines in _parsed_mentioning(sorted(srt.rglob("*.py")) if srt.is_dir() else (), needle, func):
         for fn in _functions(tree):
             for call in _calls(fn, func):
                 stmt = _statement_of(fn, call)
@@ -223,16 +227,7 @@ def find_loader(root: Path, kernel: JitKernel) -> Loader | None:
     if rel is None or not jit_dir.is_dir():
         return None
     found: list[tuple[bool, Loader]] = []
-    for path in sorted(jit_dir.glob("*.py")):
-        try:
-            if rel not in path.read_text(errors="replace"):
-                continue
-        except OSError:
-            continue
-        parsed = _parse(path)
-        if parsed is None:
-            continue
-        tree, lines = parsed
+    for path, tree, lines in _parsed_mentioning(sorted(jit_dir.glob("*.py")), rel):
         for fn in _functions(tree):
             for call in _calls(fn, "load_jit"):
                 files = [kw.value for kw in call.keywords if kw.arg in ("cuda_files", "cpp_files")]
