@@ -21,6 +21,19 @@ from sandboxes.twin.materialize import materialize
 READY = "The server is fired up and ready to roll!"
 
 
+def edited_default_scenario(tmp_path: Path, edit) -> Path:
+    """The default scenario's YAML with ``edit(data)`` applied, written as ``tmp_path/mine.yaml``."""
+    import yaml
+
+    from sandboxes.twin.scenario import SCENARIO_DIR
+
+    data = yaml.safe_load((SCENARIO_DIR / "glm52_mi355x.yaml").read_text())
+    edit(data)
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -7,11 +7,10 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
 
 from sandboxes.twin import release
 from sandboxes.twin.materialize import MaterializeError, materialize, unguard_include
-from sandboxes.twin.scenario import SCENARIO_DIR
+from tests.twin.conftest import edited_default_scenario
 
 UTILS = "python/sglang/jit_kernel/include/sgl_kernel/utils.cuh"
 
@@ -24,19 +23,11 @@ def tree() -> release.ReleaseTree:
     return got
 
 
-def scenario_with(tmp_path: Path, edit) -> Path:
-    data = yaml.safe_load((SCENARIO_DIR / "glm52_mi355x.yaml").read_text())
-    edit(data)
-    path = tmp_path / "mine.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
 def test_a_guarded_include_is_moved_out_of_its_guard(tree: release.ReleaseTree, tmp_path: Path) -> None:
     real = (tree.package / "jit_kernel/include/sgl_kernel/utils.cuh").read_text().splitlines()
     at = real.index("#include <cuda_bf16.h>")
     assert real[at - 1].strip() == "#ifndef USE_ROCM"  # the release guards it
-    path = scenario_with(tmp_path, lambda d: d["defects"]["unguarded_includes"].append(
+    path = edited_default_scenario(tmp_path, lambda d: d["defects"]["unguarded_includes"].append(
         {"file": UTILS, "header": "cuda_bf16.h"}))
     result = materialize(path, tmp_path / "ws")
     lines = (tmp_path / "ws" / "sglang" / UTILS).read_text().splitlines()
@@ -67,7 +58,7 @@ def test_unguard_is_a_no_op_on_an_unguarded_include(tmp_path: Path) -> None:
     (lambda d: d["model"]["mtp"].update(draft_model_class="GlmNextN"), "model.mtp.draft_model_class"),
 ])  # fmt: skip
 def test_defects_must_name_what_the_tree_has(tree: release.ReleaseTree, tmp_path: Path, edit, where: str) -> None:
-    path = scenario_with(tmp_path, edit)
+    path = edited_default_scenario(tmp_path, edit)
     with pytest.raises(MaterializeError) as info:
         materialize(path, tmp_path / "ws")
     message = str(info.value)

@@ -6,21 +6,13 @@ import re
 from pathlib import Path
 
 import pytest
-import yaml
 
-from sandboxes.twin.scenario import SCENARIO_DIR, ScenarioError, available, load
-
-
-def write(tmp_path: Path, edit) -> Path:
-    data = yaml.safe_load((SCENARIO_DIR / "glm52_mi355x.yaml").read_text())
-    edit(data)
-    path = tmp_path / "mine.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+from sandboxes.twin.scenario import ScenarioError, available, load
+from tests.twin.conftest import edited_default_scenario
 
 
 def problem(tmp_path: Path, edit) -> tuple[str, str, str]:
-    path = write(tmp_path, edit)
+    path = edited_default_scenario(tmp_path, edit)
     with pytest.raises(ScenarioError) as info:
         load(path)
     message = str(info.value)
