@@ -1,4 +1,4 @@
-"""The twin reproduces the published GLM-5.2 on 8x MI355X figures (../shared/spec/glm52-mi355x-facts.md).
+"""The twin reproduces the published GLM-5.2 on 8x MI355X figures (the team's case study).
 
 Every figure is measured the way a user measures it: a real ``launch_server`` process, the twin's
 ``bench_serving`` against it. Throughput runs use the production workload (20k in with a 12k shared prefix,
