@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import itertools
 import sys
 import types
 from collections.abc import Iterable
@@ -54,9 +55,22 @@ def _bound_names(node: ast.stmt) -> tuple[str, ...]:
 
 
 def _used_names(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | {
-        n.value.id for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
-    }
+    """Names a definition uses when it is defined or run. Annotations are left out: they are compiled as text
+    (``from __future__ import annotations``), so a type named only there is never needed."""
+    names: set[str] = set()
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, ast.Name):
+            names.add(n.id)
+        for name, value in ast.iter_fields(n):
+            if name in ("annotation", "returns"):
+                continue
+            if isinstance(value, ast.AST):
+                todo.append(value)
+            elif isinstance(value, list):
+                todo.extend(v for v in value if isinstance(v, ast.AST))
+    return names
 
 
 def _is_stdlib_import(node: ast.stmt) -> bool:
@@ -67,13 +81,24 @@ def _is_stdlib_import(node: ast.stmt) -> bool:
     return False
 
 
+_MODULE_NUMBERS = itertools.count(1)
+_PARSED: dict[Path, tuple[tuple[int, int], ast.Module]] = {}
+
+
 def parse(path: Path) -> ast.Module:
+    """The file's syntax tree (cached while the file is unchanged; callers never modify it)."""
     try:
+        st = path.stat()
+        cached = _PARSED.get(path)
+        if cached is not None and cached[0] == (st.st_mtime_ns, st.st_size):
+            return cached[1]
         source = path.read_text()
     except FileNotFoundError:
         raise PureCodeError(f"No such file: {path}", path=path, kind="ModuleNotFoundError") from None
     try:
-        return ast.parse(source, filename=str(path))
+        tree = ast.parse(source, filename=str(path))
+        _PARSED[path] = ((st.st_mtime_ns, st.st_size), tree)
+        return tree
     except SyntaxError as exc:
         raise PureCodeError(f"{exc.msg} ({path.name}, line {exc.lineno})", path=path, line=exc.lineno or 0,
                             kind="SyntaxError") from None  # fmt: skip
@@ -105,7 +130,7 @@ def load_definitions(path: Path, names: Iterable[str], *, extra: dict[str, Any] 
     body = [n for n in tree.body if _is_stdlib_import(n)] + _closure(tree, names, path)
     module = ast.Module(body=body, type_ignores=[])
     # a real module object: dataclasses resolve string annotations through sys.modules[cls.__module__]
-    module_name = f"dayzero_twin_workspace_{abs(hash((str(path), ast.dump(module))))}"
+    module_name = f"dayzero_twin_workspace_{next(_MODULE_NUMBERS)}"
     holder = types.ModuleType(module_name)
     holder.__file__ = str(path)
     holder.__dict__.update(extra or {})

@@ -43,6 +43,8 @@ from .checkpoint import (
     tensor_bytes,
 )
 from .pure_code import PureCodeError, class_attribute, definition_line, load_definitions
+from .stubbed_init import ConstructionError, construct
+from .stubbed_init import StubValue as _StubValue
 from .tracebacks import (
     DEEPSEEK_LOAD,
     DRAFT_WORKER,
@@ -582,13 +584,72 @@ def load_weights(model_dir: Path, sglang_root: Path, *, with_draft: bool, tp_siz
     missing = [n for n, p in engine.params.items() if not p.loaded]
 
     if with_draft:
-        missing += _load_draft(root, dims, fmt, exclude, should_ignore, weight_map, draft or _scenario_draft(model_dir),
-                               tp, attn_tp, fuse_qkv_a, report)  # fmt: skip
+        missing += _load_draft(root, cfg, dims, fmt, exclude, should_ignore, weight_map,
+                               draft or _scenario_draft(model_dir), tp, attn_tp, fuse_qkv_a, report)  # fmt: skip
     report.not_loaded = missing[:MAX_LISTED]
     return report
 
 
-def _load_draft(root: Path, dims: ModelDims, fmt: str, exclude: list[str], should_ignore: Any,
+class _QuarkConfig:
+    """What the draft's constructor sees of SGLang's ``QuarkConfig``: its name, its exclude list and the
+    mapper hook the model loader calls (``QuarkConfig.apply_weight_name_mapper`` maps the list in place)."""
+
+    def __init__(self, exclude: list[str]) -> None:
+        self.exclude_layers = list(exclude)
+        self.packed_modules_mapping = dict(QUARK_PACKED_MODULES)
+
+    def get_name(self) -> str:
+        return "quark"
+
+    def apply_weight_name_mapper(self, mapper: Any) -> None:
+        self.exclude_layers = mapper.apply_list(self.exclude_layers)
+
+    def __getattr__(self, name: str) -> Any:  # the rest of QuarkConfig is not the twin's business
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _StubValue()
+
+
+class _HFConfig:
+    """``config.json`` as the transformers config object the constructor reads (attributes)."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        self.__dict__.update(cfg)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _StubValue()
+
+
+def _draft_layer_quant(root: Path, cfg: dict[str, Any], draft_file: str, draft_class: str, decoder_prefix: str,
+                       exclude: list[str], frames: list[Frame]) -> tuple[bool, list[str]]:  # fmt: skip
+    """(whole layer unquantized, exclude list its modules are asked with) for the draft's decoder layer.
+
+    As the engine does it: the model loader maps the exclude list through the class's ``hf_to_sglang_mapper``,
+    then the workspace's draft class constructor runs (``stubbed_init``) and builds the decoder layer with
+    whatever quantization config its own code chose (``None`` when the exclude list names the whole layer).
+    """
+    mapper = _draft_mapper(root, draft_file, draft_class, frames)
+    quant = _QuarkConfig(exclude)
+    if mapper is not None:  # model_loader/loader.py: quant_config.apply_weight_name_mapper(...)
+        quant.apply_weight_name_mapper(mapper)
+    try:
+        built = construct(root, draft_file, draft_class, config=_HFConfig(cfg), quant_config=quant)
+    except PureCodeError as exc:
+        raise _workspace_error(root, draft_file, exc, frames, "draft model") from None
+    except ConstructionError as exc:
+        tail = [f'  File "{root / draft_file}", line {exc.line}, in __init__', exc.message]
+        raise WeightLoadError(f"draft model {draft_class}.__init__: {exc.message}",
+                              render(root, frames, tail), draft=True) from None  # fmt: skip
+    layer = built.built_at(decoder_prefix)
+    layer_quant = layer.kwargs.get("quant_config", quant) if layer is not None else quant
+    if layer_quant is None:
+        return True, []
+    return False, list(getattr(layer_quant, "exclude_layers", None) or [])
+
+
+def _load_draft(root: Path, cfg: dict[str, Any], dims: ModelDims, fmt: str, exclude: list[str], should_ignore: Any,
                 weight_map: dict[str, Any], draft: tuple[str, str, str], tp: int, attn_tp: int, fuse_qkv_a: bool,
                 report: WeightLoadReport) -> list[str]:  # fmt: skip
     draft_file, draft_class, decoder_prefix = draft
@@ -604,13 +665,13 @@ def _load_draft(root: Path, dims: ModelDims, fmt: str, exclude: list[str], shoul
         name = draft_file.removeprefix("python/").removesuffix(".py").replace("/", ".")
         raise WorkspaceImportError(f"No module named '{name}'", render(root, init, [
             f"ModuleNotFoundError: No module named '{name}'"]))  # fmt: skip
-    mapper = _draft_mapper(root, draft_file, draft_class, init) if fmt != "bf16" else None
-    mapped_exclude = list(mapper.apply_list(exclude)) if mapper is not None else list(exclude)
     nextn_layer = dims.mtp_layer_index if dims.num_hidden_layers != 1 else 0
     ckpt_prefix = dims.mtp_checkpoint_prefix or f"model.layers.{nextn_layer}"
-    decide = _decider(root, should_ignore, mapped_exclude, init + [Frame(draft_file, "__init__", "self.model = ", 0)],
-                      True)  # fmt: skip
-    whole = fmt != "bf16" and decide(mapper._map_name(ckpt_prefix) if mapper is not None else ckpt_prefix)
+    init_frames = init + [Frame(draft_file, "__init__", "self.model = ", 0)]
+    whole, layer_exclude = (False, list(exclude))
+    if fmt != "bf16":
+        whole, layer_exclude = _draft_layer_quant(root, cfg, draft_file, draft_class, decoder_prefix, exclude, init)
+    decide = _decider(root, should_ignore, layer_exclude, init_frames, True)
     engine = _Engine("bf16" if whole else fmt, decide, tp, attn_tp, fuse_qkv_a, dims.attention_kind == "gqa",
                      dims.head_dim)
     model_prefix = decoder_prefix.rpartition(".")[0] or "model"

@@ -214,3 +214,46 @@ def test_bundled_excerpt_behaves_like_the_release(tmp_path: Path, monkeypatch: p
     edit_config(ws, lambda cfg: cfg["quantization_config"]["exclude"].append(
         r"re:model\.decoder\.(mlp\.shared_experts|self_attn\.indexer)\..*"))
     assert load(ws, draft=True).draft_bytes > 0
+
+
+# --- the draft's constructor runs as written (sandboxes/twin/stubbed_init.py) ---------------------------------
+
+
+def test_a_fix_in_the_draft_constructor_is_honoured(pristine_workspaces: dict[str, Path], tmp_path: Path) -> None:
+    """The upstream fix the agent proposes (map the checkpoint's MTP-layer exclude entries in __init__) loads the
+    draft with the checkpoint's config as released, for regex and exact-name exclude lists alike."""
+    from agent.policies.upstream_fixes import map_draft_excludes
+
+    for name in ("glm52_mi355x", "vega_mi355x"):
+        ws = workspace(pristine_workspaces, tmp_path / name, name)
+        assert failure(ws, draft=True).draft
+        path = ws / "sglang" / NEXTN
+        fixed = map_draft_excludes(path.read_text(), "DeepseekV3ForCausalLMNextN",
+                                   'f"model.layers.{config.num_hidden_layers}"', "model.layers.<N>", "model.decoder")
+        assert fixed is not None
+        path.write_text(fixed)
+        report = load(ws, draft=True)  # the config is untouched
+        assert report.draft_bytes > 0 and any(m.startswith("model.decoder.") for m in report.unquantized_modules)
+
+
+def test_the_constructor_decides_whole_layer_exclusion(ws: Path) -> None:
+    """An exclude entry naming the draft's layer prefix makes __init__ build the whole layer unquantized (the
+    release's own `should_ignore_layer(mapped_prefix, ...)` branch), with no entry for any module in it: here
+    the routed experts too, which this checkpoint stores in MXFP4, so they no longer fit."""
+    edit_config(ws, lambda cfg: cfg["quantization_config"]["exclude"].append("model.layers.78"))
+    path = ws / "sglang" / NEXTN
+    path.write_text(path.read_text().replace('"model.layers.61": "model.decoder"', '"model.layers.78": "model.decoder"'))
+    err = failure(ws, draft=True)
+    assert err.draft and err.param.startswith("model.decoder.mlp.experts.")
+    assert "The size of tensor a" in err.log.splitlines()[-1]
+
+
+def test_an_exception_in_the_draft_constructor_is_the_engines_crash(ws: Path) -> None:
+    path = ws / "sglang" / NEXTN
+    text = path.read_text()
+    # a stubbed engine object answers anything; a real one (the config's exclude list) raises as it would:
+    path.write_text(text.replace("        nextn_quant_config = quant_config\n",
+                                 "        nextn_quant_config = quant_config.exclude_layers[10**6]\n", 1))
+    err = failure(ws, draft=True)
+    assert err.log.splitlines()[-1] == "IndexError: list index out of range"
+    assert str(path) in err.log

@@ -2,8 +2,9 @@
 # real release could not be downloaded. It keeps what decides weight loading: the class, its checkpoint-name
 # mapper, and where the MTP layer is registered. The torch modules are elided. Not SGLang's code.
 # SPDX-License-Identifier: Apache-2.0
-from sglang.srt.models.deepseek_v2 import DeepseekV3ForCausalLM
+from sglang.srt.models.deepseek_v2 import DeepseekV2DecoderLayer, DeepseekV3ForCausalLM
 from sglang.srt.models.utils import WeightsMapper
+from sglang.srt.utils import add_prefix
 
 
 class DeepseekModelNextN:

@@ -1,0 +1,135 @@
+"""Fixes proposed to the engine itself, so the next checkpoint of the kind needs no config fix.
+
+A draft (MTP) model loads the checkpoint's extra layer under a prefix of its own. When its weight-name mapper
+renames only one particular layer index, a checkpoint whose extra layer has another index keeps the exclude
+entries of that layer under the checkpoint's name, and the draft builds those modules quantized. The upstream
+fix: the draft model's constructor maps the exclude entries that name the checkpoint's layer (from the config,
+not a constant) to its own prefix before any module is built.
+
+``map_draft_excludes(source, ...)`` returns the patched source text, or None when the file does not have the
+shape the fix needs (the class, a constructor taking ``config`` and ``quant_config``). The inserted code is
+plain Python in the file's own indentation; nothing here knows a particular model, layer or prefix.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import textwrap
+
+HELPER = "_map_mtp_exclude_layers"
+LINE_LENGTH = 88  # black's default, which SGLang uses
+
+_HELPER_SOURCE = '''def {name}(exclude_layers, ckpt_prefix, prefix):
+    """Exclude entries, plus each one that names the checkpoint's MTP layer
+    (``ckpt_prefix``) again under this model's ``prefix``: an exact name (and the
+    fused-experts module an expert's name belongs to), or a ``re:`` pattern whose
+    leading part matches ``ckpt_prefix.``."""
+    mapped = []
+    for entry in exclude_layers:
+        if entry.startswith("re:"):
+            pattern = entry[3:]
+            for cut in range(1, len(pattern) + 1):
+                try:
+                    head = re.compile(pattern[:cut])
+                except re.error:
+                    continue
+                if head.fullmatch(ckpt_prefix + "."):
+                    mapped.append("re:" + re.escape(prefix + ".") + pattern[cut:])
+                    break
+        elif entry == ckpt_prefix or entry.startswith(ckpt_prefix + "."):
+            name = prefix + entry[len(ckpt_prefix) :]
+            mapped.append(name)
+            experts = re.match(r"(.*\\.experts)\\.\\d+\\.", name)
+            if experts:
+                mapped.append(experts.group(1))
+    added = [m for m in dict.fromkeys(mapped) if m not in exclude_layers]
+    return list(exclude_layers) + added
+
+
+'''
+
+_COMMENT = ("The checkpoint names its MTP layer {ckpt_doc}, which hf_to_sglang_mapper renames for one index "
+            "only: name that layer's exclude entries under this model's prefix too.")
+_CALL_SOURCE = '''{comment}{i}if getattr(quant_config, "exclude_layers", None):
+{i}    quant_config.exclude_layers = {name}(
+{i}        quant_config.exclude_layers,
+{i}        {ckpt_expr},
+{i}        {prefix},
+{i}    )
+'''
+
+
+def _init_of(tree: ast.Module, class_name: str) -> tuple[ast.ClassDef, ast.FunctionDef] | None:
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name), None)
+    if cls is None:
+        return None
+    init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+    if init is None:
+        return None
+    params = {a.arg for a in init.args.args + init.args.kwonlyargs}
+    if not {"config", "quant_config"} <= params:
+        return None
+    return cls, init
+
+
+def _is_base_init(stmt: ast.stmt) -> bool:
+    """``super().__init__(...)`` or ``Base.__init__(self, ...)``."""
+    return (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+            and isinstance(stmt.value.func, ast.Attribute) and stmt.value.func.attr == "__init__")  # fmt: skip
+
+
+def _import_re(lines: list[str], tree: ast.Module) -> int | None:
+    """Index at which ``import re`` goes among the file's plain top-level imports (None: already imported)."""
+    plain = [n for n in tree.body if isinstance(n, ast.Import)]
+    if any(a.name == "re" and a.asname is None for n in plain for a in n.names):
+        return None
+    after = [n for n in plain if n.names[0].name < "re"]
+    if after:
+        return after[-1].end_lineno or after[-1].lineno
+    if plain:
+        return plain[0].lineno - 1
+    first = next((n for n in tree.body if isinstance(n, ast.ImportFrom | ast.Import)), None)
+    return (first.lineno - 1) if first else 0
+
+
+def map_draft_excludes(source: str, class_name: str, ckpt_expr: str, ckpt_doc: str, prefix: str) -> str | None:
+    """``source`` with the fix in ``class_name.__init__``: ``ckpt_expr`` is the Python expression of the
+    checkpoint's layer prefix in terms of ``config`` (e.g. an f-string of ``config.num_hidden_layers``),
+    ``ckpt_doc`` how a comment names it, ``prefix`` the draft's own prefix for that layer."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    found = _init_of(tree, class_name)
+    if found is None or HELPER in source:
+        return None
+    cls, init = found
+    lines = source.splitlines(True)
+    body = init.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+        body = body[1:]  # after the docstring
+    if not body:
+        return None
+    base_init = next((s for s in body if _is_base_init(s)), None)
+    anchor = base_init or body[0]
+    indent = re.match(r"[ \t]*", lines[anchor.lineno - 1]).group(0)
+    comment = "".join(f"{indent}# {ln}\n" for ln in textwrap.wrap(_COMMENT.format(ckpt_doc=ckpt_doc),
+                                                                  LINE_LENGTH - len(indent) - 2))
+    call = _CALL_SOURCE.format(i=indent, comment=comment, name=HELPER, ckpt_expr=ckpt_expr, prefix=json.dumps(prefix))
+    at = (anchor.end_lineno or anchor.lineno) if base_init else anchor.lineno - 1
+    lines[at:at] = call.splitlines(True)
+    first = min([cls.lineno] + [d.lineno for d in cls.decorator_list]) - 1
+    while first > 0 and lines[first - 1].lstrip().startswith("#"):  # keep comments above the class with it
+        first -= 1
+    lines[first:first] = _HELPER_SOURCE.format(name=HELPER).splitlines(True)
+    at_import = _import_re(lines, tree)
+    if at_import is not None:
+        lines.insert(at_import, "import re\n")
+    out = "".join(lines)
+    try:
+        ast.parse(out)
+    except SyntaxError:
+        return None
+    return out
