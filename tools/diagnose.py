@@ -19,6 +19,13 @@ Category = Literal[
     "weight_shape_mismatch", "compile_error", "out_of_memory", "invalid_flag", "hang_timeout",
     "collective_error", "unknown",
 ]  # fmt: skip
+# Which memory ran out; the fix goes the opposite way for the first and the third:
+#   startup_kv  the static pool leaves no room for the KV cache at start-up: raise --mem-fraction-static (or more GPUs)
+#   weights     the weights alone do not fit one GPU: more GPUs per rank (--tp-size)
+#   runtime     an allocation outside the static pool failed (activations, CUDA-graph capture, a forward pass): lower
+#               --mem-fraction-static, then --cuda-graph-max-bs / --chunked-prefill-size
+#   kv_pool     the engine's own KV-cache or request-slot pool ran dry while serving: fewer running requests
+MemoryPhase = Literal["startup_kv", "weights", "runtime", "kv_pool"]
 
 
 class Frame(BaseModel):
@@ -47,6 +54,12 @@ class Diagnosis(BaseModel):
     header: str | None = Field(None, description="missing include")
     symbol: str | None = Field(None, description="undeclared type or identifier a compile error names")
     flag: str | None = Field(None, description="offending command-line flag")
+    memory_phase: MemoryPhase | None = Field(None, description="for out_of_memory: which memory ran out (MemoryPhase)")
+    mem_fraction_static: float | None = Field(
+        None, description="the --mem-fraction-static the engine ran with, as its OOM message (else its ServerArgs line) "
+        "prints it")
+    min_mem_fraction_static: float | None = Field(
+        None, description="the smallest --mem-fraction-static the engine says leaves room for the KV cache")
     frames: list[Frame] = Field(default_factory=list, description="the traceback's frames, outermost first")
     evidence: list[str] = Field(default_factory=list, description="the log lines this rests on")
 
@@ -97,9 +110,29 @@ _UNDECLARED = re.compile(r"^[ \t]*(\S+?):(\d+):\d+: error:\s*(unknown type name|
                          re.M)  # fmt: skip
 _COMPILE = re.compile(r"^[ \t]*(\S+?):(\d+):(?:\d+:)? (?:fatal )?error:[ \t]*\n?[ \t]*(\S.*)$", re.M)
 _ARGPARSE = re.compile(r"error: (unrecognized arguments: (\S+).*|argument (--[\w-]+)(?:/\S+)?: (.+))$", re.M)
-_OOM = re.compile(r"(out of memory|Not enough memory|OutOfMemoryError|Prefill out of memory|Decode out of memory"
-                  r"|larger than the maximum number of tokens that can be stored in KV cache"
-                  r"|No available memory for the cache blocks)", re.I)  # fmt: skip
+# Out of memory, by the messages' own words, most specific first; each kind says which memory ran out (MemoryPhase).
+# SGLang's start-up KV-cache checks: the 0.5.14+ ValueError of _profile_available_bytes (model_runner_kv_cache_mixin.py,
+# mem_cache/kv_cache_configurator.py from 0.5.16), the older MemoryPoolConfig check (pool_configurator.py), the hybrid
+# (mamba) and SWA pool checks; vLLM's two start-up KV-cache checks
+_OOM_STARTUP_KV = re.compile(r"Loaded weights leave no GPU memory for the KV cache|Not enough memory\. Please try to "
+                             r"increase --mem-fraction-static|Not enough GPU memory for hybrid|state cache is too small "
+                             r"to serve any requests|leaves no room for the full KV pool|No available memory for the "
+                             r"cache blocks|larger than the maximum number of tokens that can be stored in KV cache")
+# SGLang's own pools running dry while serving (mem_cache/allocation.py, mem_cache/common.py before)
+_OOM_KV_POOL = re.compile(r"\b(?:Prefill|Decode) out of memory\b|\balloc_req_slots runs out of memory\b")
+# a CUDA-graph capture the allocator failed (SGLang wraps any capture error; only an OOM one is a memory problem)
+_OOM_CAPTURE = re.compile(r"\bCapture \w+ graph failed:.*(?:out of memory|OutOfMemoryError)", re.I)
+# the allocator's own (torch "CUDA/HIP out of memory", HIP's "out of memory" error), and any other OOM wording
+_OOM = re.compile(r"(out of memory|Not enough memory|OutOfMemoryError)", re.I)
+_OOM_KINDS: tuple[tuple[str, re.Pattern], ...] = (
+    ("startup_kv", _OOM_STARTUP_KV), ("kv_pool", _OOM_KV_POOL), ("capture", _OOM_CAPTURE), ("allocator", _OOM),
+)  # fmt: skip
+_FRACTION_NAMED = re.compile(r"(?:--mem-fraction-static[= ]|\bmem_fraction_static=|Current value: )(\d*\.?\d+)")
+_FRACTION_MIN = re.compile(r"Raise --mem-fraction-static above (\d*\.?\d+)")
+_WEIGHTS_BEGIN = re.compile(r"\bLoad weight begin\b")
+_WEIGHTS_END = re.compile(r"\bLoad weight end\b")
+_CAPTURE_BEGIN = re.compile(r"\bCapture\b.*\bgraph\b.*\bbegin\b", re.I)
+_CAPTURE_FRAME = re.compile(r"capture|graph_runner|cuda_graph|init_device_graphs", re.I)
 # the collective libraries' own errors; HSA_STATUS_ERROR_* is the ROCm runtime aborting a queue (a memory fault,
 # an illegal instruction), which any kernel can cause, so it is no evidence of a collective failure
 # Their INFO lines (NCCL_DEBUG=INFO, RCCL prints "NCCL" too) are progress reports, never evidence of a failure.
@@ -313,6 +346,56 @@ def _flag_value_error(entries: list[tuple[str, str]]) -> Diagnosis | None:
     return None
 
 
+def _allocation_phase(entries: list[tuple[str, str]], idx: int, line: str) -> MemoryPhase:
+    """Whether the allocator's OOM at ``entries[idx]`` hit while the weights loaded or after (activations, graphs):
+    by the traceback that raised it, else by the last start-up phase the log announced before it."""
+    if re.search(r"\b[Ww]eights do not fit\b", line):
+        return "weights"
+    frames = _frames_before(entries, idx) or frames_of("\n".join(body for _, body in entries[: idx + 1]))
+    if any(_CAPTURE_FRAME.search(f.function) or _CAPTURE_FRAME.search(f.file.rsplit("/", 1)[-1]) for f in frames):
+        return "runtime"
+    if any(_is_loading(f.function) or "/model_loader/" in f.file for f in frames):
+        return "weights"
+    for _, body in reversed(entries[:idx]):
+        if _WEIGHTS_BEGIN.search(body):
+            return "weights"  # loading began and had not ended
+        if _WEIGHTS_END.search(body) or _CAPTURE_BEGIN.search(body):
+            return "runtime"
+    return "runtime"
+
+
+def _memory_failure(entries: list[tuple[str, str]], lines: list[str], frames: list[Frame]) -> Diagnosis | None:
+    """An out-of-memory failure: the decisive line (the most specific message, its last occurrence), which memory
+    ran out, and the static fraction the engine names."""
+    for kind, pattern in _OOM_KINDS:
+        hits = [i for i, (_, body) in enumerate(entries) if pattern.search(body)]
+        if not hits:
+            continue
+        if kind == "allocator":  # the allocator's own message ("Tried to allocate ...") over lines that mention it
+            hits = [i for i in hits if "Tried to allocate" in entries[i][1]] or hits
+        idx = hits[-1]
+        line = entries[idx][1].strip()
+        if kind == "capture":
+            phase: MemoryPhase = "runtime"
+        elif kind == "allocator":
+            phase = "startup_kv" if "increase --mem-fraction-static" in line else _allocation_phase(entries, idx, line)
+        else:
+            phase = kind  # type: ignore[assignment]
+        d = Diagnosis(category="out_of_memory", summary=f"out of memory: {line[:300]}", memory_phase=phase,
+                      evidence=_tail(lines, pattern), frames=frames)  # fmt: skip
+        if m := _FRACTION_NAMED.search(line):
+            d.mem_fraction_static = float(m.group(1))
+        else:  # the value the engine resolved, from its ServerArgs line (an unset flag prints None there)
+            for _, body in reversed(entries[:idx]):
+                if "ServerArgs(" in body and (m := re.search(r"\bmem_fraction_static=(\d*\.?\d+)", body)):
+                    d.mem_fraction_static = float(m.group(1))
+                    break
+        if m := _FRACTION_MIN.search(line):
+            d.min_mem_fraction_static = float(m.group(1))
+        return d
+    return None
+
+
 def classify(log: str, *, timed_out: bool = False) -> Diagnosis:
     """Classify a failed start (or a failing run) from its log text."""
     lines = log.splitlines()
@@ -340,9 +423,8 @@ def classify(log: str, *, timed_out: bool = False) -> Diagnosis:
     quiet = [(src, body) for src, body in entries if not _COLLECTIVE_INFO.search(body)]
     quiet_text = "\n".join(body for _, body in quiet)
     quiet_lines = [ln for ln in lines if not _COLLECTIVE_INFO.search(ln)]
-    if m := _OOM.search(quiet_text):
-        return Diagnosis(category="out_of_memory", summary=f"out of memory: {m.group(1)}",
-                         evidence=_tail(quiet_lines, _OOM), frames=frames)  # fmt: skip
+    if (d := _memory_failure(quiet, quiet_lines, frames)) is not None:
+        return d
     if m := _COLLECTIVE.search(quiet_text):
         return Diagnosis(category="collective_error", summary=f"collective communication error ({m.group(1)})",
                          evidence=_tail(quiet_lines, _COLLECTIVE), frames=frames)  # fmt: skip
