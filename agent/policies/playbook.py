@@ -428,7 +428,7 @@ class PlaybookPolicy:
                 cur["step"] = "fixing"
                 return [call], note["root_cause"]
         elif category == "out_of_memory":
-            if self._memory_fix(ctx.task, cur, diag.get("summary", "") + " " + " ".join(diag.get("evidence", []))):
+            if self._memory_fix(ctx.task, cur, diag):
                 cur["step"] = "launch"
                 return None
             if cur["keep_as"] == "base":
@@ -539,27 +539,45 @@ class PlaybookPolicy:
         return Call(tool="edit_file", args={"path": path, "old": line, "new": new}), note
 
     @staticmethod
-    def _memory_fix(task: TaskSpec, cur: dict, text: str) -> bool:
+    def _memory_fix(task: TaskSpec, cur: dict, diag: dict) -> bool:
+        """Move the memory flags the way the diagnosis' ``memory_phase`` says (tools.diagnose.MemoryPhase): more
+        static memory when the KV cache had no room at start-up; less when an allocation outside the static pool
+        failed (activations, graph capture), then smaller graph batches and prefill chunks; fewer running requests
+        when the engine's own pools ran dry while serving. False when no allowed value is left, or when the weights
+        alone do not fit: the caller then asks for more GPUs per rank."""
         flags = cur["flags"]
+        phase = diag.get("memory_phase")
+        if phase is None:  # a diagnosis recorded before the field existed: the messages' own words
+            text = diag.get("summary", "") + " " + " ".join(diag.get("evidence", []))
+            kv = re.search(r"Not enough memory|increase --mem-fraction-static|leave no GPU memory", text)
+            phase = "startup_kv" if kv else "weights" if re.search(r"[Ww]eights do not fit", text) else "runtime"
+
+        def shrink(names: tuple[str, ...]) -> bool:
+            for flag in names:
+                options = sorted(v for v in _allowed(task, flag) if v)
+                value = flags.get(flag)
+                smaller = [v for v in options if value is None or v < value]
+                if smaller:
+                    flags[flag] = smaller[-1] if value is not None else smaller[len(smaller) // 2]
+                    return True
+            return False
+
+        if phase == "weights":
+            return False
+        if phase == "kv_pool":
+            return shrink(("max-running-requests", "chunked-prefill-size"))
         fractions = sorted(v for v in _allowed(task, "mem-fraction-static") if v) or [0.8, 0.85, 0.9]
-        current = float(flags.get("mem-fraction-static", 0.9))
-        if re.search(r"Not enough memory|increase --mem-fraction-static", text):
-            higher = [f for f in fractions if f > current]
+        # the engine's own figure first: it is what ran, also when the flag was left to the engine's default
+        current = float(diag.get("mem_fraction_static") or flags.get("mem-fraction-static") or 0.9)
+        if phase == "startup_kv":
+            floor = max(current, float(diag.get("min_mem_fraction_static") or 0.0))  # the engine says "above"
+            higher = [f for f in fractions if f > floor]
             if higher:
                 flags["mem-fraction-static"] = higher[0]
                 return True
-            return False
-        if re.search(r"[Ww]eights do not fit", text):
             return False
         lower = [f for f in fractions if f < current]
         if lower:
             flags["mem-fraction-static"] = lower[-1]
             return True
-        for flag in ("cuda-graph-max-bs", "chunked-prefill-size"):
-            options = sorted(v for v in _allowed(task, flag) if v)
-            value = flags.get(flag)
-            smaller = [v for v in options if value is None or v < value]
-            if smaller:
-                flags[flag] = smaller[-1] if value is not None else smaller[len(smaller) // 2]
-                return True
-        return False
+        return shrink(("cuda-graph-max-bs", "cuda-graph-max-bs-decode", "chunked-prefill-size"))

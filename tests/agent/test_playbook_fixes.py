@@ -76,3 +76,109 @@ def test_an_unfixable_crash_blocks_its_feature_at_every_depth() -> None:
     blocked = memo["blocked"]["speculative decoding"]
     assert blocked["tried"] == "speculative decoding 3/1/4" and "deepseek_nextn" in blocked["why"]
     assert blocked["skipped"] == ["speculative decoding 4/1/5", "speculative decoding 5/1/6"]
+
+
+# --- out of memory: the fix moves the way the diagnosis' memory_phase says -------------------------------------------
+
+
+def _oom_setup(flags: dict):
+    from pathlib import Path
+
+    from tasks.spec import load_task
+
+    task = load_task(Path(__file__).resolve().parents[2] / "tasks" / "glm52_mi355x.yaml")
+    # mem-fraction-static [0.8, 0.85, 0.9, 0.93], cuda-graph-max-bs [128, 256, 512], max-running-requests [null, 64, ...]
+    return task, {"label": "bring-up at TP8", "keep_as": "base", "flags": dict(flags), "seen": [], "fixes": 0}
+
+
+def _oom(log: str) -> dict:
+    from tools.diagnose import classify
+
+    d = classify(log)
+    assert d.category == "out_of_memory", d
+    return d.model_dump()
+
+
+# SGLang 0.5.14+ (mem_cache/kv_cache_configurator.py _profile_available_bytes), values filled in
+WEIGHTS_LEAVE_NO_KV = ("ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.8. "
+                       "Raise --mem-fraction-static above 0.853 (minimum viable = 1 - available/pre = 0.8521). If using "
+                       "speculative decoding, draft weights are now counted.\n")  # fmt: skip
+HIP_OOM = ("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 4.78 GiB. GPU 0 has a total capacity of "
+           "287.98 GiB of which 1.20 GiB is free.\n")  # fmt: skip
+
+
+def test_no_room_for_the_kv_cache_raises_the_fraction_past_the_engines_minimum() -> None:
+    from agent.policies.playbook import PlaybookPolicy
+
+    task, cur = _oom_setup({"tp-size": 8, "mem-fraction-static": 0.8})
+    assert PlaybookPolicy._memory_fix(task, cur, _oom(WEIGHTS_LEAVE_NO_KV))
+    assert cur["flags"]["mem-fraction-static"] == 0.9  # 0.85 is not above 0.853
+    # the older check; the flag was left to the engine, whose value the message names
+    task, cur = _oom_setup({"tp-size": 8})
+    old = "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current value: " \
+          "mem_fraction_static=0.85\n"  # fmt: skip
+    assert PlaybookPolicy._memory_fix(task, cur, _oom(old))
+    assert cur["flags"]["mem-fraction-static"] == 0.9
+    task, cur = _oom_setup({"tp-size": 8, "mem-fraction-static": 0.93})  # nothing higher allowed: more GPUs
+    assert not PlaybookPolicy._memory_fix(task, cur, _oom(WEIGHTS_LEAVE_NO_KV.replace("=0.8.", "=0.93.")))
+    assert cur["flags"]["mem-fraction-static"] == 0.93
+
+
+def test_a_runtime_oom_lowers_the_fraction_then_the_graph_batch() -> None:
+    from agent.policies.playbook import PlaybookPolicy
+
+    capture = "[TP0] Capture cuda graph begin. This can take up to several minutes.\n" + HIP_OOM
+    diag = _oom(capture)
+    assert diag["memory_phase"] == "runtime"
+    task, cur = _oom_setup({"tp-size": 8, "mem-fraction-static": 0.9})
+    assert PlaybookPolicy._memory_fix(task, cur, diag)
+    assert cur["flags"]["mem-fraction-static"] == 0.85
+    task, cur = _oom_setup({"tp-size": 8, "mem-fraction-static": 0.8})  # the lowest allowed: smaller graphs
+    assert PlaybookPolicy._memory_fix(task, cur, diag)
+    assert cur["flags"] == {"tp-size": 8, "mem-fraction-static": 0.8, "cuda-graph-max-bs": 256}
+    assert PlaybookPolicy._memory_fix(task, cur, diag)
+    assert cur["flags"]["cuda-graph-max-bs"] == 128
+    assert PlaybookPolicy._memory_fix(task, cur, diag)  # then the prefill chunk
+    assert cur["flags"]["chunked-prefill-size"] == 16384
+
+
+def test_weights_that_do_not_fit_ask_for_more_gpus_per_rank() -> None:
+    from types import SimpleNamespace
+
+    from agent.policies.playbook import PlaybookPolicy
+    from agent.state import Observation
+
+    log = ("[TP0] Load weight begin. avail mem=283.68 GB\nTraceback (most recent call last):\n"
+           '  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/model_runner.py", line 901, in load_model\n'
+           "    self.model = self.loader.load_model(\n" + HIP_OOM)  # fmt: skip
+    diag = _oom(log)
+    assert diag["memory_phase"] == "weights"
+    task, cur = _oom_setup({"tp-size": 4, "mem-fraction-static": 0.9})
+    assert not PlaybookPolicy._memory_fix(task, cur, diag)
+    assert cur["flags"] == {"tp-size": 4, "mem-fraction-static": 0.9}  # no memory flag helps
+    memo = {"queue": [], "current": cur}
+    obs = Observation(call_id="c1", tool="launch_server", args={}, ok=False, result={"diagnosis": diag})
+    PlaybookPolicy()._fix(None, SimpleNamespace(task=task), memo, cur, obs)
+    assert memo["min_tp"] == 8
+
+
+def test_the_engines_pools_running_dry_lower_the_running_requests() -> None:
+    from agent.policies.playbook import PlaybookPolicy
+
+    diag = _oom("RuntimeError: Decode out of memory. Try to lower your batch size.\nTry to allocate 148 tokens.\n")
+    assert diag["memory_phase"] == "kv_pool"
+    task, cur = _oom_setup({"tp-size": 8, "mem-fraction-static": 0.9})
+    assert PlaybookPolicy._memory_fix(task, cur, diag)
+    assert cur["flags"] == {"tp-size": 8, "mem-fraction-static": 0.9, "max-running-requests": 256}
+
+
+def test_a_diagnosis_without_the_phase_still_moves_the_right_way() -> None:
+    from agent.policies.playbook import PlaybookPolicy
+
+    task, cur = _oom_setup({"mem-fraction-static": 0.8})  # a trace recorded before memory_phase existed
+    old = {"category": "out_of_memory", "summary": "out of memory: Not enough memory", "evidence": []}
+    assert PlaybookPolicy._memory_fix(task, cur, old)
+    assert cur["flags"]["mem-fraction-static"] == 0.85
+    task, cur = _oom_setup({"mem-fraction-static": 0.85})
+    assert PlaybookPolicy._memory_fix(task, cur, {"summary": "out of memory: out of memory", "evidence": [HIP_OOM]})
+    assert cur["flags"]["mem-fraction-static"] == 0.8
