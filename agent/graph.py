@@ -65,9 +65,11 @@ def build_graph(run: Run):
         patches = [p.model_copy() for p in state.patches]
         trial = state.current_trial()
         for p in patches:
-            if p.status == "applied" and trial and trial.step > p.step_applied and trial.status == "up" and trial.metrics:
-                metric = ", ".join(f"{k} {v:.1f}" for k, v in trial.metrics.items())
-                p.status, p.after = "verified", f"trial {trial.id} launched and benchmarked: {metric}"
+            if (p.status == "applied" and trial and trial.step > p.step_applied and trial.status == "up"
+                    and (trial.metrics or trial.served)):  # fmt: skip
+                metric = ", ".join(f"{k} {v:.1f}" for k, v in trial.metrics.items()) or "served the benchmark"
+                how = f" with {', '.join(trial.pristine)} as released" if trial.pristine else ""
+                p.status, p.after = "verified", f"trial {trial.id} launched{how} and benchmarked: {metric}"
         update: dict[str, Any] = {"patches": patches}
         candidates = dict(state.candidates)
         bests = dict(state.bests)
@@ -105,9 +107,10 @@ def build_graph(run: Run):
         for p in patches:  # one commit per verified patch, with its own files and evidence
             if p.status != "verified":
                 continue
+            before = f"trial {p.crash_trial} crashed: {p.reason}" if p.crash_trial else p.reason
             args = {"title": p.title[:72], "what_failed": p.reason, "root_cause": p.root_cause,
-                    "change": f"{p.change} ({', '.join(p.files)})",
-                    "evidence": Evidence(before=p.reason, after=p.after or "").model_dump(),
+                    "change": p.change, "excerpt": p.excerpt, "diff": p.diff or None,
+                    "evidence": Evidence(before=before, after=p.after or "").model_dump(),
                     "patch_id": f"{run.run_id}/{p.id}", "files": sorted(p.files)}  # fmt: skip
             rec = run.call_tool("commit", args, call_id=f"s{state.step}commit{p.id}")
             if rec.ok:

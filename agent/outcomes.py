@@ -49,9 +49,11 @@ def apply_observations(state: AgentState, run: Run) -> dict[str, Any]:
         history.append(Observation(call_id=obs.call_id, tool=obs.tool, args=obs.args, ok=obs.ok, error=obs.error,
                                    result={"summary": obs.result.get("summary", "")}, step=obs.step))  # fmt: skip
         if obs.tool == "launch_server" and obs.result.get("status"):
-            diag = (obs.result.get("diagnosis") or {}).get("summary")
+            diag = obs.result.get("diagnosis") or {}
             trials.append(Trial(id=len(trials) + 1, flags=obs.args.get("flags", {}), env=obs.args.get("env", {}),
-                                status=obs.result["status"], diagnosis=diag, step=obs.step))  # fmt: skip
+                                status=obs.result["status"], diagnosis=diag.get("summary"),
+                                excerpt=crash_excerpt(diag), pristine=obs.args.get("pristine", []),
+                                step=obs.step))  # fmt: skip
             budget = budget.model_copy(update={"trials": budget.trials + 1})
             up = obs.result["status"] == "up"
             server_flags, server_env = (trials[-1].flags, trials[-1].env) if up else (None, {})
@@ -67,7 +69,14 @@ def apply_observations(state: AgentState, run: Run) -> dict[str, Any]:
             server_flags, server_env = None, {}
         elif obs.tool in PATCH_TOOLS and obs.ok:
             _record_patch(state, patches, obs)
+        elif obs.tool == "discard_changes" and obs.ok:
+            gone = set(obs.result.get("files", []))
+            for p in patches:
+                if p.status == "applied" and set(p.files) <= gone:
+                    p.status = "discarded"
         elif obs.ok and trials and trials[-1].status == "up":
+            if obs.tool in ("run_benchmark", "find_knee"):
+                trials[-1].served = True
             for name, value in _metric_updates(run.task, obs).items():
                 trial = trials[-1]
                 trial.metrics[name] = max(value, trial.metrics.get(name, 0.0))
@@ -79,23 +88,38 @@ def apply_observations(state: AgentState, run: Run) -> dict[str, Any]:
             "server_flags": server_flags, "server_env": server_env}  # fmt: skip
 
 
+def crash_excerpt(diagnosis: dict[str, Any]) -> list[str]:
+    """The lines of a crash a reviewer needs: where it raised (the innermost frame) and what it said."""
+    lines: list[str] = []
+    frames = diagnosis.get("frames") or []
+    if frames:
+        f = frames[-1]
+        lines.append(f'File "{f["file"]}", line {f["line"]}, in {f["function"]}')
+        if f.get("code"):
+            lines.append(f"    {f['code']}")
+    lines += [ln for ln in diagnosis.get("evidence") or [] if ln.strip() not in (x.strip() for x in lines)]
+    return lines[:8]
+
+
 def _record_patch(state: AgentState, patches: list[Patch], obs: Observation) -> None:
     files = [obs.args["path"]] if obs.tool == "edit_file" else list(obs.result.get("files", []))
     diff = obs.result.get("diff") or obs.args.get("diff", "")
     crash = next((t for t in reversed(state.trials) if t.status != "up"), None)
     reason = crash.diagnosis if crash and crash.diagnosis else "(no failure recorded)"
-    memo_patch = state.annotations.get("patch", {})
+    note = state.annotations.get("patch", {})
+    defect = note.get("defect") or note.get("category") or ""
     last = patches[-1] if patches else None
-    if last and last.status == "applied" and last.category == memo_patch.get("category", last.category):
-        # the same failure, one more instance: one patch
+    if last and last.status == "applied" and last.defect == defect and last.category == note.get("category", last.category):
+        # the same defect, one more instance of it (a relaunch revealed the next one): one patch
         last.files = sorted(set(last.files) | set(files))
         last.diff += diff
         return
     patches.append(Patch(id=len(patches) + 1, files=files, diff=diff, reason=reason,
-                         category=memo_patch.get("category", "unknown"),
-                         title=memo_patch.get("title") or f"Patch {', '.join(files)}",
-                         root_cause=memo_patch.get("root_cause") or state.rationale,
-                         change=memo_patch.get("change") or f"edit {', '.join(files)}", step_applied=obs.step))  # fmt: skip
+                         excerpt=list(crash.excerpt) if crash else [], crash_trial=crash.id if crash else None,
+                         category=note.get("category", "unknown"), defect=defect,
+                         title=note.get("title") or f"Patch {', '.join(files)}",
+                         root_cause=note.get("root_cause") or state.rationale,
+                         change=note.get("change") or f"edit {', '.join(files)}", step_applied=obs.step))  # fmt: skip
 
 
 def bests_met(state: AgentState, task: TaskSpec) -> bool:

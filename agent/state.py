@@ -40,26 +40,32 @@ class Trial(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     status: Literal["up", "crashed", "timeout"]
     diagnosis: str | None = None
+    excerpt: list[str] = Field(default_factory=list)  # a crash's decisive log lines (the diagnosis' evidence)
+    pristine: list[str] = Field(default_factory=list)  # workspace files launched as released (unpatched)
     metrics: dict[str, float] = Field(default_factory=dict)  # target metric name -> value
+    served: bool = False  # a benchmark ran to completion on it (whether or not it measured a target)
     accuracy: float | None = None
     accuracy_ok: bool | None = None
     step: int = 0
 
 
 class Patch(BaseModel):
-    """A change to the workspace, from the edit to its commit. Consecutive edits answering one failure
-    (each relaunch revealing the next instance) are one patch."""
+    """A change to the workspace, from the edit to its commit. Consecutive edits answering one defect
+    (each relaunch revealing the next instance of it) are one patch; another defect is another patch."""
 
     id: int
     files: list[str]
     diff: str
     reason: str = Field(description="the failure it answers (the diagnosis summary)")
+    excerpt: list[str] = Field(default_factory=list, description="the crash's decisive log lines")
+    crash_trial: int | None = None  # the trial whose crash it answers
     category: str = "unknown"  # the diagnosis category
+    defect: str = ""  # names the defect (e.g. header and file); edits with the same one are one patch
     title: str = ""
     root_cause: str = ""
     change: str = ""
     step_applied: int = 0
-    status: Literal["applied", "verified", "committed"] = "applied"
+    status: Literal["applied", "verified", "committed", "discarded"] = "applied"
     after: str | None = None  # evidence once verified
     commits: list[str] = Field(default_factory=list)
 

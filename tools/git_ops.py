@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import tempfile
+import textwrap
+from pathlib import Path
+
 import git
 from pydantic import BaseModel, Field
 
@@ -9,6 +13,7 @@ from .base import ToolInput, ToolResult, tool
 from .context import ToolContext
 
 AUTHOR = git.Actor("dayzero agent", "agent@dayzero.invalid")
+WIDTH = 72
 
 
 def run_branch(run_id: str) -> str:
@@ -26,9 +31,12 @@ class CommitInput(ToolInput):
     root_cause: str
     change: str = Field(description="what the patch changes and why that fixes the root cause")
     evidence: Evidence
+    excerpt: list[str] = Field(default_factory=list, description="the crash's decisive log lines, verbatim")
     source: str | None = Field(None, description="which workspace repository; default: every one that changed")
     patch_id: str | None = Field(None, description="names the change; committing the same id twice is a no-op")
     files: list[str] | None = Field(None, description="workspace paths to commit (default: every change)")
+    diff: str | None = Field(None, description="commit exactly this unified diff (workspace paths, a/<source>/...) "
+                                               "rather than the files' whole current changes")  # fmt: skip
 
 
 class CommitRecord(BaseModel):
@@ -42,18 +50,37 @@ class CommitResult(ToolResult):
     commits: list[CommitRecord] = []
 
 
-def message(args: CommitInput, run_id: str, trial: int) -> str:
-    return (
-        f"{args.title}\n\n"
-        f"What failed: {args.what_failed}\n\n"
-        f"Root cause: {args.root_cause}\n\n"
-        f"Change: {args.change}\n\n"
-        f"Evidence before: {args.evidence.before}\n"
-        f"Evidence after: {args.evidence.after}\n\n"
-        f"Dayzero-Run: {run_id}\n"
-        f"Dayzero-Trial: {trial}\n"
-        + (f"Dayzero-Patch: {args.patch_id}\n" if args.patch_id else "")
-    )
+def _paragraph(label: str, text: str) -> str:
+    return textwrap.fill(f"{label}: {text}", WIDTH, break_long_words=False, break_on_hyphens=False)
+
+
+def message(args: CommitInput, run_id: str, trial: int, simulated: bool = False) -> str:
+    """Title, the crash excerpt verbatim, root cause, change, evidence before and after (labelled simulated when
+    it came from the twin), then trailers; prose wrapped at 72 columns."""
+    parts = [args.title]
+    if args.excerpt:
+        parts.append("The crash:\n\n" + "\n".join(f"    {ln}" for ln in args.excerpt))
+    parts += [_paragraph("What failed", args.what_failed), _paragraph("Root cause", args.root_cause),
+              _paragraph("Change", args.change)]  # fmt: skip
+    label = "Evidence (simulated: dayzero digital twin, not a real node)" if simulated else "Evidence"
+    parts.append(label + ":\n" + "\n".join(
+        textwrap.fill(f"- {k}: {v}", WIDTH, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
+        for k, v in (("before", args.evidence.before), ("after", args.evidence.after))))  # fmt: skip
+    trailers = [f"Dayzero-Run: {run_id}", f"Dayzero-Trial: {trial}"]
+    if args.patch_id:
+        trailers.append(f"Dayzero-Patch: {args.patch_id}")
+    parts.append("\n".join(trailers))
+    return "\n\n".join(parts) + "\n"
+
+
+def pristine_text(repo_path: Path, rel: str) -> str:
+    """A file as the workspace received it: its content at the repository's first (pristine) commit."""
+    repo = git.Repo(repo_path)
+    base = repo.git.rev_list("--max-parents=0", "HEAD").split()[0]
+    try:
+        return repo.git.show(f"{base}:{rel}", strip_newline_in_stdout=False)
+    except git.GitCommandError:
+        raise ValueError(f"{rel} is not in the pristine commit of {repo_path.name}") from None
 
 
 def ensure_branch(repo: git.Repo, branch: str) -> None:
@@ -62,6 +89,48 @@ def ensure_branch(repo: git.Repo, branch: str) -> None:
             repo.heads[branch].checkout()
         else:
             repo.create_head(branch).checkout()
+
+
+def _stage(repo: git.Repo, name: str, args: CommitInput) -> bool:
+    """Stage this change in the repository ``name``: exactly ``args.diff`` when given (so two patches to one
+    file stay two commits), else the listed files, else everything. False when nothing of it is here."""
+    if args.diff:
+        mine = _diff_for(args.diff, name)
+        if not mine:
+            return False
+        with tempfile.NamedTemporaryFile("w", suffix=".diff", delete=False) as fh:
+            fh.write(mine)
+        try:
+            repo.git.apply("--cached", "-p2", fh.name)
+            return True
+        except git.GitCommandError:
+            pass  # the diff no longer applies to the index (edited since): commit the files as they are
+        finally:
+            Path(fh.name).unlink(missing_ok=True)
+    if args.files:
+        mine = [f.split("/", 1)[1] for f in args.files if f.startswith(name + "/")]
+        if not mine:
+            return False
+        repo.git.add("--", *mine)
+    else:
+        repo.git.add(A=True)
+    return True
+
+
+def _diff_for(diff: str, source: str) -> str:
+    """The parts of a workspace diff (``a/<source>/path``) that touch ``source``."""
+    out: list[str] = []
+    keep = False
+    for line in diff.splitlines(True):
+        if line.startswith("--- "):
+            keep = line[4:].startswith((f"a/{source}/", "/dev/null"))
+        if line.startswith("+++ ") and not line[4:].startswith(f"b/{source}/"):
+            keep = False
+            if out and out[-1].startswith("--- "):
+                out.pop()
+        if keep:
+            out.append(line)
+    return "".join(out)
 
 
 @tool
@@ -88,15 +157,45 @@ def commit(ctx: ToolContext, args: CommitInput) -> CommitResult:
         if not repo.is_dirty(untracked_files=True):
             continue
         ensure_branch(repo, branch)
-        if args.files:
-            mine = [f.split("/", 1)[1] for f in args.files if f.startswith(name + "/")]
-            repo.git.add("--", *mine)
-        else:
-            repo.git.add(A=True)
+        if not _stage(repo, name, args):
+            continue
         files = sorted(repo.git.diff("--cached", "--name-only").splitlines())
-        c = repo.index.commit(message(args, ctx.run_id, ctx.trial), author=AUTHOR, committer=AUTHOR)
+        if not files:
+            continue
+        problems = repo.git.diff("--cached", "--check", with_exceptions=False)
+        if problems:  # whitespace errors: a reviewer would bounce it
+            repo.git.reset("-q")
+            return CommitResult(ok=False, summary=f"refused: the change has whitespace errors: {problems.splitlines()[0]}")
+        c = repo.index.commit(message(args, ctx.run_id, ctx.trial, simulated=ctx.engine_name == "twin"),
+                              author=AUTHOR, committer=AUTHOR)  # fmt: skip
         records.append(CommitRecord(source=name, sha=c.hexsha, branch=branch, files=files))
     if not records:
         return CommitResult(ok=False, summary="nothing to commit: no workspace repository has changes")
     return CommitResult(commits=records, summary="; ".join(f"{r.source}@{r.sha[:10]} ({len(r.files)} file(s))"
                                                           for r in records))  # fmt: skip
+
+
+class DiscardInput(ToolInput):
+    files: list[str] = Field(min_length=1, description="workspace paths (<source>/<path>) to put back as committed")
+
+
+class DiscardResult(ToolResult):
+    files: list[str] = []
+
+
+@tool
+def discard_changes(ctx: ToolContext, args: DiscardInput) -> DiscardResult:
+    """Put files back as the run's branch last committed them (undo an edit that did not work out); the
+    patches that only touched them are dropped from the run's record."""
+    done = []
+    for f in args.files:
+        name, _, rel = f.partition("/")
+        if name not in ctx.repos or not rel:
+            return DiscardResult(ok=False, summary=f"{f!r} is not a file of a workspace source ({', '.join(ctx.repos)})")
+        repo = git.Repo(ctx.repos[name])
+        try:
+            repo.git.checkout("HEAD", "--", rel)
+        except git.GitCommandError:  # not in the last commit: a new file, removed
+            (Path(ctx.repos[name]) / rel).unlink(missing_ok=True)
+        done.append(f)
+    return DiscardResult(files=done, summary=f"restored {len(done)} file(s) as committed")
