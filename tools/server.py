@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import urllib.request
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
@@ -12,6 +14,7 @@ from pydantic import Field
 from .base import Cost, ToolInput, ToolResult, tool
 from .context import ServerState, ToolContext
 from .diagnose import Diagnosis, MoEShape, classify, moe_fallbacks, workspace_relative
+from .git_ops import pristine_text
 
 FlagValue = int | float | str | bool | None
 
@@ -32,6 +35,10 @@ class LaunchInput(ToolInput):
                                         description="engine flags without '--', e.g. {'tp-size': 8}; true for "
                                                     "switches, null to leave a flag out")  # fmt: skip
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables")
+    pristine: list[str] = Field(default_factory=list,
+                                description="workspace files to launch as released (from the source's pristine "
+                                            "commit), e.g. to check that an engine fix works without a config fix; "
+                                            "the workspace itself is left as it is")  # fmt: skip
 
 
 class LaunchResult(ToolResult):
@@ -68,6 +75,11 @@ def launch_server(ctx: ToolContext, args: LaunchInput) -> LaunchResult:
     argv = ctx.render(ctx.engine.launch, port=port) + flags_to_argv(args.flags)
     env = ctx.engine_env(args.env)
     n = ctx.next_id()
+    if args.pristine:
+        try:
+            argv = _with_pristine(ctx, argv, args.pristine, n)
+        except (ValueError, OSError) as exc:
+            return LaunchResult(ok=False, status="crashed", summary=f"cannot launch with pristine files: {exc}")
     log = ctx.run_dir / "logs" / f"server-{n:03d}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     handle = ctx.sandbox.start_server(argv, env, log, port)
@@ -102,6 +114,39 @@ def launch_server(ctx: ToolContext, args: LaunchInput) -> LaunchResult:
                         log_tail=tail, diagnosis=diagnosis, moe_fallback_shapes=fallbacks,
                         summary=f"crashed (exit {ready.exit_code}): {diagnosis.summary}",
                         cost=Cost(wall_seconds=ready.wall_seconds))  # fmt: skip
+
+
+def _with_pristine(ctx: ToolContext, argv: list[str], files: list[str], n: int) -> list[str]:
+    """``argv`` pointing at a view of the workspace in which ``files`` are as released: the sources holding them
+    are copied under ``.dayzero-pristine/<n>/`` with those files taken from the pristine commit, and the rest of
+    the workspace is linked, so the engine finds everything where it expects it."""
+    by_source: dict[str, list[str]] = {}
+    for f in files:
+        name, _, rel = f.partition("/")
+        if name not in ctx.repos or not rel:
+            raise ValueError(f"{f!r} is not a file of a workspace source ({', '.join(ctx.repos)})")
+        by_source.setdefault(name, []).append(rel)
+    root = ctx.sandbox.root
+    view = root / ".dayzero-pristine" / f"{n:03d}"
+    if view.exists():
+        shutil.rmtree(view)
+    view.mkdir(parents=True)
+    for entry in root.iterdir():
+        if entry.name in by_source:
+            shutil.copytree(entry, view / entry.name, ignore=shutil.ignore_patterns(".git"), symlinks=True)
+            for rel in by_source[entry.name]:
+                (view / entry.name / rel).write_text(pristine_text(ctx.repos[entry.name], rel))
+        elif entry.name != ".dayzero-pristine":
+            (view / entry.name).symlink_to(Path("..", "..", entry.name))
+    inside = ctx.sandbox.command_root.rstrip("/")
+    moved = {f"{inside}/{name}": f"{inside}/.dayzero-pristine/{n:03d}/{name}" for name in by_source}
+    out = []
+    for a in argv:
+        for old, new in moved.items():
+            if a == old or a.startswith(old + "/"):
+                a = new + a[len(old):]
+        out.append(a)
+    return out
 
 
 def _startup_cost(ctx: ToolContext, startup_s: float, simulated: bool, wall: float) -> Cost:

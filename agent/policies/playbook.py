@@ -22,8 +22,10 @@ from typing import Any
 
 from agent.state import AgentState, Call, Observation
 from tasks.spec import TaskSpec
+from tools.source import unified_diff
 
 from .base import Decision, PolicyContext
+from .upstream_fixes import draft_class, map_draft_excludes
 
 MAX_FIXES_PER_CONFIG = 6
 # CUDA headers and the HIP headers that declare the same API (hipify's mapping)
@@ -158,6 +160,9 @@ class PlaybookPolicy:
     def _advance(self, state: AgentState, ctx: PolicyContext, memo: dict) -> tuple[list[Call], str] | None:
         task = ctx.task
         obs = state.observations[-1] if state.observations else None
+        if memo.get("discard"):  # an engine fix that did not hold: put its files back as committed
+            files = memo.pop("discard")
+            return [Call(tool="discard_changes", args={"files": files})], f"undo the fix that did not hold in {', '.join(files)}"
         if obs is not None and obs.tool == "run_trials" and memo.pop("layout_trials", None) is not None:
             outcomes = obs.result.get("outcomes", []) if obs.ok else []
             up = [o for o in outcomes if o["status"] == "up" and o["value"] > 0]
@@ -183,6 +188,8 @@ class PlaybookPolicy:
                                "keep_as": item["keep_as"], "group": item.get("group"),
                                "feature": item.get("feature"), "step": "launch",
                                "fixes": 0, "seen": []}  # fmt: skip
+            if item.get("upstream"):  # patch the engine, then launch with the config as released
+                memo["current"].update(step="upstream", upstream=item["upstream"], pristine=[item["upstream"]["config"]])
             return None
         return self._next_phase(state, task, memo)
 
@@ -308,9 +315,14 @@ class PlaybookPolicy:
     def _work_on(self, state: AgentState, ctx: PolicyContext, memo: dict, cur: dict,
                  obs: Observation | None) -> tuple[list[Call], str] | None:  # fmt: skip
         task = ctx.task
+        if cur["step"] == "upstream":
+            up = cur["upstream"]
+            memo["patch_note"] = up["note"]
+            cur["step"] = "fixing"
+            return [Call(tool="apply_patch", args={"diff": up["diff"]})], up["note"]["root_cause"]
         if cur["step"] == "launch":
             cur["step"] = "launching"
-            return [Call(tool="launch_server", args={"flags": cur["flags"], "env": cur["env"]})], f"try {cur['label']}"
+            return [Call(tool="launch_server", args=self._launch_args(cur))], f"try {cur['label']}"
         if cur["step"] == "launching":
             if obs is None or obs.tool != "launch_server":
                 cur["step"] = "launch"
@@ -320,13 +332,16 @@ class PlaybookPolicy:
                     memo["fallback_shapes"] = obs.result["moe_fallback_shapes"]
                 cur["step"] = "measuring"
                 return self._measure(task, cur, memo), f"measure {cur['label']}"
+            if cur.get("upstream"):  # the engine fix does not hold on its own: no config fix on top of it
+                return self._abandon(memo, cur, f"with the engine fix, {(obs.result.get('diagnosis') or {}).get('summary', 'it crashed')}")
             return self._fix(state, ctx, memo, cur, obs)
         if cur["step"] == "fixing":
             if obs is not None and not obs.ok:
                 return self._abandon(memo, cur, f"the patch did not apply: {obs.error}")
             cur["step"] = "launching"
-            return [Call(tool="launch_server", args={"flags": cur["flags"], "env": cur["env"]})], \
-                f"relaunch {cur['label']} with the fix"  # fmt: skip
+            return [Call(tool="launch_server", args=self._launch_args(cur))], \
+                f"relaunch {cur['label']} with the fix" + (
+                    f", {', '.join(cur['pristine'])} as released" if cur.get("pristine") else "")  # fmt: skip
         if cur["step"] == "measuring":
             if obs is None or obs.tool not in ("run_benchmark", "find_knee"):
                 cur["step"] = "launch"
@@ -365,11 +380,29 @@ class PlaybookPolicy:
                     memo["queue"] = [q for q in memo["queue"] if q.get("group") != cur["group"]]
             memo["current"] = None
             memo.setdefault("tried", []).append(f"{cur['label']}: {verdict}")
+            proposal = memo.pop("upstream_proposal", None)
+            if proposal and value > 0:  # the config fix held: now the same in the engine, checked on its own
+                memo["queue"].insert(0, {"label": f"engine fix in {proposal['file']}", "from": "none",
+                                         "set": cur["flags"], "env": cur["env"], "measure": "check",
+                                         "keep_as": "engine_fix", "upstream": proposal})  # fmt: skip
             return None
         memo["current"] = None
         return None
 
+    @staticmethod
+    def _launch_args(cur: dict) -> dict:
+        args = {"flags": cur["flags"], "env": cur["env"]}
+        if cur.get("pristine"):
+            args["pristine"] = cur["pristine"]
+        return args
+
     def _measure(self, task: TaskSpec, cur: dict, memo: dict) -> list[Call]:
+        if cur["measure"] == "check":  # one benchmark run: enough to show the configuration serves
+            t = next((t for t in task.targets if t.metric == "decode_tok_s"), task.targets[0])
+            args: dict[str, Any] = {"workload": t.workload}
+            if t.metric != "decode_tok_s":
+                args["request_rate"] = memo.get("knee_rate") or 1.0
+            return [Call(tool="run_benchmark", args=args)]
         if cur["measure"] == "single":
             t = next(t for t in task.targets if t.metric == "decode_tok_s")
             return [Call(tool="run_benchmark", args={"workload": t.workload})]
@@ -398,6 +431,10 @@ class PlaybookPolicy:
     def _abandon(self, memo: dict, cur: dict, why: str) -> tuple[list[Call], str] | None:
         memo["current"] = None
         memo.setdefault("tried", []).append(f"{cur['label']}: abandoned ({why})")
+        memo.pop("upstream_proposal", None)  # its config fix did not hold either
+        if cur.get("upstream"):
+            memo["discard"] = cur["upstream"]["files"]
+            return None
         if cur["keep_as"] == "base":
             memo["phase"] = "done"
             return [], f"bring-up failed and could not be fixed: {why}"
@@ -424,6 +461,10 @@ class PlaybookPolicy:
             edit = patchers[category](ctx, diag)
             if edit:
                 call, note = edit
+                proposal = note.pop("upstream", None)
+                if proposal and proposal["file"] not in memo.setdefault("upstream_done", []):
+                    memo["upstream_done"].append(proposal["file"])
+                    memo["upstream_proposal"] = proposal
                 memo["patch_note"] = note
                 cur["step"] = "fixing"
                 return [call], note["root_cause"]
@@ -487,6 +528,7 @@ class PlaybookPolicy:
             shapes = f" (checkpoint {diag.get('checkpoint_shape')} vs engine {diag.get('engine_shape')})"
         note = {
             "category": "weight_shape_mismatch",
+            "defect": f"exclude:{config_path}:{cp or ckpt_mod}",
             "title": f"Exclude {len(adds)} module(s) from quantization under the engine's names",
             "root_cause": (f"{cp or ckpt_mod}.* is stored unquantized and named in quantization_config.exclude under "
                            f"the checkpoint's names, but the engine builds it as {ep or engine_mod}.*, which the "
@@ -495,7 +537,42 @@ class PlaybookPolicy:
             "change": f"add {len(adds)} exclude entr{'y' if len(adds) == 1 else 'ies'} in {config_path}: "
                       + ", ".join(adds[:6]) + (" ..." if len(adds) > 6 else ""),
         }  # fmt: skip
+        if diag.get("draft_model") and cp and ep:
+            upstream = self._upstream_fix(ctx, diag, config, config_path, cp, ep)
+            if upstream:
+                note["upstream"] = upstream
         return Call(tool="edit_file", args={"path": config_path, "old": edit[0], "new": edit[1]}), note
+
+    @staticmethod
+    def _upstream_fix(ctx: PolicyContext, diag: dict, config: dict, config_path: str, cp: str,
+                      ep: str) -> dict | None:  # fmt: skip
+        """The same fix in the engine: the draft model maps the exclude entries naming the checkpoint's extra
+        layer (``model.layers.<num_hidden_layers>``, the DeepSeek MTP convention) to its own prefix. Proposed
+        only where the checkpoint follows that convention and the draft's model file has that shape."""
+        model_file = diag.get("model_file")
+        n_layers = config.get("num_hidden_layers")
+        if not model_file or not ctx.workspace.exists(model_file) or cp != f"model.layers.{n_layers}":
+            return None
+        source = ctx.workspace.read_file(model_file)
+        cls = draft_class(source, ep)
+        fixed = map_draft_excludes(source, cls, 'f"model.layers.{config.num_hidden_layers}"',
+                                   "model.layers.<num_hidden_layers>", ep) if cls else None  # fmt: skip
+        if fixed is None:
+            return None
+        diff = unified_diff(model_file, source, fixed)
+        note = {
+            "category": "weight_shape_mismatch",
+            "defect": f"engine:{model_file}:{cls}",
+            "title": "Map the checkpoint's MTP-layer exclude entries in the draft model",
+            "root_cause": (f"{cls}.hf_to_sglang_mapper renames one fixed checkpoint layer to {ep}, but this "
+                           f"checkpoint stores its MTP layer as {cp} (num_hidden_layers = {n_layers}); the exclude "
+                           f"entries naming that layer are not mapped, so the draft builds its bf16 modules "
+                           f"quantized and their weights do not fit"),
+            "change": (f"in {cls}.__init__ ({model_file}), before any module is built, add each exclude entry "
+                       f"that names model.layers.<num_hidden_layers> again under {ep} (exact names, the fused "
+                       f"experts module, re: patterns), so checkpoints need no config fix"),
+        }  # fmt: skip
+        return {"file": model_file, "config": config_path, "files": [model_file], "diff": diff, "note": note}
 
     @staticmethod
     def _draft_prefixes(ctx: PolicyContext, diag: dict, config: dict, names: dict) -> tuple[str, str] | None:
@@ -530,7 +607,8 @@ class PlaybookPolicy:
         new = f"#ifndef USE_ROCM\n{line}" + (f"#else\n#include <{hip}>\n" if hip else "") + "#endif\n"
         note = {
             "category": "compile_error",
-            "title": f"Guard the CUDA-only include of {header} for ROCm builds",
+            "defect": f"include:{path}:{header}",
+            "title": f"Guard the CUDA-only include of {header} for ROCm builds"[:72],
             "root_cause": (f"{path} includes {header} unconditionally; ROCm builds (-DUSE_ROCM) have no such header, "
                            "so the JIT compilation fails and the launch with it"),
             "change": f"wrap '#include <{header}>' in {path} in #ifndef USE_ROCM"

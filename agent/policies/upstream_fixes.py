@@ -133,3 +133,20 @@ def map_draft_excludes(source: str, class_name: str, ckpt_expr: str, ckpt_doc: s
     except SyntaxError:
         return None
     return out
+
+
+def draft_class(source: str, prefix: str) -> str | None:
+    """The class of ``source`` whose ``hf_to_sglang_mapper`` maps a checkpoint layer to ``prefix`` (the draft
+    model that registers the checkpoint's extra layer there), or None."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        for node in cls.body:
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "hf_to_sglang_mapper"
+                                                    for t in node.targets):  # fmt: skip
+                values = {c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant)}
+                if prefix in values:
+                    return cls.name
+    return None

@@ -41,12 +41,23 @@ def check_finished_run(run_dir: Path) -> dict:
     messages = [c.message for r in repos.values() for c in r.iter_commits(branch) if "Dayzero-Run" in c.message]
     assert len(messages) == len(titles)
     for m in messages:
-        for part in ("What failed:", "Root cause:", "Change:", "Evidence before:", "Evidence after:",
+        for part in ("The crash:\n\n    ", "What failed:", "Root cause:", "Change:",
+                     "Evidence (simulated: dayzero digital twin, not a real node):\n- before: trial ", "\n- after: trial ",
                      f"Dayzero-Run: {summary['run_id']}", "Dayzero-Trial:"):  # fmt: skip
-            assert part in m
+            assert part in m, (part, m)
+        for line in m.splitlines():  # prose wrapped at 72; only the verbatim excerpt and unbreakable words exceed
+            assert len(line) <= 72 or line.startswith("    ") or " " not in line.strip(" -"), line
+    for r in repos.values():  # whitespace a reviewer would bounce
+        base = r.git.rev_list("--max-parents=0", "HEAD")
+        assert r.git.diff("--check", base, branch, with_exceptions=False) == ""
     model_diff = repos["model"].git.diff(repos["model"].git.rev_list("--max-parents=0", "HEAD"), branch)
     assert '"exclude"' in model_diff
     assert "#ifndef USE_ROCM" in repos["sglang"].git.diff(repos["sglang"].git.rev_list("--max-parents=0", "HEAD"), branch)
+    # the same fix in the engine, its own commit, verified with the checkpoint's config as released
+    engine_fix = [c for c in repos["sglang"].iter_commits(branch) if "exclude entries" in c.summary]
+    assert len(engine_fix) == 1 and list(engine_fix[0].stats.files) == [
+        "python/sglang/srt/models/deepseek_nextn.py"]  # fmt: skip
+    assert "launched with model/config.json as released and benchmarked" in " ".join(engine_fix[0].message.split())
     launch = (run_dir / "launch.sh").read_text()
     assert "exec env" in launch and "--tp-size" in launch
     return summary
