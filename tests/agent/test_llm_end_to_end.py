@@ -233,7 +233,7 @@ def test_llm_run_through_the_cli(tmp_path: Path) -> None:
     assert branch in repo.heads
     messages = [c.message for c in repo.iter_commits(branch)]
     assert any(f"Dayzero-Run: {RUN_ID}" in m for m in messages), messages
-    assert "Evidence after: trial 3 launched and benchmarked" in messages[0], messages[0]
+    assert "- after: trial 3 launched and benchmarked" in messages[0], messages[0]
     assert summary["commits"][0]["commits"][0] == repo.heads[branch].commit.hexsha
     config = json.loads((run_dir / "workspace" / "model" / "config.json").read_text())
     assert config["quantization_config"]["exclude"][0].startswith("re:model\\.decoder\\.")

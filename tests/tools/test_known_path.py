@@ -126,7 +126,7 @@ def test_known_path(runner, tmp_path):
         repo = git.Repo(runner.ctx.repos[source])
         head = repo.heads["dayzero/test-run"].commit
         assert head.hexsha == commit.result["commits"][0]["sha"]
-        assert "Evidence before:" in head.message and "Dayzero-Run: test-run" in head.message
+        assert "\n- before: " in head.message and "Dayzero-Run: test-run" in head.message
         assert len(list(repo.iter_commits("dayzero/test-run"))) == 2  # pristine upstream + the patch
     cfg = json.loads((runner.ctx.repos["model"] / "config.json").read_text())
     assert any(e.startswith("re:model\\.decoder") for e in cfg["quantization_config"]["exclude"])
