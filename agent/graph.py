@@ -65,7 +65,11 @@ def build_graph(run: Run):
         patches = [p.model_copy() for p in state.patches]
         trial = state.current_trial()
         for p in patches:
+            # verified by a launch of the configuration that crashed (so the fix was exercised) that came up and
+            # served a benchmark
+            crashed = next((t for t in state.trials if t.id == p.crash_trial), None)
             if (p.status == "applied" and trial and trial.step > p.step_applied and trial.status == "up"
+                    and (crashed is None or crashed.flags == trial.flags)
                     and (trial.metrics or trial.served)):  # fmt: skip
                 metric = ", ".join(f"{k} {v:.1f}" for k, v in trial.metrics.items()) or "served the benchmark"
                 how = f" with {', '.join(trial.pristine)} as released" if trial.pristine else ""

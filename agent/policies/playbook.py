@@ -42,7 +42,18 @@ def _allowed(task: TaskSpec, flag: str) -> list[Any]:
 
 
 def _module(param: str | None) -> str | None:
-    return re.sub(r"\.(weight|weight_scale|bias|weight_scale_inv|input_scale)$", "", param) if param else None
+    """The module a parameter belongs to (a fused-MoE parameter, ``experts.w13_weight``, to ``experts``)."""
+    if not param:
+        return None
+    return re.sub(r"\.(w13_|w2_)?(weight|weight_scale|bias|weight_scale_inv|input_scale)$", "", param)
+
+
+def _engine_granularity(name: str) -> str:
+    """The module name the engine asks the exclude list about: one expert's projection is part of the
+    layer's fused-MoE module (``mlp.experts.3.up_proj`` -> ``mlp.experts``), which quantization asks about as
+    a whole; every other module by its own name."""
+    m = re.match(r"(.*\.experts)\.\d+\.[^.]+$", name)
+    return m.group(1) if m else name
 
 
 def _excluded(name: str, entries: list[str]) -> bool:
@@ -112,7 +123,7 @@ def _engine_excludes(modules: list[str], cp: str, ep: str, exclude: list[str]) -
         suffix = m[len(cp) + 1:] if cp and m.startswith(cp + ".") else None
         if suffix is None or not _layer_module(suffix):
             continue
-        engine_name = f"{ep}.{suffix}"
+        engine_name = _engine_granularity(f"{ep}.{suffix}")
         if not _excluded(m, exclude) or _excluded(engine_name, exclude + adds):
             continue
         covering = next((e for e in exclude if e.startswith("re:") and _excluded(m, [e])), None)
@@ -435,6 +446,8 @@ class PlaybookPolicy:
         if cur.get("upstream"):
             memo["discard"] = cur["upstream"]["files"]
             return None
+        if cur.get("edited"):  # fixes that did not hold: the workspace goes back to what was verified
+            memo["discard"] = list(cur["edited"])
         if cur["keep_as"] == "base":
             memo["phase"] = "done"
             return [], f"bring-up failed and could not be fixed: {why}"
@@ -461,6 +474,7 @@ class PlaybookPolicy:
             edit = patchers[category](ctx, diag)
             if edit:
                 call, note = edit
+                cur.setdefault("edited", []).extend(f for f in [call.args.get("path")] if f and f not in cur.get("edited", []))
                 proposal = note.pop("upstream", None)
                 if proposal and proposal["file"] not in memo.setdefault("upstream_done", []):
                     memo["upstream_done"].append(proposal["file"])
