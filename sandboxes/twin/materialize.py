@@ -337,18 +337,27 @@ def unguard_include(path: Path, header: str) -> bool:
 
 def apply_defects(sc: Scenario, sglang_root: Path) -> list[str]:
     """The scenario's defects as edits of real files of the tree; returns what was changed."""
-    done: list[str] = []
-    for i, d in enumerate(sc.defects.unguarded_includes):
+    defects = sc.defects.unguarded_includes
+    where: dict[int, tuple[str, int]] = {}  # defect -> (file, line of its include in the file as released)
+    for i, d in enumerate(defects):
         path = sglang_root / d.file
         if not path.is_file():
             raise MaterializeError(f"{sc.where(f'defects.unguarded_includes[{i}].file')}: {d.file} is not a file "
                                    f"of the SGLang {sc.engine.version} tree")
-        try:
-            changed = unguard_include(path, d.header)
-        except MaterializeError as exc:
-            raise MaterializeError(f"{sc.where(f'defects.unguarded_includes[{i}].header')}: {exc}") from None
-        done.append(f"{d.file}: <{d.header}> " + ("moved out of its USE_ROCM guard" if changed
-                                                   else "unguarded as released"))
+        at = _include_line(path.read_text().splitlines(), d.header)
+        if at is None:
+            raise MaterializeError(f"{sc.where(f'defects.unguarded_includes[{i}].header')}: {path.name} does not "
+                                   f"include <{d.header}>")
+        where[i] = (d.file, at)
+    # A file's includes are moved in the file's own order: each lands just above its guard, below those moved
+    # before it, so several headers of one guard leave it in the order they had inside it, whatever the list's.
+    outcome: dict[int, str] = {}
+    for i in sorted(where, key=lambda k: where[k]):
+        d = defects[i]
+        changed = unguard_include(sglang_root / d.file, d.header)
+        outcome[i] = f"{d.file}: <{d.header}> " + ("moved out of its USE_ROCM guard" if changed
+                                                    else "unguarded as released")
+    done = [outcome[i] for i in range(len(defects))]
     for i, k in enumerate(sc.engine.jit_kernels):
         path = sglang_root / k.source
         if not path.is_file():
