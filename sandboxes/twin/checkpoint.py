@@ -21,7 +21,8 @@ Shapes (``(out_features, in_features)`` for linears; ``h`` = hidden size, ``H`` 
   router ``mlp.gate`` (``weight (E, h)`` bf16 plus ``e_score_correction_bias (E,)`` f32; never quantized).
 * every layer: ``input_layernorm (h)``, ``post_attention_layernorm (h)``.
 * the MTP layer (``mtp.layer_index``, stored under ``mtp.checkpoint_prefix``) is a full MoE decoder layer
-  plus ``eh_proj (h, 2h)`` (a plain bf16 linear in the engine, so Quark keeps it bf16 too), ``enorm (h)``,
+  plus ``eh_proj (h, 2h)`` (with a Quark config the draft builds it as a quantizable ``ReplicatedLinear``
+  named ``model.eh_proj``, so it is quantized unless the exclude list names it), ``enorm (h)``,
   ``hnorm (h)`` and ``shared_head.norm (h)``; it shares ``embed_tokens`` and ``lm_head`` with the target.
 * top level: ``model.embed_tokens (vocab, h)``, ``model.norm (h)``, ``lm_head (vocab, h)`` (a linear; it
   is quantized unless the exclude list names it).
@@ -281,7 +282,7 @@ def layer_entries(dims: ModelDims, layer_index: int, *, mtp: bool = False) -> li
         add("mlp.up_proj", LINEAR, (d, h), "dense_mlp")
         add("mlp.down_proj", LINEAR, (h, d), "dense_mlp")
     if mtp:
-        add("eh_proj", PLAIN, (h, 2 * h), "mtp", mtp_only=True)
+        add("eh_proj", LINEAR, (h, 2 * h), "mtp", mtp_only=True)
         add("enorm", NORM, (h,), "mtp", mtp_only=True)
         add("hnorm", NORM, (h,), "mtp", mtp_only=True)
         add("shared_head.norm", NORM, (h,), "mtp", mtp_only=True)

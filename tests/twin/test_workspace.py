@@ -109,7 +109,7 @@ def test_materialize_writes_the_workspace(pristine: Path) -> None:
     assert wm["model.layers.78.mlp.experts.255.down_proj.weight"] == {"dtype": "U8", "shape": [6144, 1024]}
     assert wm["model.layers.78.mlp.shared_experts.gate_proj.weight"] == {"dtype": "BF16", "shape": [2048, 6144]}
     assert "model.layers.78.mlp.shared_experts.gate_proj.weight_scale" not in wm
-    assert wm["model.layers.78.eh_proj.weight"] == {"dtype": "BF16", "shape": [6144, 12288]}
+    assert wm["model.layers.78.eh_proj.weight"] == {"dtype": "U8", "shape": [6144, 6144]}  # a Quark linear
     assert wm["model.layers.10.self_attn.indexer.wq_b.weight"]["dtype"] == "BF16"
     assert wm["model.layers.10.self_attn.q_b_proj.weight"]["dtype"] == "U8"
     assert wm["lm_head.weight"] == {"dtype": "BF16", "shape": [154880, 6144]}
