@@ -121,9 +121,14 @@ def _engine_excludes(modules: list[str], cp: str, ep: str, exclude: list[str]) -
     adds: list[str] = []
     for m in modules:
         suffix = m[len(cp) + 1:] if cp and m.startswith(cp + ".") else None
-        if suffix is None or not _layer_module(suffix):
+        if suffix is None:
             continue
-        engine_name = _engine_granularity(f"{ep}.{suffix}")
+        # the decoder layer's modules live under the engine's layer prefix; the rest of the checkpoint's layer
+        # (an MTP layer's eh_proj) belongs to the model that holds that layer
+        owner = ep if _layer_module(suffix) else ep.rpartition(".")[0]
+        if not owner:
+            continue
+        engine_name = _engine_granularity(f"{owner}.{suffix}")
         if not _excluded(m, exclude) or _excluded(engine_name, exclude + adds):
             continue
         covering = next((e for e in exclude if e.startswith("re:") and _excluded(m, [e])), None)

@@ -23,9 +23,10 @@ LINE_LENGTH = 88  # black's default, which SGLang uses
 
 _HELPER_SOURCE = '''def {name}(exclude_layers, ckpt_prefix, prefix):
     """Exclude entries, plus each one that names the checkpoint's MTP layer
-    (``ckpt_prefix``) again under this model's ``prefix``: an exact name (and the
-    fused-experts module an expert's name belongs to), or a ``re:`` pattern whose
-    leading part matches ``ckpt_prefix.``."""
+    (``ckpt_prefix``) again as this model names it: the decoder layer's modules under
+    ``prefix`` (an exact name, and the fused-experts module an expert's name belongs
+    to, or a ``re:`` pattern whose leading part matches ``ckpt_prefix.``), the MTP
+    layer's own modules (eh_proj) under the model holding that layer."""
     mapped = []
     for entry in exclude_layers:
         if entry.startswith("re:"):
@@ -38,8 +39,12 @@ _HELPER_SOURCE = '''def {name}(exclude_layers, ckpt_prefix, prefix):
                 if head.fullmatch(ckpt_prefix + "."):
                     mapped.append("re:" + re.escape(prefix + ".") + pattern[cut:])
                     break
-        elif entry == ckpt_prefix or entry.startswith(ckpt_prefix + "."):
-            name = prefix + entry[len(ckpt_prefix) :]
+        elif entry.startswith(ckpt_prefix + "."):
+            rest = entry[len(ckpt_prefix) + 1 :]
+            if rest.split(".")[0] in ("self_attn", "mlp"):
+                name = prefix + "." + rest
+            else:  # eh_proj and the other MTP-only modules hang on the model itself
+                name = prefix.rpartition(".")[0] + "." + rest
             mapped.append(name)
             experts = re.match(r"(.*\\.experts)\\.\\d+\\.", name)
             if experts:

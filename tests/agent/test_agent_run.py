@@ -174,3 +174,44 @@ def test_playbook_solves_unseen_scenarios_unchanged(tmp_path, task):
     assert summary["finish_reason"] == "all targets met", summary["targets"]
     titles = " | ".join(c["title"] for c in summary["commits"])
     assert "Exclude" in titles and "Guard the CUDA-only include" in titles
+
+
+@pytest.mark.parametrize("task", ["lyra_mi355x", "corvus_mi300x"])
+def test_playbook_fixes_the_new_defect_variants(tmp_path, task):
+    """A whole MTP layer kept bf16 by exact names (lyra: routed experts and eh_proj included) and two unguarded
+    headers in one file (corvus): every defect is fixed, one commit per defect, each naming its own crash, and the
+    engine fix for the MTP layer is its own commit verified with the checkpoint's config as released. Only the
+    single-stream stage runs (where both defects meet the agent); the full tasks' knee is left to `agent run`."""
+    short = tmp_path / f"{task}_single.yaml"
+    short.write_text(f"extends: {REPO / 'tasks' / f'{task}.yaml'}\n"
+                     "targets:\n  - {name: single_stream, metric: decode_tok_s, workload: single_stream, min: 100000}\n")
+    proc = agent(tmp_path, "run", str(short), "--policy", "playbook", "--run-id", task)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run_dir = tmp_path / "runs" / task
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["blocked"] == {}
+    branch = f"dayzero/{task}"
+    model, sglang = (git.Repo(run_dir / "workspace" / n) for n in ("model", "sglang"))
+    ours = [c for r in (model, sglang) for c in r.iter_commits(branch) if "Dayzero-Run" in c.message]
+    exclude = [c for c in model.iter_commits(branch) if c.summary.startswith("Exclude")]
+    assert len(exclude) == 1
+    added = [e for e in json.loads((run_dir / "workspace" / "model" / "config.json").read_text())
+             ["quantization_config"]["exclude"] if e.startswith(("model.decoder", "re:model\\.decoder", "model.eh_proj"))]
+    engine_fix = [c for c in sglang.iter_commits(branch) if "exclude entries" in c.summary]
+    assert len(engine_fix) == 1
+    assert "as released and benchmarked" in " ".join(engine_fix[0].message.split())
+    guards = [c for c in sglang.iter_commits(branch) if c.summary.startswith("Guard")]
+    if task == "lyra_mi355x":
+        # the engine's granularity: the fused experts once, eh_proj on the draft model itself, no expert names
+        assert "model.decoder.mlp.experts" in added and "model.eh_proj" in added
+        assert not any(".experts." in e for e in added)
+        assert guards == [] and len(ours) == 2
+    else:
+        headers = sorted(h for c in guards for h in ("cuda_bf16.h", "cuda_fp8.h") if f"of {h} " in c.summary)
+        assert headers == ["cuda_bf16.h", "cuda_fp8.h"] and len(guards) == 2  # one commit per header
+        for c in guards:  # each names its own crash, and touches one include
+            header = "cuda_bf16.h" if "cuda_bf16.h" in c.summary else "cuda_fp8.h"
+            crash = c.message.split("The crash:", 1)[1].split("What failed:", 1)[0]
+            assert f"'{header}' file not found" in crash
+            diff = c.repo.git.show(c.hexsha, "--format=")
+            assert diff.count("+#ifndef USE_ROCM") == 1 and f" #include <{header}>" in diff  # guards that include
