@@ -85,6 +85,11 @@ _MODULE_NUMBERS = itertools.count(1)
 _PARSED: dict[Path, tuple[tuple[int, int], ast.Module]] = {}
 
 
+def parsed_files() -> list[Path]:
+    """Every file this process has parsed (what a result computed from workspace code depends on)."""
+    return list(_PARSED)
+
+
 def parse(path: Path) -> ast.Module:
     """The file's syntax tree (cached while the file is unchanged; callers never modify it)."""
     try:

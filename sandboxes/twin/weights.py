@@ -25,7 +25,9 @@ Standard library only.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +44,7 @@ from .checkpoint import (
     quant_format_from_config,
     tensor_bytes,
 )
-from .pure_code import PureCodeError, class_attribute, definition_line, load_definitions
+from .pure_code import PureCodeError, class_attribute, definition_line, load_definitions, parsed_files
 from .stubbed_init import ConstructionError, construct
 from .stubbed_init import StubValue as _StubValue
 from .tracebacks import (
@@ -365,6 +367,9 @@ class _Loader:
         self.root, self.engine, self.frames, self.report, self.by_cat, self.draft = \
             root, engine, frames, report, by_cat, draft  # fmt: skip
         self.qkv_cache: dict[str, tuple[str, list[int]]] = {}
+        # routed experts: every expert's tensor of one projection meets the same parameter the same way, so an
+        # outcome is computed once per (layer, projection, dtype, shape) and reused for the other experts
+        self.expert_ok: dict[tuple[str, str, str, tuple[int, ...]], tuple[_Param, int]] = {}
 
     def fail(self, f: _Failure, engine_name: str, ckpt: str, threaded: bool = True) -> WeightLoadError:
         frames = self.frames + (FUTURE if threaded else []) + f.frames
@@ -373,11 +378,21 @@ class _Loader:
 
     def load(self, ckpt: str, name: str, meta: dict[str, Any]) -> None:
         dtype, shape = meta.get("dtype", ""), list(meta.get("shape") or [])
+        at = name.find(".mlp.experts.")
+        key = None
+        if at >= 0:
+            number_end = name.find(".", at + 13)
+            key = (name[:at], name[number_end:], dtype, tuple(shape))
+            seen = self.expert_ok.get(key)
+            if seen is not None:  # the same projection of another expert: loads as the first one did
+                self.report.num_tensors += 1
+                self.by_cat[seen[0].category] = self.by_cat.get(seen[0].category, 0) + seen[1]
+                return
         params = self.engine.params
         self.report.num_tensors += 1
         module, _, suffix = name.rpartition(".")
         last = module.rpartition(".")[2]
-        expert = _expert_target(name) if ".mlp.experts." in name else None
+        expert = _expert_target(name) if at >= 0 else None
         stacked = STACKED.get(last) if expert is None and (last in ("gate_proj", "up_proj") or self.engine.gqa) else None
         if stacked is not None:  # stacked_params_mapping
             target = f"{module.rpartition('.')[0]}.{stacked[0]}.{suffix}"
@@ -401,6 +416,8 @@ class _Loader:
             if failure:
                 raise self.fail(failure, target, ckpt)
             self._mark(p, dtype, shape)
+            if key is not None:
+                self.expert_ok[key] = (p, tensor_bytes(dtype, shape))
             return
         if last in ("q_a_proj", "kv_a_proj_with_mqa") and self.engine.fuse_qkv_a:
             base = module.rpartition(".")[0]
@@ -630,6 +647,10 @@ def _draft_layer_quant(root: Path, cfg: dict[str, Any], draft_file: str, draft_c
     then the workspace's draft class constructor runs (``stubbed_init``) and builds the decoder layer with
     whatever quantization config its own code chose (``None`` when the exclude list names the whole layer).
     """
+    cache = _DraftInitCache(root, [draft_file, draft_class, decoder_prefix, exclude, cfg])
+    hit = cache.get()
+    if hit is not None:
+        return hit
     mapper = _draft_mapper(root, draft_file, draft_class, frames)
     quant = _QuarkConfig(exclude)
     if mapper is not None:  # model_loader/loader.py: quant_config.apply_weight_name_mapper(...)
@@ -644,9 +665,52 @@ def _draft_layer_quant(root: Path, cfg: dict[str, Any], draft_file: str, draft_c
                               render(root, frames, tail), draft=True) from None  # fmt: skip
     layer = built.built_at(decoder_prefix)
     layer_quant = layer.kwargs.get("quant_config", quant) if layer is not None else quant
-    if layer_quant is None:
-        return True, []
-    return False, list(getattr(layer_quant, "exclude_layers", None) or [])
+    result = (True, []) if layer_quant is None else (False, list(getattr(layer_quant, "exclude_layers", None) or []))
+    cache.put(result)
+    return result
+
+
+class _DraftInitCache:
+    """The draft constructor's outcome, remembered in the workspace's ``.twin/`` with the content hash of every
+    source file parsed to get it: the same inputs and the same code give the same outcome, and any edit of
+    those files (or other inputs) computes it again. Saves a launch the parsing of the engine's modules."""
+
+    def __init__(self, root: Path, inputs: list[Any]) -> None:
+        twin = root.parent / ".twin"
+        self.path = twin / "draft-init-cache.json" if twin.is_dir() else None
+        self.key = hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
+
+    def _entries(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.path.read_text()) if self.path and self.path.is_file() else {}
+        except (OSError, ValueError):
+            return {}
+
+    @staticmethod
+    def _digest(path: str) -> str | None:
+        try:
+            return hashlib.sha1(Path(path).read_bytes()).hexdigest()
+        except OSError:
+            return None
+
+    def get(self) -> tuple[bool, list[str]] | None:
+        entry = self._entries().get(self.key)
+        if not entry or any(self._digest(f) != h for f, h in entry["files"].items()):
+            return None
+        return bool(entry["whole"]), list(entry["exclude"])
+
+    def put(self, result: tuple[bool, list[str]]) -> None:
+        if self.path is None:
+            return
+        files = {str(p): self._digest(str(p)) for p in parsed_files()}
+        entries = self._entries()
+        entries[self.key] = {"files": files, "whole": result[0], "exclude": result[1]}
+        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+        try:
+            tmp.write_text(json.dumps(dict(list(entries.items())[-16:])))
+            os.replace(tmp, self.path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
 
 
 def _load_draft(root: Path, cfg: dict[str, Any], dims: ModelDims, fmt: str, exclude: list[str], should_ignore: Any,

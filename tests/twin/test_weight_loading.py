@@ -227,6 +227,7 @@ def test_a_fix_in_the_draft_constructor_is_honoured(pristine_workspaces: dict[st
     for name in ("glm52_mi355x", "vega_mi355x"):
         ws = workspace(pristine_workspaces, tmp_path / name, name)
         assert failure(ws, draft=True).draft
+        assert (ws / ".twin" / "draft-init-cache.json").is_file()  # remembered; the edit below must invalidate it
         path = ws / "sglang" / NEXTN
         fixed = map_draft_excludes(path.read_text(), "DeepseekV3ForCausalLMNextN",
                                    'f"model.layers.{config.num_hidden_layers}"', "model.layers.<N>", "model.decoder")
