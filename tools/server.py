@@ -127,9 +127,10 @@ def _with_pristine(ctx: ToolContext, argv: list[str], files: list[str], n: int) 
             raise ValueError(f"{f!r} is not a file of a workspace source ({', '.join(ctx.repos)})")
         by_source.setdefault(name, []).append(rel)
     root = ctx.sandbox.root
-    view = root / ".dayzero-pristine" / f"{n:03d}"
-    if view.exists():
-        shutil.rmtree(view)
+    views = root / ".dayzero-pristine"
+    view = views / f"{n:03d}"
+    if views.exists():  # one view at a time: the server of an earlier one was stopped before this launch
+        shutil.rmtree(views)
     view.mkdir(parents=True)
     for entry in root.iterdir():
         if entry.name in by_source:
