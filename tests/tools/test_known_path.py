@@ -203,3 +203,20 @@ def test_engines_run_in_the_c_locale(runner):
     environ = dict(kv.split("=", 1) for kv in raw.split("\0") if "=" in kv)
     assert environ["LC_ALL"] == "C"
     assert runner.call("stop_server").ok
+
+
+def test_launch_with_pristine_files(runner):
+    """The engine sees the named files as released while the workspace keeps its edits; a path outside the
+    workspace's sources is refused before anything starts."""
+    bad = call(runner, "launch_server", flags={"tp-size": 8}, pristine=["elsewhere/config.json"])
+    assert not bad.ok and "not a file of a workspace source" in bad.result["summary"]
+    add_exclude(runner, "model.decoder.mlp.shared_experts.gate_proj")
+    edited = (runner.ctx.repos["model"] / "config.json").read_text()
+    up = call(runner, "launch_server", flags={"tp-size": 8}, pristine=["model/config.json"])
+    assert up.ok, up.result["summary"]
+    model_path = up.result["argv"][up.result["argv"].index("--model-path") + 1]
+    assert "/.dayzero-pristine/" in model_path
+    assert Path(model_path, "config.json").read_text() != edited  # as released...
+    assert "shared_experts.gate_proj" not in Path(model_path, "config.json").read_text()
+    assert (runner.ctx.repos["model"] / "config.json").read_text() == edited  # ...and the workspace untouched
+    assert call(runner, "stop_server").ok
