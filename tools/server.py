@@ -15,6 +15,7 @@ from .base import Cost, ToolInput, ToolResult, tool
 from .context import ServerState, ToolContext
 from .diagnose import Diagnosis, MoEShape, classify, moe_fallbacks, workspace_relative
 from .git_ops import pristine_text
+from .weight_suspects import Suspects, suspects_in_workspace
 
 FlagValue = int | float | str | bool | None
 
@@ -51,6 +52,8 @@ class LaunchResult(ToolResult):
     log_path: str = ""
     log_tail: list[str] = []
     diagnosis: Diagnosis | None = None
+    suspects: Suspects | None = Field(None, description="for a weight-loading crash the log does not name: the "
+                                                        "checkpoint tensors it can be, and how sure that is")  # fmt: skip
     moe_fallback_shapes: list[MoEShape] = []
 
 
@@ -110,10 +113,25 @@ def launch_server(ctx: ToolContext, args: LaunchInput) -> LaunchResult:
                             cost=Cost(wall_seconds=ready.wall_seconds))  # fmt: skip
     ctx.sandbox.stop_server(handle)
     diagnosis = workspace_relative(ctx, classify(text))
+    suspects = _suspects(ctx, diagnosis) if diagnosis.category == "weight_shape_mismatch" else None
     return LaunchResult(ok=False, status="crashed", exit_code=ready.exit_code, argv=argv, log_path=rel,
-                        log_tail=tail, diagnosis=diagnosis, moe_fallback_shapes=fallbacks,
+                        log_tail=tail, diagnosis=diagnosis, suspects=suspects, moe_fallback_shapes=fallbacks,
                         summary=f"crashed (exit {ready.exit_code}): {diagnosis.summary}",
                         cost=Cost(wall_seconds=ready.wall_seconds))  # fmt: skip
+
+
+def _suspects(ctx: ToolContext, diagnosis: Diagnosis) -> Suspects | None:
+    def read(path: str) -> str | None:
+        try:
+            return ctx.sandbox.read_file(path)
+        except Exception:  # missing, outside the workspace, unreadable: nothing to learn from it
+            return None
+
+    for name in ctx.repos:
+        text = read(f"{name}/config.json")
+        if text and "quantization_config" in text:
+            return suspects_in_workspace(diagnosis, read, f"{name}/config.json")
+    return None
 
 
 def _with_pristine(ctx: ToolContext, argv: list[str], files: list[str], n: int) -> list[str]:

@@ -467,7 +467,7 @@ class PlaybookPolicy:
 
     def _fix(self, state: AgentState, ctx: PolicyContext, memo: dict, cur: dict,
              obs: Observation) -> tuple[list[Call], str] | None:  # fmt: skip
-        diag = obs.result.get("diagnosis") or {}
+        diag = {**(obs.result.get("diagnosis") or {}), "suspects": obs.result.get("suspects")}
         category = diag.get("category", "unknown")
         signature = f"{category}:{diag.get('parameter') or diag.get('header') or diag.get('flag') or diag.get('summary')}"
         if signature in cur["seen"] or cur["fixes"] >= MAX_FIXES_PER_CONFIG:
@@ -533,6 +533,11 @@ class PlaybookPolicy:
                 return None
             cp, ep = prefixes
             how = f"inferred: the draft model loads {cp}.* as {ep}.*"
+            suspects = diag.get("suspects") or {}
+            if suspects.get("candidates"):  # what the weight index says the loader stopped at, and how surely
+                sure = {"unique": "the only one that fits", "likely": "the first of several that fit, in load order"}
+                how += (f"; the failing tensor: {suspects['candidates'][0]}, "
+                        f"{sure.get(suspects['confidence'], suspects['confidence'])} ({suspects['reason']})")
         modules = {_module(n) for n in names if n.startswith(cp + ".")} if cp else set()
         if ckpt_mod:
             modules.add(ckpt_mod)

@@ -211,6 +211,8 @@ def test_playbook_fixes_the_new_defect_variants(tmp_path, task):
         assert "model.decoder.mlp.experts" in added and "model.eh_proj" in added
         assert not any(".experts." in e for e in added)
         assert guards == [] and len(ours) == 2
+        # the log did not name the tensor: the weight index did, and the message says how sure that is
+        assert "model.layers.40.eh_proj.weight, the only one that fits" in " ".join(exclude[0].message.split())
     else:
         headers = sorted(h for c in guards for h in ("cuda_bf16.h", "cuda_fp8.h") if f"of {h} " in c.summary)
         assert headers == ["cuda_bf16.h", "cuda_fp8.h"] and len(guards) == 2  # one commit per header
