@@ -4,7 +4,11 @@ It takes SGLang's flags, checks that the server is up (``/v1/models``), sends a 
 the live configuration from ``/server_info`` and then runs the benchmark in virtual time with the twin's
 discrete-event simulation (``simulator.py``). It prints SGLang's result table and appends one JSON line with
 SGLang's keys to ``--output-file``, plus what only a simulation can tell: ``simulated``, the wall time the
-simulation took, and where the simulated GPU time went (``gpu_time_breakdown``, ``bottleneck``).
+simulation took, and where the simulated GPU time went (``gpu_time_breakdown``, ``bottleneck``). It also
+reports two figures SGLang's client does not print, in their own section of the table marked as the twin's
+addition and in the record: total (input + output) token throughput per GPU the server uses
+(``total_throughput_per_gpu``, over ``gpus_used`` = tp x dp, or tp under DP attention) and per-user decode
+speed (``tokens_per_s_per_user`` = 1000 / median TPOT), the metrics public per-GPU comparisons (InferenceX) use.
 Same flags and seed, same result.
 """
 
@@ -261,6 +265,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
     port = args.port or 30000
     base_url = args.base_url.rstrip("/") if args.base_url else f"http://{args.host}:{port}"
+    spec = DatasetSpec(
+        name=args.dataset_name, num_prompts=args.num_prompts, random_input_len=args.random_input_len,
+        random_output_len=args.random_output_len, random_range_ratio=args.random_range_ratio,
+        gsp_num_groups=args.gsp_num_groups, gsp_prompts_per_group=args.gsp_prompts_per_group,
+        gsp_system_prompt_len=args.gsp_system_prompt_len, gsp_question_len=args.gsp_question_len,
+        gsp_output_len=args.gsp_output_len,
+    )  # fmt: skip
+    rng = random.Random(args.seed)
+    requests = build_requests(spec, rng)
+    if args.dataset_name in ("random", "random-ids"):  # sample_random_requests prints these as it samples
+        print(f"#Input tokens: {sum(r.input_len for r in requests)}")
+        print(f"#Output tokens: {sum(r.output_len for r in requests)}")
     wait_ready(base_url, args.ready_check_timeout_sec)
     print(f"Starting warmup with {args.warmup_requests} sequences...")
     try:
@@ -279,15 +295,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cfg = ServingConfig.from_dict(twin["serving_config"])
     model = CostModel(scenario, cfg, twin.get("weight_bytes"))
     kv_capacity = int(twin.get("max_total_num_tokens") or plan_memory(model).max_total_num_tokens)
-    spec = DatasetSpec(
-        name=args.dataset_name, num_prompts=args.num_prompts, random_input_len=args.random_input_len,
-        random_output_len=args.random_output_len, random_range_ratio=args.random_range_ratio,
-        gsp_num_groups=args.gsp_num_groups, gsp_prompts_per_group=args.gsp_prompts_per_group,
-        gsp_system_prompt_len=args.gsp_system_prompt_len, gsp_question_len=args.gsp_question_len,
-        gsp_output_len=args.gsp_output_len,
-    )  # fmt: skip
-    rng = random.Random(args.seed)
-    requests = build_requests(spec, rng)
     arrivals = arrival_times(len(requests), args.request_rate, rng)
     wall = time.perf_counter()
     result = simulate(model, requests, arrivals, kv_capacity, args.max_concurrency)
@@ -323,6 +330,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "twin_scenario": twin.get("scenario"),
         "seed": args.seed,
         "num_prompts": len(requests),
+        # the twin's additions for per-GPU comparisons (InferenceX's metrics): SGLang prints neither
+        "gpus_used": cfg.gpus_used,
+        "total_throughput_per_gpu": m["total_throughput"] / cfg.gpus_used,
+        "output_throughput_per_gpu": m["output_throughput"] / cfg.gpus_used,
+        "tokens_per_s_per_user": 1000.0 / m["median_tpot_ms"] if m["median_tpot_ms"] > 0 else 0.0,
     })  # fmt: skip
     print_table(args, record)
     out = args.output_file or f"{args.backend}_{datetime.now().strftime('%m%d')}_{args.num_prompts}_sim.jsonl"
@@ -341,7 +353,9 @@ def print_table(args: argparse.Namespace, r: dict[str, Any]) -> None:
     print(row("Successful requests:", r["completed"]))
     print(rowf("Benchmark duration (s):", r["duration"]))
     print(row("Total input tokens:", r["total_input_tokens"]))
+    print(row("Total input text tokens:", r["total_input_text_tokens"]))
     print(row("Total generated tokens:", r["total_output_tokens"]))
+    print(row("Total generated tokens (retokenized):", r["total_output_tokens_retokenized"]))
     print(rowf("Request throughput (req/s):", r["request_throughput"]))
     print(rowf("Input token throughput (tok/s):", r["input_throughput"]))
     print(rowf("Output token throughput (tok/s):", r["output_throughput"]))
@@ -373,6 +387,10 @@ def print_table(args: argparse.Namespace, r: dict[str, Any]) -> None:
         print(row(f"{BREAKDOWN_NAMES[key]}:", f"{share * 100:.1f} %"))
     print(row("Bottleneck:", r["bottleneck"]))
     print(rowf("Simulation wall time (s):", r["wall_duration_s"]))
+    print("{s:{c}^{n}}".format(s="Per GPU and per user (twin addition)", n=50, c="-"))
+    print(row("GPUs used by the server:", r["gpus_used"]))
+    print(rowf("Total token throughput per GPU (tok/s):", r["total_throughput_per_gpu"]))
+    print(rowf("Output tok/s per user (1000/med TPOT):", r["tokens_per_s_per_user"]))
     print("=" * 50)
     hardware = ((r.get("server_info") or {}).get("twin") or {}).get("hardware") or "a GPU node"
     print(f"SIMULATED: dayzero digital twin of {hardware}, virtual time; not a measurement of real hardware.")

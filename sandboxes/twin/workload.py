@@ -47,14 +47,21 @@ def build_requests(spec: DatasetSpec, rng: random.Random) -> list[SimRequest]:
         rng.shuffle(reqs)
         return [SimRequest(i, g, p, q, o) for i, (g, p, q, o) in enumerate(reqs)]
     if spec.name in ("random", "random-ids"):
-        def length(full: int) -> int:
-            return rng.randint(max(int(full * spec.random_range_ratio), 1), max(full, 1))
-
-        return [
-            SimRequest(i, None, 0, length(spec.random_input_len), length(spec.random_output_len))
-            for i in range(spec.num_prompts)
-        ]
+        inputs = random_lens(spec.random_input_len, spec.random_range_ratio, spec.num_prompts, rng)
+        outputs = random_lens(spec.random_output_len, spec.random_range_ratio, spec.num_prompts, rng)
+        return [SimRequest(i, None, 0, n_in, n_out) for i, (n_in, n_out) in enumerate(zip(inputs, outputs, strict=True))]
     raise ValueError(f"unsupported dataset for the twin: {spec.name}")
+
+
+def random_lens(full_len: int, range_ratio: float, num: int, rng: random.Random) -> list[int]:
+    """SGLang's ``compute_random_lens`` (benchmark/datasets/common.py): lengths uniform over the integers of
+    ``[max(int(full_len * range_ratio), 1), full_len]``, both ends included, drawn for all prompts at once (the
+    inputs, then the outputs). ``--random-range-ratio 0.8`` gives 0.8-1.0x nominal; 1 gives exactly nominal;
+    the default 0 gives 1..nominal. (SGLang draws with numpy's generator, the twin with Python's.)"""
+    if full_len <= 0:
+        return [0] * num
+    lo = max(int(full_len * range_ratio), 1)
+    return [rng.randint(lo, full_len) for _ in range(num)]
 
 
 def arrival_times(n: int, request_rate: float, rng: random.Random) -> list[float]:
