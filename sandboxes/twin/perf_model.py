@@ -250,8 +250,22 @@ class CostModel:
 
     def decode(self, batch: int, sum_context: float, tokens_per_seq: int = 1) -> StepCost:
         """One decode (or speculative verify) step: ``batch`` sequences, ``tokens_per_seq`` tokens each."""
-        s = self.sizes
+        t = self.decode_terms(batch, sum_context, tokens_per_seq)
         c = StepCost()
+        c.decode = max(t["weight_reads"] + t["kv_reads"], t["compute"])
+        c.communication = t["communication"]
+        c.overhead = t["kernel_launch"] + t["scheduler"]
+        if self.config.speculative:
+            c.overhead += t["draft"]
+        return c
+
+    def decode_terms(self, batch: int, sum_context: float, tokens_per_seq: int = 1) -> dict[str, float]:
+        """The terms of one decode (verify) step before ``decode`` combines them, in seconds: streaming the
+        weights and the KV cache (``weight_reads``, ``kv_reads``) overlaps with the matrix work (``compute``),
+        so the step pays the larger of the two; TP all-reduces (``communication``), kernel launches
+        (``kernel_launch``), the CPU scheduler (``scheduler``) and the draft model's steps (``draft``, 0
+        without speculation) add to it. For reports: which term a step's time is made of."""
+        s = self.sizes
         tokens = batch * tokens_per_seq
         weight_bytes = (
             self.fixed_weight_bytes + s.moe_layers * self.experts_touched(tokens) * self.expert_bytes
@@ -264,19 +278,21 @@ class CostModel:
             + mean_ctx * s.indexer_elems_per_token_layer
         )
         kv_bytes = batch * tokens_per_seq**0.5 * per_seq_kv
-        mem = weight_bytes / self.bw + kv_bytes / self.bw
         moe_flops = 2 * tokens * self.scenario.model.moe.top_k * s.moe_layers * s.expert_params
         flops = (2 * tokens * self.active_linear_params) / (self.flop_g * self.linear_flops)
         flops += moe_flops / (self.flop_g * self.moe_flops)
         flops += tokens * s.layers * self.attended_keys(mean_ctx) * s.attn_flops_per_key / (
             self.g * self.attn_flops
         )
-        c.decode = max(mem, flops)
-        c.communication = self.allreduce_time(tokens)
-        c.overhead = self.kernel_overhead(batch) + self.scenario.calibration.scheduler_overhead_ms * 1e-3
-        if self.config.speculative:
-            c.overhead += self.draft_time(batch)
-        return c
+        return {
+            "weight_reads": weight_bytes / self.bw,
+            "kv_reads": kv_bytes / self.bw,
+            "compute": flops,
+            "communication": self.allreduce_time(tokens),
+            "kernel_launch": self.kernel_overhead(batch),
+            "scheduler": self.scenario.calibration.scheduler_overhead_ms * 1e-3,
+            "draft": self.draft_time(batch) if self.config.speculative else 0.0,
+        }
 
     def draft_time(self, batch: int) -> float:
         """The draft model's steps for one speculative iteration (one layer + LM head per step)."""
