@@ -144,7 +144,7 @@ def print_table(rows: list[tuple[Config, Published, dict, dict]]) -> None:
     print(f"Twin ({SCENARIO}) vs {SOURCE}")
     print("ratio = twin / published; tok/s/user = 1000 / median TPOT; run = where the run's GPU time went")
     head = (f"{'config':<24} {'conc':>4}  {'tok/s/GPU':>9} {'pub':>7} {'ratio':>5}  {'tok/s/user':>10} {'pub':>6} "
-            f"{'ratio':>5}  {'TPOT ms':>7} {'pub':>6}  {'decode step: largest term':<28} {'run':<22}")  # fmt: skip
+            f"{'ratio':>5}  {'TPOT ms':>7} {'pub':>6}  {'decode step: largest term':<28} run")  # fmt: skip
     print(head)
     print("-" * len(head))
     for config, p, rec, step in rows:
@@ -153,7 +153,7 @@ def print_table(rows: list[tuple[Config, Published, dict, dict]]) -> None:
         mark = "*" if p.note else " "
         print(f"{config.name:<24} {p.concurrency:>4}{mark} {gpu:>9.1f} {p.tok_s_gpu:>7.1f} {gpu / p.tok_s_gpu:>5.2f}  "
               f"{user:>10.1f} {p.user:>6.1f} {user / p.user:>5.2f}  {rec['median_tpot_ms']:>7.1f} "
-              f"{1000 / p.user:>6.1f}  {f'{name} {share:.0%}':<28} {rec['bottleneck']:<22}")  # fmt: skip
+              f"{1000 / p.user:>6.1f}  {f'{name} {share:.0%}':<28} {rec['bottleneck']}")  # fmt: skip
     print("* from the source's full table (not in the issue's main table)")
     print()
     print("Decode (verify) step of the running batch, ms per term (memory and compute overlap: the step pays the larger)")
