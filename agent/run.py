@@ -247,7 +247,7 @@ def launch_script(run: Run, state: AgentState) -> str:
         if b is None or t.metric == "accuracy_delta":
             continue
         argv = run.ctx.render(run.ctx.engine.launch, port="${PORT:-30000}") + flags_to_argv(b.flags)
-        env = {**run.ctx.engine_env(), **b.env}
+        env = run.ctx.engine_env(b.env)  # rendered: a {workspace} left in AITER_CONFIG_FMOE serves untuned
         command = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + shlex.join(argv)
         command = command.replace("'${PORT:-30000}'", '"${PORT:-30000}"')
         lines.append(f"# {t.name}: {b.value:.1f} ({t.metric}, target {t.min}), trial {b.trial}")

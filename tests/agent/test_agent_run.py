@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -60,6 +61,8 @@ def check_finished_run(run_dir: Path) -> dict:
     assert "launched with model/config.json as released and benchmarked" in " ".join(engine_fix[0].message.split())
     launch = (run_dir / "launch.sh").read_text()
     assert "exec env" in launch and "--tp-size" in launch
+    assert not re.search(r"\{\w+\}", launch), launch  # every placeholder rendered (AITER_CONFIG_FMOE's path)
+    assert f"AITER_CONFIG_FMOE={run_dir / 'workspace'}/tuning/" in launch.replace("'", "")
     return summary
 
 
