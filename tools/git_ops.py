@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tempfile
 import textwrap
 from pathlib import Path
@@ -91,6 +92,12 @@ def ensure_branch(repo: git.Repo, branch: str) -> None:
             repo.create_head(branch).checkout()
 
 
+def repo_relative(text: str, source: str) -> str:
+    """Workspace paths of this repository (``sglang/python/...``) as the repository names them (``python/...``):
+    a reviewer of the upstream project reads paths from its root."""
+    return re.sub(rf"(?<![\w/.-]){re.escape(source)}/(?=[\w.])", "", text)
+
+
 def _stage(repo: git.Repo, name: str, args: CommitInput) -> bool:
     """Stage this change in the repository ``name``: exactly ``args.diff`` when given (so two patches to one
     file stay two commits), else the listed files, else everything. False when nothing of it is here."""
@@ -166,8 +173,8 @@ def commit(ctx: ToolContext, args: CommitInput) -> CommitResult:
         if problems:  # whitespace errors: a reviewer would bounce it
             repo.git.reset("-q")
             return CommitResult(ok=False, summary=f"refused: the change has whitespace errors: {problems.splitlines()[0]}")
-        c = repo.index.commit(message(args, ctx.run_id, ctx.trial, simulated=ctx.engine_name == "twin"),
-                              author=AUTHOR, committer=AUTHOR)  # fmt: skip
+        text = repo_relative(message(args, ctx.run_id, ctx.trial, simulated=ctx.engine_name == "twin"), name)
+        c = repo.index.commit(text, author=AUTHOR, committer=AUTHOR)
         records.append(CommitRecord(source=name, sha=c.hexsha, branch=branch, files=files))
     if not records:
         return CommitResult(ok=False, summary="nothing to commit: no workspace repository has changes")

@@ -220,3 +220,11 @@ def test_launch_with_pristine_files(runner):
     assert "shared_experts.gate_proj" not in Path(model_path, "config.json").read_text()
     assert (runner.ctx.repos["model"] / "config.json").read_text() == edited  # ...and the workspace untouched
     assert call(runner, "stop_server").ok
+
+
+def test_commit_messages_name_paths_from_the_repository_root() -> None:
+    from tools.git_ops import repo_relative
+
+    text = 'File "sglang/python/sglang/srt/x.py", line 3 (in sglang/python/a.cuh); model/config.json stays'
+    assert repo_relative(text, "sglang") == 'File "python/sglang/srt/x.py", line 3 (in python/a.cuh); model/config.json stays'
+    assert repo_relative("edit model/config.json: re:model\\.decoder", "model") == "edit config.json: re:model\\.decoder"
