@@ -44,7 +44,8 @@ class _Top:
     node: ast.stmt
 
 
-def _bound_names(node: ast.stmt) -> tuple[str, ...]:
+def bound_names(node: ast.stmt) -> tuple[str, ...]:
+    """The names a top-level statement binds (a def, a class, an assignment to plain names)."""
     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
         return (node.name,)
     if isinstance(node, ast.Assign):
@@ -110,7 +111,7 @@ def parse(path: Path) -> ast.Module:
 
 
 def _closure(tree: ast.Module, wanted: Iterable[str], path: Path) -> list[ast.stmt]:
-    tops = [_Top(_bound_names(n), n) for n in tree.body if _bound_names(n)]
+    tops = [_Top(bound_names(n), n) for n in tree.body if bound_names(n)]
     by_name: dict[str, list[_Top]] = {}
     for t in tops:  # every statement that binds a name (a redefinition may use the earlier one)
         for name in t.names:
@@ -146,7 +147,7 @@ def load_definitions(path: Path, names: Iterable[str], *, extra: dict[str, Any] 
         code = compile(module, str(path), "exec", flags=flags, dont_inherit=True)
         exec(code, namespace)
     except Exception as exc:  # the workspace's own code failed while being defined
-        line = _exc_line(exc, path)
+        line = exception_line(exc, path)
         raise PureCodeError(f"{type(exc).__name__}: {exc}", path=path, line=line, kind=type(exc).__name__) from None
     return namespace
 
@@ -161,7 +162,7 @@ def class_attribute(path: Path, class_name: str, attribute: str, namespace: dict
     if cls is None:
         raise PureCodeError(f"cannot import name {class_name!r} from {path}", path=path)
     for node in cls.body:
-        if attribute in _bound_names(node):
+        if attribute in bound_names(node):
             value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
             if value is None:
                 return True, None
@@ -185,12 +186,13 @@ def definition_line(path: Path, name: str, class_name: str | None = None) -> int
         cls = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == class_name), None)
         body = cls.body if cls is not None else []
     for node in body:
-        if name in _bound_names(node):
+        if name in bound_names(node):
             return node.lineno
     return 0
 
 
-def _exc_line(exc: BaseException, path: Path) -> int:
+def exception_line(exc: BaseException, path: Path) -> int:
+    """The last line of ``path`` the exception's traceback passed through (0 when none)."""
     tb = exc.__traceback__
     line = 0
     while tb is not None:

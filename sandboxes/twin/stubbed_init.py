@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .pure_code import PureCodeError, load_definitions, parse
+from .pure_code import PureCodeError, bound_names, exception_line, load_definitions, parse
 
 _STDLIB = set(getattr(sys, "stdlib_module_names", ())) | {"__future__"}
 _FUTURE_ANNOTATIONS = __import__("__future__").annotations.compiler_flag
@@ -256,7 +256,7 @@ class _Importer:
     def binds(self, module: str, name: str) -> bool:
         for path in self._files(module):
             try:
-                if any(name in _binds(n) for n in parse(path).body):
+                if any(name in bound_names(n) for n in parse(path).body):
                     return True
             except PureCodeError:
                 continue
@@ -294,7 +294,7 @@ class _Importer:
                 source = self._reexport(module, path, tree, name)
                 if source is not None:
                     return self.definition(source, name)
-                node = next((n for n in tree.body if name in _binds(n)), None)
+                node = next((n for n in tree.body if name in bound_names(n)), None)
                 if isinstance(node, ast.ClassDef) and node.bases:
                     break  # an engine class (a torch module, a config): stubbed, not loaded
                 if node is not None:
@@ -326,14 +326,6 @@ class _Importer:
         return self.module(top)
 
 
-def _binds(node: ast.stmt) -> tuple[str, ...]:
-    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-        return (node.name,)
-    if isinstance(node, ast.Assign):
-        return tuple(t.id for t in node.targets if isinstance(t, ast.Name))
-    return ()
-
-
 def construct(sglang_root: Path, rel_path: str, class_name: str, /, **kwargs: Any) -> Construction:
     """Execute ``rel_path`` (a module of the workspace's SGLang tree) with the engine stubbed and call
     ``class_name(**kwargs)``. Raises ``PureCodeError`` when the file does not parse or lacks the class, and
@@ -352,15 +344,7 @@ def construct(sglang_root: Path, rel_path: str, class_name: str, /, **kwargs: An
         exec(compile(tree, str(path), "exec", flags=_FUTURE_ANNOTATIONS, dont_inherit=True), namespace)
         instance = namespace[class_name](**kwargs)
     except Exception as exc:
-        raise ConstructionError(f"{type(exc).__name__}: {exc}", path=path, line=_line_in(exc, path),
+        raise ConstructionError(f"{type(exc).__name__}: {exc}", path=path, line=exception_line(exc, path),
                                 kind=type(exc).__name__) from None  # fmt: skip
     return Construction(instance=instance, built=recorder.built)
 
-
-def _line_in(exc: BaseException, path: Path) -> int:
-    tb, line = exc.__traceback__, 0
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename == str(path):
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    return line
