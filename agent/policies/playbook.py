@@ -25,7 +25,7 @@ from tasks.spec import TaskSpec
 from tools.source import unified_diff
 
 from .base import Decision, PolicyContext
-from .upstream_fixes import draft_class, map_draft_excludes
+from .upstream_fixes import _map_mtp_exclude_entry, draft_class, map_draft_excludes
 
 MAX_FIXES_PER_CONFIG = 6
 # CUDA headers and the HIP headers that declare the same API (hipify's mapping)
@@ -103,16 +103,9 @@ def _layer_module(suffix: str) -> bool:
 
 def _regex_for_engine(entry: str, cp: str, ep: str) -> str | None:
     """The ``re:`` entry ``entry`` rewritten for the engine's prefix: the part of its pattern that matches the
-    checkpoint's layer prefix replaced by the engine's (None when no leading part of it matches that prefix)."""
-    pattern = entry[3:]
-    for cut in range(1, len(pattern) + 1):
-        try:
-            head = re.compile(pattern[:cut])
-        except re.error:
-            continue
-        if head.fullmatch(cp + "."):
-            return "re:" + re.escape(ep + ".") + pattern[cut:]
-    return None
+    checkpoint's layer prefix replaced by the engine's (None when no leading part of it matches that prefix). The
+    same rewrite the upstream fix proposes to the engine (``upstream_fixes._map_mtp_exclude_entry``)."""
+    return next(iter(_map_mtp_exclude_entry(entry, cp, ep)), None)
 
 
 def _engine_excludes(modules: list[str], cp: str, ep: str, exclude: list[str]) -> list[str]:

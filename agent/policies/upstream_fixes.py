@@ -14,46 +14,56 @@ plain Python in the file's own indentation; nothing here knows a particular mode
 from __future__ import annotations
 
 import ast
+import inspect
 import json
 import re
 import textwrap
 
-HELPER = "_map_mtp_exclude_layers"
 LINE_LENGTH = 88  # black's default, which SGLang uses
 
-_HELPER_SOURCE = '''def {name}(exclude_layers, ckpt_prefix, prefix):
-    """Exclude entries, plus each one that names the checkpoint's MTP layer
-    (``ckpt_prefix``) again as this model names it: the decoder layer's modules under
-    ``prefix`` (an exact name, and the fused-experts module an expert's name belongs
-    to, or a ``re:`` pattern whose leading part matches ``ckpt_prefix.``), the MTP
-    layer's own modules (eh_proj) under the model holding that layer."""
+# The two functions below are written into the engine's file as they stand here (``inspect.getsource``), in
+# black's style, so what the playbook runs and what it proposes upstream are one code.
+
+
+def _map_mtp_exclude_entry(entry, ckpt_prefix, prefix):
+    """The entry, if it names the checkpoint's MTP layer (``ckpt_prefix``), as this
+    model names it: the decoder layer's modules under ``prefix`` (an exact name, and
+    the fused-experts module an expert's name belongs to, or a ``re:`` pattern whose
+    leading part matches ``ckpt_prefix.``), the MTP layer's own modules (eh_proj)
+    under the model holding that layer. Empty when it names something else."""
+    if entry.startswith("re:"):
+        pattern = entry[3:]
+        for cut in range(1, len(pattern) + 1):
+            try:
+                head = re.compile(pattern[:cut])
+            except re.error:
+                continue
+            if head.fullmatch(ckpt_prefix + "."):
+                return ["re:" + re.escape(prefix + ".") + pattern[cut:]]
+        return []
+    if not entry.startswith(ckpt_prefix + "."):
+        return []
+    rest = entry[len(ckpt_prefix) + 1 :]
+    if rest.split(".")[0] in ("self_attn", "mlp"):
+        name = prefix + "." + rest
+    else:  # eh_proj and the other MTP-only modules hang on the model itself
+        name = prefix.rpartition(".")[0] + "." + rest
+    experts = re.match(r"(.*\.experts)\.\d+\.", name)
+    return [name, experts.group(1)] if experts else [name]
+
+
+def _map_mtp_exclude_layers(exclude_layers, ckpt_prefix, prefix):
+    """Exclude entries, plus each one that names the checkpoint's MTP layer again
+    as this model names it (_map_mtp_exclude_entry)."""
     mapped = []
     for entry in exclude_layers:
-        if entry.startswith("re:"):
-            pattern = entry[3:]
-            for cut in range(1, len(pattern) + 1):
-                try:
-                    head = re.compile(pattern[:cut])
-                except re.error:
-                    continue
-                if head.fullmatch(ckpt_prefix + "."):
-                    mapped.append("re:" + re.escape(prefix + ".") + pattern[cut:])
-                    break
-        elif entry.startswith(ckpt_prefix + "."):
-            rest = entry[len(ckpt_prefix) + 1 :]
-            if rest.split(".")[0] in ("self_attn", "mlp"):
-                name = prefix + "." + rest
-            else:  # eh_proj and the other MTP-only modules hang on the model itself
-                name = prefix.rpartition(".")[0] + "." + rest
-            mapped.append(name)
-            experts = re.match(r"(.*\\.experts)\\.\\d+\\.", name)
-            if experts:
-                mapped.append(experts.group(1))
+        mapped += _map_mtp_exclude_entry(entry, ckpt_prefix, prefix)
     added = [m for m in dict.fromkeys(mapped) if m not in exclude_layers]
     return list(exclude_layers) + added
 
 
-'''
+HELPER = _map_mtp_exclude_layers.__name__
+_HELPER_SOURCE = "".join(inspect.getsource(f) + "\n\n" for f in (_map_mtp_exclude_entry, _map_mtp_exclude_layers))
 
 _COMMENT = ("The checkpoint names its MTP layer {ckpt_doc}, which hf_to_sglang_mapper renames for one index "
             "only: name that layer's exclude entries under this model's prefix too.")
@@ -128,7 +138,7 @@ def map_draft_excludes(source: str, class_name: str, ckpt_expr: str, ckpt_doc: s
     first = min([cls.lineno] + [d.lineno for d in cls.decorator_list]) - 1
     while first > 0 and lines[first - 1].lstrip().startswith("#"):  # keep comments above the class with it
         first -= 1
-    lines[first:first] = _HELPER_SOURCE.format(name=HELPER).splitlines(True)
+    lines[first:first] = _HELPER_SOURCE.splitlines(True)
     at_import = _import_re(lines, tree)
     if at_import is not None:
         lines.insert(at_import, "import re\n")
