@@ -30,7 +30,7 @@ from .perf_model import CostModel
 from .scenario import load
 from .serving_config import ServingConfig
 from .simulator import SimulationResult, simulate
-from .workload import DatasetSpec, arrival_times, build_requests
+from .workload import DatasetSpec, arrival_times, build_requests, prompt_content
 
 DATASETS = ["sharegpt", "custom", "openai", "random", "random-ids", "generated-shared-prefix", "mmmu", "image",
             "mooncake", "longbench_v2"]  # fmt: skip
@@ -297,11 +297,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     kv_capacity = int(twin.get("max_total_num_tokens") or plan_memory(model).max_total_num_tokens)
     arrivals = arrival_times(len(requests), args.request_rate, rng)
     wall = time.perf_counter()
-    result = simulate(model, requests, arrivals, kv_capacity, args.max_concurrency)
+    content = prompt_content(args.dataset_name, args.backend)
+    result = simulate(model, requests, arrivals, kv_capacity, args.max_concurrency, content)
     wall = time.perf_counter() - wall
     m = metrics(result)
     gpu_time, bottleneck = breakdown(result)
-    accept = info.get("internal_states", [{}])[0].get("avg_spec_accept_length")
+    # the accept length these prompts got (the server's own figure is for natural text)
+    accept = round(result.accept_length, 3) if cfg.speculative else None
     record: dict[str, Any] = {
         "tag": args.tag,
         "backend": args.backend,
@@ -328,6 +330,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "gpu_time_breakdown": gpu_time,
         "bottleneck": bottleneck,
         "twin_scenario": twin.get("scenario"),
+        "prompt_content": content,
         "seed": args.seed,
         "num_prompts": len(requests),
         # the twin's additions for per-GPU comparisons (InferenceX's metrics): SGLang prints neither

@@ -26,6 +26,9 @@ KV_BYTES = {"auto": 2.0, "bf16": 2.0, "bfloat16": 2.0, "fp8_e4m3": 1.0, "fp8_e5m
 ATTENTION_BACKEND_EFFICIENCY = {"aiter": 1.0, "nsa": 1.0, "triton": 0.6, "torch_native": 0.2, "wave": 0.8}
 MOE_BACKEND_EFFICIENCY = {"auto": 1.0, "aiter": 1.0, "triton": 0.7, "triton_kernel": 0.8}
 SPEC_STEP_OVERHEAD_S = 80e-6  # per draft step: sampling and tree bookkeeping
+# What the model writes, which decides how often the draft is accepted (``CostModel.accept_length``)
+NATURAL_TEXT = "natural_text"  # a chat answer or a continuation of real text
+TOKEN_NOISE = "token_noise"  # a continuation of raw random token ids, no chat template
 
 
 @dataclass(frozen=True)
@@ -155,7 +158,7 @@ class CostModel:
         if not cfg.moe_tuned:
             moe_eff *= cal.moe_fallback_efficiency
         self.moe_flops = hw.peak_tflops[fmt] * 1e12 * moe_eff
-        self.moe_bw = self.bw * (1.0 if cfg.moe_tuned else cal.moe_fallback_efficiency**0.5)
+        self.moe_bw = self.bw * cal.moe_bandwidth_efficiency * (1.0 if cfg.moe_tuned else cal.moe_fallback_efficiency**0.5)
         self.link_bw = hw.interconnect_gbs * 1e9
         s = self.sizes
         loaded = dict(self.weight_bytes or reference_weight_bytes(sc.model, sc.quantization))
@@ -265,11 +268,9 @@ class CostModel:
         so the step pays the larger of the two; TP all-reduces (``communication``), kernel launches
         (``kernel_launch``), the CPU scheduler (``scheduler``) and the draft model's steps (``draft``, 0
         without speculation) add to it. For reports: which term a step's time is made of."""
-        s = self.sizes
+        s, cal = self.sizes, self.scenario.calibration
         tokens = batch * tokens_per_seq
-        weight_bytes = (
-            self.fixed_weight_bytes + s.moe_layers * self.experts_touched(tokens) * self.expert_bytes
-        ) / self.moe_g
+        expert_bytes = s.moe_layers * self.experts_touched(tokens) * self.expert_bytes / self.moe_g
         # latent KV is replicated across the TP ranks of an attention group: each GPU reads all of it (GQA: its
         # own KV heads' share)
         mean_ctx = sum_context / batch if batch else 0.0
@@ -285,12 +286,12 @@ class CostModel:
             self.g * self.attn_flops
         )
         return {
-            "weight_reads": weight_bytes / self.bw,
+            "weight_reads": self.fixed_weight_bytes / self.moe_g / self.bw + expert_bytes / self.moe_bw,
             "kv_reads": kv_bytes / self.bw,
             "compute": flops,
             "communication": self.allreduce_time(tokens),
             "kernel_launch": self.kernel_overhead(batch),
-            "scheduler": self.scenario.calibration.scheduler_overhead_ms * 1e-3,
+            "scheduler": (cal.scheduler_overhead_ms + cal.decode_step_overhead_ms) * 1e-3,
             "draft": self.draft_time(batch) if self.config.speculative else 0.0,
         }
 
@@ -309,15 +310,24 @@ class CostModel:
 
     # --- speculative decoding ----------------------------------------------------------------------------
 
-    def accept_length(self) -> float:
-        """Expected tokens per verify step: a chain of draft positions with decaying acceptance."""
+    def accept_length(self, content: str = NATURAL_TEXT) -> float:
+        """Expected tokens per verify step for prompts of this ``content`` (``workload.prompt_content``).
+
+        A chain of draft positions: position *i* is accepted with probability ``acceptance_rate *
+        acceptance_decay**i`` when the model writes natural text (a chat answer, a continuation of real text).
+        Continuing raw token noise (random token ids without a chat template) the greedy output settles into
+        repetition, which the draft predicts as well at every depth: no decay. InferenceX added
+        ``--use-chat-template`` to its MTP benchmarks for this reason ("without this arg, MTP acceptance rates are
+        artificially high", SemiAnalysisAI/InferenceX PR 649)."""
         cfg = self.config
         if not cfg.speculative:
             return 1.0
         mtp = self.scenario.model.mtp
+        rate = mtp.acceptance_rate if mtp else 0.6
+        decay = mtp.acceptance_decay if mtp else 0.8
         return expected_accept_length(
-            mtp.acceptance_rate if mtp else 0.6,
-            mtp.acceptance_decay if mtp else 0.8,
+            rate,
+            1.0 if content == TOKEN_NOISE else decay,
             cfg.speculative_num_steps,
             cfg.speculative_eagle_topk,
             cfg.speculative_num_draft_tokens,

@@ -174,6 +174,10 @@ class Calibration:
     activation_gb_per_gpu: float
     tp_doubling_efficiency: float = 1.0
     request_overhead_ms: float = 10.0
+    # issue 10's mechanisms, calibrated on InferenceX's GLM-5 FP8 figures (docs/twin.md); engine and kernel
+    # properties, so a scenario that does not set them gets the calibrated values
+    decode_step_overhead_ms: float = 2.5  # per decode (verify) step, on top of the scheduler's; not shrinking with TP
+    moe_bandwidth_efficiency: float = 0.8  # routed experts stream at this share of hbm_efficiency
     tokenize_us_per_token: float = 1.0
 
 

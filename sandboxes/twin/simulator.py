@@ -17,7 +17,7 @@ import math
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
-from .perf_model import CostModel, StepCost
+from .perf_model import NATURAL_TEXT, CostModel, StepCost
 from .workload import SimRequest
 
 
@@ -245,7 +245,11 @@ def simulate(
     arrivals: list[float],
     kv_capacity: int,
     max_concurrency: int | None = None,
+    content: str = NATURAL_TEXT,
 ) -> SimulationResult:
+    """Run ``requests`` arriving at ``arrivals`` through the configuration's schedulers in virtual time.
+    ``content`` is what the prompts make the model write (``workload.prompt_content``): it sets the draft's
+    acceptance under speculative decoding."""
     cfg = model.config
     # per DP rank, as SGLang's scheduler limits it (ServingConfig.max_running_per_rank): under DP attention
     # --max-running-requests (or the 48 speculative decoding sets) is shared by the ranks, else per replica
@@ -256,7 +260,7 @@ def simulate(
             model=model,
             kv_capacity=kv_capacity,
             max_running=max_running,
-            accept=model.accept_length(),
+            accept=model.accept_length(content),
             verify_tokens=model.tokens_per_verify(),
             radix=not cfg.disable_radix_cache,
         )

@@ -9,6 +9,12 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from .perf_model import NATURAL_TEXT, TOKEN_NOISE
+
+# bench_serving's backends that send each prompt as a user message to /v1/chat/completions, where the server
+# applies the model's chat template (sglang/bench_serving.py, ASYNC_REQUEST_FUNCS)
+CHAT_BACKENDS = frozenset({"sglang-oai-chat", "vllm-chat", "lmdeploy-chat"})
+
 
 @dataclass(frozen=True)
 class SimRequest:
@@ -51,6 +57,17 @@ def build_requests(spec: DatasetSpec, rng: random.Random) -> list[SimRequest]:
         outputs = random_lens(spec.random_output_len, spec.random_range_ratio, spec.num_prompts, rng)
         return [SimRequest(i, None, 0, n_in, n_out) for i, (n_in, n_out) in enumerate(zip(inputs, outputs, strict=True))]
     raise ValueError(f"unsupported dataset for the twin: {spec.name}")
+
+
+def prompt_content(dataset_name: str, backend: str) -> str:
+    """What the model writes for this benchmark's prompts, which decides the draft's acceptance
+    (``CostModel.accept_length``). SGLang 0.5.12's ``random`` dataset cuts real ShareGPT conversations to length
+    (natural text); ``random-ids`` (runs of consecutive token ids) and ``generated-shared-prefix`` (token ids drawn
+    from the vocabulary, ``gen_prompt``) are token noise, unless a chat backend wraps them in the chat template:
+    then the model answers a user turn in natural language, as InferenceX's ``--use-chat-template`` runs do."""
+    if backend in CHAT_BACKENDS or dataset_name == "random":
+        return NATURAL_TEXT
+    return TOKEN_NOISE
 
 
 def random_lens(full_len: int, range_ratio: float, num: int, rng: random.Random) -> list[int]:
