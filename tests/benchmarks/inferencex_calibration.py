@@ -3,18 +3,18 @@
     python -m tests.benchmarks.inferencex_calibration            # these points, then the published case
     python -m tests.benchmarks.inferencex_calibration --only-inferencex
 
-For each configuration of the published table it launches a real twin server on the calibration scenario
+For each point of the published table it launches a real twin server on the calibration scenario
 ``glm5_fp8_mi355x`` (GLM-5 FP8, 8x MI355X, SGLang 0.5.12; TP4 runs see 4 of the node's 8 GPUs through
-``HIP_VISIBLE_DEVICES``, as a 4-GPU job on the node does), and runs the twin's ``bench_serving`` the way
-InferenceX's client does: random prompts, input and output lengths uniform in 0.8-1.0x of 8192 / 1024
-(``--random-range-ratio 0.8``), ``--max-concurrency C`` with ``10 x C`` prompts, prefix caching off
-(``--disable-radix-cache``). Figures: tok/s/GPU = (input + output) tok/s / GPUs used, tok/s/user = 1000 / median
+``HIP_VISIBLE_DEVICES``, as a 4-GPU job on the node does) with the server flags of InferenceX's scripts
+(``server_flags``), and runs the twin's ``bench_serving`` the way InferenceX's client does (``workload``): prompts of
+consecutive token ids, input and output lengths uniform in 0.8-1.0x of 8192 / 1024 (``--random-range-ratio 0.8``),
+``--max-concurrency C`` with ``10 x C`` prompts, the chat template on the MTP runs. Figures: tok/s/GPU = (input + output) tok/s / GPUs used, tok/s/user = 1000 / median
 TPOT. The "decode step" columns split one decode (verify) step of the running batch at that point into the
 performance model's terms (``CostModel.decode_terms``) and name the largest; "run" is where the whole run's
 simulated GPU time went (prefill included), as ``bench_serving`` reports it.
 
-It asserts nothing: the published figures are not yet met (issue 10). Then it prints the published GLM-5.2
-case (``python -m tests.benchmarks.twin_calibration``).
+``tests/twin/test_public_calibration.py`` asserts every point within +-15 % and the orderings. Then it prints the
+published GLM-5.2 case (``python -m tests.benchmarks.twin_calibration``).
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ class Config:
     flags: list[str]
     visible_gpus: str  # HIP_VISIBLE_DEVICES of the server
     points: list[Published] = field(default_factory=list)
+    chat_template: bool = False  # the client wraps each prompt in the model's chat template (MTP runs)
 
 
 # --- the published figures: the only place they are written ----------------------------------------------------
@@ -65,6 +66,11 @@ class Config:
 # issue 10 ("Twin physics held against public measurements beyond the published case"). Workload: random token
 # prompts, 8192 in / 1024 out nominal, lengths uniform in 0.8-1.0x, 10 x concurrency prompts per run, prefix
 # caching off; tok/s/GPU = (input + output tokens) / s / GPUs used; tok/s/user = 1000 / TPOT.
+# How InferenceX ran them (its benchmarks/single_node/glm5_fp8_mi355x{,_mtp}.sh, May 2026): the server with
+# --mem-fraction-static 0.85, --kv-cache-dtype fp8_e4m3, --disable-radix-cache (MTP script; prefix caching is
+# off in both per the source), --context-length ISL + OSL + 32 and --cuda-graph-max-bs CONC in the MTP script
+# (one script for TP4 and TP8, so TP8 has the fp8 KV cache too); its client's random prompts are runs of
+# consecutive token ids (SGLang's ``random-ids``), and the MTP runs add --use-chat-template.
 SOURCE = "InferenceX (SemiAnalysis), GLM-5 FP8, MI355X, SGLang v0.5.12 ROCm, May 2026"
 PUBLISHED = [
     Config("TP4 EAGLE 3/1/4 fp8 KV", ["--tp-size", "4", *FP8_KV, *EAGLE_314], "0,1,2,3", [
@@ -72,23 +78,36 @@ PUBLISHED = [
         Published(32, 1707.4, tok_s_user=24.8),
         Published(64, 1895.0, tok_s_user=18.19, note="source's full table"),
         Published(128, 1911.7, tok_s_user=18.1),
-    ]),
+    ], chat_template=True),
     Config("TP4 fp8 KV", ["--tp-size", "4", *FP8_KV], "0,1,2,3", [
         Published(4, 358.8, tpot_ms=23.8),
         Published(64, 1660.1, tpot_ms=84.6),
         Published(256, 2189.4, tpot_ms=149.5),
     ]),
-    Config("TP8 EAGLE 3/1/4", ["--tp-size", "8", *EAGLE_314], "0,1,2,3,4,5,6,7", [
+    Config("TP8 EAGLE 3/1/4 fp8 KV", ["--tp-size", "8", *FP8_KV, *EAGLE_314], "0,1,2,3,4,5,6,7", [
         Published(4, 373.4, tpot_ms=11.1),
         Published(8, 534.2, tpot_ms=15.4),
-    ]),
+    ], chat_template=True),
 ]  # fmt: skip
+INPUT_LEN, OUTPUT_LEN = 8192, 1024
 
 
-def workload(concurrency: int) -> list[str]:
-    return ["--dataset-name", "random", "--random-input-len", "8192", "--random-output-len", "1024",
-            "--random-range-ratio", "0.8", "--max-concurrency", str(concurrency), "--num-prompts",
-            str(10 * concurrency)]  # fmt: skip
+def server_flags(config: Config, concurrency: int) -> list[str]:
+    """The InferenceX scripts' server flags for one point (the MTP script sizes the CUDA graphs to CONC)."""
+    flags = [*config.flags, "--mem-fraction-static", "0.85", "--context-length", str(INPUT_LEN + OUTPUT_LEN + 32),
+             "--disable-radix-cache"]  # fmt: skip
+    if config.chat_template:
+        flags += ["--cuda-graph-max-bs", str(concurrency)]
+    return flags
+
+
+def workload(concurrency: int, chat_template: bool = False) -> list[str]:
+    """InferenceX's client, in SGLang's bench_serving flags: consecutive-token-id prompts (``random-ids``) with
+    SGLang's range-ratio lengths; a chat template is what a chat backend's server applies to each prompt
+    (InferenceX applies it client-side and sends the text to /v1/completions: the same tokens reach the model)."""
+    return ["--backend", "vllm-chat" if chat_template else "vllm", "--dataset-name", "random-ids",
+            "--random-input-len", str(INPUT_LEN), "--random-output-len", str(OUTPUT_LEN), "--random-range-ratio",
+            "0.8", "--max-concurrency", str(concurrency), "--num-prompts", str(10 * concurrency)]  # fmt: skip
 
 
 TERMS = ("memory", "compute", "communication", "kernel_launch", "scheduler", "draft")
@@ -133,10 +152,11 @@ def measure(tmp: Path) -> list[tuple[Config, Published, dict, dict]]:
     rows = []
     for i, config in enumerate(PUBLISHED):
         env = {"HIP_VISIBLE_DEVICES": config.visible_gpus}
-        with running(ws, tmp / f"server{i}.log", [*config.flags, "--disable-radix-cache"], env) as server:
-            for point in config.points:
-                rec = server.bench(tmp, *workload(point.concurrency))
-                rows.append((config, point, rec, decode_step(rec, point.concurrency)))
+        for point in config.points:
+            log = tmp / f"server{i}-c{point.concurrency}.log"
+            with running(ws, log, server_flags(config, point.concurrency), env) as server:
+                rec = server.bench(tmp, *workload(point.concurrency, config.chat_template))
+            rows.append((config, point, rec, decode_step(rec, point.concurrency)))
     return rows
 
 

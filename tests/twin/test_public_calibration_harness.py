@@ -1,7 +1,7 @@
 """The harness for issue 10's public calibration points (GLM-5 FP8 on MI355X, InferenceX): the scenario loads,
 materialises and serves MTP on 4 of the node's 8 GPUs; bench_serving draws random lengths as SGLang's does and
-reports per-GPU throughput over the GPUs the server uses. The published figures themselves are not asserted yet
-(the physics does not meet them; ``python -m tests.benchmarks.inferencex_calibration`` prints how far off)."""
+reports per-GPU throughput over the GPUs the server uses. The published figures are asserted in
+``test_public_calibration.py``."""
 
 from __future__ import annotations
 
