@@ -86,7 +86,11 @@ def test_more_kv_cache_never_lowers_throughput(cfg, kv, more, rate):
 def test_ttft_rises_with_load(cfg, low, more):
     _, ttft_low, _ = run(SC, cfg, low)
     _, ttft_high, _ = run(SC, cfg, low * more)
-    assert ttft_high >= ttft_low * (1 - STEP_GRAIN)  # arrivals can land on a different step boundary
+    # an arrival waits for the step that is running to end: other arrival times land on other step boundaries,
+    # which can move the median by up to one decode step of the running batch
+    model = CostModel(SC, cfg)
+    one_step = model.decode(64, 64 * 20000, model.tokens_per_verify()).total
+    assert ttft_high >= ttft_low - one_step
 
 
 @SETTINGS
