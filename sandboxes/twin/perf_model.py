@@ -298,12 +298,8 @@ class CostModel:
     def draft_time(self, batch: int) -> float:
         """The draft model's steps for one speculative iteration (one layer + LM head per step)."""
         cfg, s = self.config, self.sizes
-        per_step_bytes = (
-            self.layer_fixed_bytes
-            + self.experts_touched(batch * cfg.speculative_eagle_topk) * self.expert_bytes
-            + self.lm_head_bytes
-        ) / self.moe_g
-        per_step = per_step_bytes / self.bw
+        experts = self.experts_touched(batch * cfg.speculative_eagle_topk) * self.expert_bytes / self.moe_g
+        per_step = (self.layer_fixed_bytes + self.lm_head_bytes) / self.moe_g / self.bw + experts / self.moe_bw
         per_step += self.kernel_overhead(batch, layers=1) + self.allreduce_time(batch) / s.layers
         per_step += SPEC_STEP_OVERHEAD_S
         return cfg.speculative_num_steps * per_step
