@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from sandboxes.twin.scenario import DEFAULT_SCENARIO
@@ -17,6 +18,12 @@ app = typer.Typer(help="dayzero: bring a new model up on new accelerators, by an
 twin_app = typer.Typer(help="The digital twin (a simulated SGLang ROCm node; MI355X by default).", no_args_is_help=True)
 app.add_typer(twin_app, name="twin")
 console = Console()
+
+
+def _error(message: str) -> None:
+    """One error line, never broken at the terminal's width (a YAML path and line stay copyable) and never read
+    as markup (a path may hold brackets)."""
+    console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
 
 RUNS = Path("runs")
 
@@ -101,7 +108,7 @@ def run(
             raise typer.BadParameter(f"run {options.run_id} exists; use: agent resume {options.run_id}")
         the_run = Run.create(options, RUNS)
     except (TaskError, SandboxError, PolicyError, ValueError) as exc:
-        console.print(f"[red]error:[/] {exc}")
+        _error(str(exc))
         raise typer.Exit(2) from None
     _execute(the_run, resume=False)
 
@@ -112,7 +119,7 @@ def resume(run_id: str = typer.Argument(..., help="a run under runs/")) -> None:
     from .run import Run
 
     if not (RUNS / run_id / "run.json").exists():
-        console.print(f"[red]error:[/] no run {run_id!r} under {RUNS}/ (see: agent runs)")
+        _error(f"no run {run_id!r} under {RUNS}/ (see: agent runs)")
         raise typer.Exit(2)
     _execute(Run.open(run_id, RUNS), resume=True)
 
