@@ -30,6 +30,7 @@ from pathlib import Path
 
 import git
 
+from sandboxes import provenance
 from sandboxes.base import (
     CommandResult,
     FileEntry,
@@ -98,6 +99,7 @@ class LocalSandbox(Sandbox):
                     f"{name!r}: {dest} is a symlink; the workspace copy must be a real directory"
                 )
             in_place = source.resolve() == dest.resolve()
+            origin = provenance.detect(source)  # before the copy, which leaves an upstream checkout's .git out
             (dest / ".git" / "index.lock").unlink(missing_ok=True)  # left by a process killed mid-commit
             if _has_commit(dest):
                 repos[name] = dest  # prepared before (a resumed run): leave it, edits included, as it is
@@ -106,7 +108,8 @@ class LocalSandbox(Sandbox):
                 if dest.exists():  # a copy interrupted before its first commit: redo it from the source
                     shutil.rmtree(dest)
                 shutil.copytree(source, dest, symlinks=True, ignore=self._copy_ignore(dest))
-            self._first_commit(dest, f"pristine upstream: {name} ({source})")
+            trailers = "\n".join(origin.trailers())
+            self._first_commit(dest, f"pristine upstream: {name} ({source})\n\n{trailers}\n")
             repos[name] = dest
         return repos
 

@@ -58,7 +58,7 @@ def test_prepare_makes_one_pristine_commit_per_source_and_resumes(tmp_path):
     assert repos == {"a": sb.root / "a", "b": sb.root / "b"}
     for name, src in (("a", a), ("b", b)):
         (only,) = commits(repos[name])
-        assert only.message.strip() == f"pristine upstream: {name} ({src})"
+        assert only.summary == f"pristine upstream: {name} ({src})"
         assert (only.author.name, only.author.email) == ("dayzero", "dayzero@localhost")
         with git.Repo(repos[name]) as repo:
             assert not repo.is_dirty(untracked_files=True)
@@ -84,9 +84,7 @@ def test_prepare_in_place_and_redo_of_an_interrupted_copy(tmp_path):
     (ws / "half" / "stale.txt").write_text("left by an interrupted copy")
     sb = LocalSandbox(ws)
     repos = sb.prepare({"model": ws / "model", "half": src})
-    assert [c.message.strip() for c in commits(repos["model"])] == [
-        f"pristine upstream: model ({ws / 'model'})"
-    ]
+    assert [c.summary for c in commits(repos["model"])] == [f"pristine upstream: model ({ws / 'model'})"]
     assert sorted(p.name for p in repos["half"].iterdir()) == [".git", "f.txt"]
     with pytest.raises(SandboxError):
         sb.prepare({"../x": src})
