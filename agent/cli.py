@@ -76,6 +76,7 @@ def _print_summary(run_dir: Path) -> None:
     hours = summary.get("simulated_node_hours", summary.get("node_hours"))
     console.print(f"branch {summary['branch']} | {'simulated ' if summary['simulated'] else ''}node-hours {hours}")
     console.print(f"winning launch command: {run_dir / 'launch.sh'}")
+    console.print(f"the benchmark behind each figure: {run_dir / 'bench.sh'}")
 
 
 @app.command()

@@ -14,20 +14,24 @@ if TYPE_CHECKING:
 PATCH_TOOLS = ("edit_file", "apply_patch")
 
 
-def _metric_updates(task: TaskSpec, obs: Observation) -> dict[str, float]:
-    """target name -> value measured by this observation."""
-    out: dict[str, float] = {}
+def _metric_updates(task: TaskSpec, obs: Observation) -> dict[str, tuple[float, dict[str, Any]]]:
+    """target name -> (value measured by this observation, the benchmark run that measured it)."""
+    out: dict[str, tuple[float, dict[str, Any]]] = {}
     r = obs.result
     for t in task.targets:
         if obs.tool == "run_benchmark" and r.get("runs") and r["runs"][-1]["workload"] == t.workload:
             runs = r["runs"]
             if t.metric == "decode_tok_s":
-                out[t.name] = max(x["decode_tok_s"] for x in runs)
+                run = max(runs, key=lambda x: x["decode_tok_s"])
+                out[t.name] = (run["decode_tok_s"], run)
             elif t.metric == "output_throughput":
-                out[t.name] = max((x["output_throughput"] for x in runs if x["success_rate"] >= 0.99), default=0.0)
+                ok = [x for x in runs if x["success_rate"] >= 0.99]
+                run = max(ok, key=lambda x: x["output_throughput"]) if ok else {}
+                out[t.name] = (run.get("output_throughput", 0.0), run)
         elif (obs.tool == "find_knee" and t.metric == "throughput_at_knee" and obs.args.get("workload") == t.workload
               and r.get("knee_rate")):
-            out[t.name] = float(r["throughput_at_knee"])
+            run = next((x for x in r.get("runs", []) if x.get("request_rate") == r["knee_rate"]), {})
+            out[t.name] = (float(r["throughput_at_knee"]), run)
     return out
 
 
@@ -77,13 +81,15 @@ def apply_observations(state: AgentState, run: Run) -> dict[str, Any]:
         elif obs.ok and trials and trials[-1].status == "up":
             if obs.tool in ("run_benchmark", "find_knee"):
                 trials[-1].served = True
-            for name, value in _metric_updates(run.task, obs).items():
+            for name, (value, measured) in _metric_updates(run.task, obs).items():
                 trial = trials[-1]
                 trial.metrics[name] = max(value, trial.metrics.get(name, 0.0))
                 best = state.bests.get(name)
                 cand = candidates.get(name)
                 if (best is None or value > best.value) and (cand is None or value > cand.value):
-                    candidates[name] = Best(target=name, value=value, trial=trial.id, flags=trial.flags, env=trial.env)
+                    candidates[name] = Best(target=name, value=value, trial=trial.id, flags=trial.flags, env=trial.env,
+                                            rate=measured.get("request_rate"),
+                                            bench_command=measured.get("command") or [])  # fmt: skip
     return {"trials": trials, "patches": patches, "candidates": candidates, "budget": budget, "history": history,
             "server_flags": server_flags, "server_env": server_env}  # fmt: skip
 

@@ -174,7 +174,9 @@ class Run:
             self.runner.call("stop_server", {}, call_id=f"s{state.step}stop")
         summary = summarize(self, state)
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-        (self.run_dir / "launch.sh").write_text(launch_script(self, state))
+        for name, script in (("launch.sh", launch_script), ("bench.sh", bench_script)):
+            (self.run_dir / name).write_text(script(self, state))
+            (self.run_dir / name).chmod(0o755)  # runnable as ./launch.sh, as the README says
         self.trace.emit("run_finished", status=state.finish_reason or "finished", summary=summary)
         self.sandbox.close()
         self.ctx.executor.close()
@@ -248,10 +250,43 @@ def launch_script(run: Run, state: AgentState) -> str:
             continue
         argv = run.ctx.render(run.ctx.engine.launch, port="${PORT:-30000}") + flags_to_argv(b.flags)
         env = run.ctx.engine_env(b.env)  # rendered: a {workspace} left in AITER_CONFIG_FMOE serves untuned
-        command = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + shlex.join(argv)
-        command = command.replace("'${PORT:-30000}'", '"${PORT:-30000}"')
-        lines.append(f"# {t.name}: {b.value:.1f} ({t.metric}, target {t.min}), trial {b.trial}")
+        command = _shell(env, argv)
+        at = f" at {b.rate:g} req/s" if b.rate else ""
+        lines.append(f"# {t.name}: {b.value:.1f} ({t.metric}{at}, target {t.min}), trial {b.trial}")
         lines.append(("exec env " if first else "# env ") + command)
+        lines.append("")
+        first = False
+    return "\n".join(lines) + "\n"
+
+
+PORT_URL = "http://127.0.0.1:${PORT:-30000}"
+OUT_FILE = "${OUT:-bench.jsonl}"
+
+
+def _shell(env: dict[str, str], argv: list[str]) -> str:
+    """``env K=V ... argv`` for a script, with the PORT and OUT placeholders left for the shell to expand."""
+    command = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + shlex.join(argv)
+    for placeholder in ("${PORT:-30000}", PORT_URL, OUT_FILE):
+        command = command.replace(f"'{placeholder}'", f'"{placeholder}"')
+    return command
+
+
+def bench_script(run: Run, state: AgentState) -> str:
+    """The benchmark command that measured each target's best, runnable against ``launch.sh``'s server: the
+    first target's runs, the others' are comments (each needs its own configuration's server)."""
+    lines = ["#!/usr/bin/env bash", f"# dayzero run {run.run_id}: the benchmark behind each reported figure.",
+             "# Start the winning server first (PORT=30000 ./launch.sh), then run this with the same PORT;",
+             "# OUT names the result file (JSON lines, bench_serving's record).", "set -euo pipefail", ""]  # fmt: skip
+    first = True
+    for t in run.task.targets:
+        b = state.bests.get(t.name)
+        if b is None or t.metric == "accuracy_delta" or not b.bench_command:
+            continue
+        template = run.ctx.render(run.ctx.engine.benchmark, base_url=PORT_URL, output_file=OUT_FILE)
+        argv = template + b.bench_command[len(template):]  # the run's URL and file replaced, the workload kept
+        at = f" at {b.rate:g} req/s" if b.rate else ""
+        lines.append(f"# {t.name}: {b.value:.1f} ({t.metric}{at}), trial {b.trial}")
+        lines.append(("exec env " if first else "# env ") + _shell(run.ctx.engine_env(b.env), argv))
         lines.append("")
         first = False
     return "\n".join(lines) + "\n"

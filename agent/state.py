@@ -77,6 +77,8 @@ class Best(BaseModel):
     flags: dict[str, Any]
     env: dict[str, str] = Field(default_factory=dict)
     verified: bool = False  # accuracy checked on this configuration
+    rate: float | None = None  # the request rate the value was measured at (the knee's, for a knee target)
+    bench_command: list[str] = Field(default_factory=list)  # the benchmark command that measured it, argv
 
 
 class Budget(BaseModel):

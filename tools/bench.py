@@ -38,6 +38,7 @@ class BenchMetrics(BaseModel):
     simulated: bool = False
     bottleneck: str | None = None
     gpu_time_share: dict[str, float] | None = None
+    command: list[str] = Field(default_factory=list, description="the benchmark command that measured this, argv")
 
 
 def bench_argv(ctx: ToolContext, workload: Workload, rate: float | None, output_file: str,
@@ -110,7 +111,7 @@ def run_one(ctx: ToolContext, name: str, rate: float | None,
         err = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
         return None, f"benchmark failed (exit {result.exit_code}): {err[0]}", Cost(wall_seconds=result.wall_seconds)
     record = json.loads(out.read_text().strip().splitlines()[-1])
-    metrics = parse_record(name, record, prompts)
+    metrics = parse_record(name, record, prompts).model_copy(update={"command": argv})
     cost = Cost(wall_seconds=result.wall_seconds,
                 simulated_seconds=metrics.duration_s if metrics.simulated else None,
                 node_hours=metrics.duration_s / 3600 * ctx.node_fraction())  # fmt: skip

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -80,6 +81,43 @@ def test_agent_run_meets_the_targets(tmp_path):
 
     # the SGLang patches apply with `git am` to a clean unpack of the real release the workspace was made from
     check_patches_apply_upstream(tmp_path / "runs" / "e2e", tmp_path / "upstream")
+    # the hand-over reproduces the reported figure: launch.sh's server, bench.sh's benchmark at the knee rate
+    check_handover_reproduces(tmp_path / "runs" / "e2e", summary)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def check_handover_reproduces(run_dir: Path, summary: dict) -> None:
+    first = next(t for t in summary["targets"].values() if t["metric"] != "accuracy_delta")
+    assert re.search(rf"# \w+: {first['achieved']:.1f} \(throughput_at_knee at [0-9.]+ req/s", (run_dir / "launch.sh").read_text())
+    env = {**os.environ, "PORT": str(_free_port()), "OUT": str(run_dir / "handover.jsonl")}
+    server = subprocess.Popen([str(run_dir / "launch.sh")], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    try:
+        health = f"http://127.0.0.1:{env['PORT']}/health"
+        for _ in range(600):  # the server's own start-up, in its compressed simulated time
+            assert server.poll() is None, "launch.sh exited"
+            try:
+                with urllib.request.urlopen(health, timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.1)
+        bench = subprocess.run([str(run_dir / "bench.sh")], env=env, capture_output=True, text=True,
+                               timeout=600)  # fmt: skip
+        assert bench.returncode == 0, bench.stdout[-2000:] + bench.stderr[-2000:]
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+    record = json.loads((run_dir / "handover.jsonl").read_text().splitlines()[-1])
+    assert record["simulated"] and record["output_throughput"] == pytest.approx(first["achieved"], rel=1e-9)
+    assert record["server_info"]["twin"]["moe_kernels"] == "tuned"  # AITER_CONFIG_FMOE rendered: the tuned path
 
 
 def check_replay(tmp_path: Path, task_file: Path, run_id: str, summary: dict) -> None:
