@@ -89,6 +89,8 @@ def run(
     max_trials: int = typer.Option(None, help="at most this many launches (default: the task's budget)"),
     run_id: str = typer.Option(None, help="name the run (default: task-timestamp)"),
     replay: Path = typer.Option(None, help="with --policy replay: the trace.jsonl to replay"),
+    force: bool = typer.Option(False, "--force", help="with --replay: replay a trace recorded for another task "
+                               "(the run's trace records that it was forced)"),
     executor: str = typer.Option("inline", help="inline | ray: where independent trials of a sweep run"),
     ray_address: str = typer.Option(None, help="with --executor ray: auto or HOST:PORT (default: a local Ray)"),
 ) -> None:
@@ -97,13 +99,15 @@ def run(
     from tasks.spec import TaskError, load_task
 
     from .policies.factory import PolicyError
+    from .policies.replay import check_replay_trace
     from .run import Run, RunOptions, new_run_id
 
     try:
         spec = load_task(task)
+        note = check_replay_trace(replay, task, force) if replay else None
         options = RunOptions(run_id=run_id or new_run_id(spec), task_path=str(task), sandbox=sandbox, policy=policy,
                              llm_model=llm_model, llm_base_url=llm_base_url, max_trials=max_trials,
-                             replay_trace=str(replay) if replay else None, executor=executor,
+                             replay_trace=str(replay) if replay else None, replay_note=note, executor=executor,
                              ray_address=ray_address)  # fmt: skip
         if (RUNS / options.run_id).exists():
             raise typer.BadParameter(f"run {options.run_id} exists; use: agent resume {options.run_id}")

@@ -42,6 +42,7 @@ class RunOptions(BaseModel):
     llm_base_url: str | None = None
     max_trials: int | None = None
     replay_trace: str | None = None
+    replay_note: str | None = None  # a forced replay of another task's trace: recorded in the run's trace
     executor: str = "inline"
     ray_address: str | None = None
     created: str = ""
@@ -140,6 +141,8 @@ class Run:
         if fresh:
             trace.emit("run_started", task=task.name, task_path=str(task_path), task_sha256=_sha256(task_path),
                        policy=policy.name, sandbox=choice.kind, engine=choice.engine, choice_reason=choice.reason)  # fmt: skip
+            if options.replay_note:
+                trace.emit("note", level="warning", message=options.replay_note)
         else:
             trace.emit("note", level="info", message=f"resumed: {len(recorded)} recorded tool call(s) will not be redone")
         return cls(options, task, task_path, run_dir, choice, sandbox, ctx, runner, trace, policy, pctx, recorded)

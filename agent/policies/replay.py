@@ -6,12 +6,33 @@ step (replay up to it, then hand over to another policy) builds on this.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from agent.state import AgentState, Call
 from agent.trace import read_trace
 
 from .base import Decision, PolicyContext
+
+
+def check_replay_trace(trace_path: Path, task_path: Path, force: bool = False) -> str | None:
+    """Refuse a trace recorded for another task: its decisions name another model's files, flags and
+    numbers, and re-running them here would commit another task's patches. Returns the note a forced replay
+    records, None when the trace is this task's; raises ValueError with one line otherwise."""
+    try:
+        started = next((e for e in read_trace(trace_path) if e.kind == "run_started"), None)
+    except (OSError, ValueError) as exc:  # TraceError and a malformed event are ValueErrors
+        raise ValueError(f"--replay {trace_path}: not a readable trace ({exc})") from None
+    if started is None:
+        raise ValueError(f"--replay {trace_path}: the trace has no run_started event (not a dayzero trace?)")
+    sha = hashlib.sha256(Path(task_path).read_bytes()).hexdigest()
+    if started.task_sha256 == sha:
+        return None
+    what = (f"--replay {trace_path} was recorded for task {started.task!r} ({started.task_path}, sha256 "
+            f"{started.task_sha256[:12]}), not {task_path} (sha256 {sha[:12]})")  # fmt: skip
+    if not force:
+        raise ValueError(f"{what}: its decisions belong to that task (--force replays them anyway, recorded)")
+    return f"forced replay: {what}"
 
 
 class ReplayPolicy:
