@@ -129,6 +129,41 @@ def resume(run_id: str = typer.Argument(..., help="a run under runs/")) -> None:
     _execute(Run.open(run_id, RUNS), resume=True)
 
 
+@app.command()
+def show(run_id: str = typer.Argument(..., help="a run under runs/")) -> None:
+    """Print a run's timeline from its trace: step, stage, decision, tool, result, cost. Runs nothing."""
+    from .timeline import read_timeline
+
+    trace = RUNS / run_id / "trace.jsonl"
+    if not trace.exists():
+        _error(f"no run {run_id!r} under {RUNS}/ (see: agent runs)")
+        raise typer.Exit(2)
+    try:
+        timeline = read_timeline(trace)
+    except ValueError as exc:
+        _error(str(exc))
+        raise typer.Exit(2) from None
+    title = f"{timeline.run_id}: {timeline.task}, policy {timeline.policy}, {timeline.finished or 'not finished'}"
+    table = Table(title=title, show_lines=False)
+    for col, style in (("step", "dim"), ("stage", "cyan"), ("decision", ""), ("tool", "bold"), ("result", ""),
+                       ("wall s", "dim"), ("node-h", "dim")):  # fmt: skip
+        table.add_column(col, style=style or None, overflow="fold")
+    for st in timeline.steps:
+        first = True
+        for c in st.calls or [None]:
+            head = (str(st.step) if st.step is not None else "", st.stage or "", escape(st.decision)) if first else ("", "", "")
+            call = (c.tool, escape(c.result) if c.ok else f"[red]{escape(c.result)}[/]", f"{c.wall_seconds:.1f}",
+                    f"{c.node_hours:.3f}") if c else ("", "", "", "")  # fmt: skip
+            table.add_row(*head, *call)
+            first = False
+        for n in st.notes:
+            table.add_row("", "", f"[yellow]{escape(n)}[/]", "", "", "", "")
+    console.print(table)
+    sim = "simulated " if timeline.simulated else ""
+    console.print(f"total: {timeline.wall_seconds:.1f} s in tools, {timeline.node_hours:.3f} {sim}node-hours"
+                  + (" (simulated: dayzero digital twin, not a real node)" if timeline.simulated else ""))
+
+
 @app.command("runs")
 def list_runs() -> None:
     """List the runs under runs/ with their outcome."""
