@@ -11,6 +11,7 @@ import datetime as dt
 import json
 import shlex
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from tools.runner import ToolCallRecord, ToolRunner
 from tools.server import flags_to_argv
 
 from .policies.base import Policy, PolicyContext
-from .state import AgentState, Budget, Call
+from .state import AgentState, Best, Budget, Call
 from .trace import TraceWriter, read_trace
 
 RUNS_DIR = Path("runs")
@@ -242,54 +243,53 @@ def _winning(run: Run, state: AgentState) -> dict[str, Any] | None:
     return None
 
 
-def launch_script(run: Run, state: AgentState) -> str:
-    """The winning command of the first target, runnable; the other targets' winners as comments."""
-    lines = ["#!/usr/bin/env bash", f"# dayzero run {run.run_id}: the winning launch command and environment.",
-             f"# engine: {run.choice.engine} ({run.choice.reason})", "set -euo pipefail", ""]  # fmt: skip
-    first = True
-    for t in run.task.targets:
-        b = state.bests.get(t.name)
-        if b is None or t.metric == "accuracy_delta":
-            continue
-        argv = run.ctx.render(run.ctx.engine.launch, port="${PORT:-30000}") + flags_to_argv(b.flags)
-        env = run.ctx.engine_env(b.env)  # rendered: a {workspace} left in AITER_CONFIG_FMOE serves untuned
-        command = _shell(env, argv)
-        at = f" at {b.rate:g} req/s" if b.rate else ""
-        lines.append(f"# {t.name}: {b.value:.1f} ({t.metric}{at}, target {t.min}), trial {b.trial}")
-        lines.append(("exec env " if first else "# env ") + command)
-        lines.append("")
-        first = False
-    return "\n".join(lines) + "\n"
-
-
-PORT_URL = "http://127.0.0.1:${PORT:-30000}"
+PORT = "${PORT:-30000}"
+PORT_URL = f"http://127.0.0.1:{PORT}"
 OUT_FILE = "${OUT:-bench.jsonl}"
 
 
 def _shell(env: dict[str, str], argv: list[str]) -> str:
     """``env K=V ... argv`` for a script, with the PORT and OUT placeholders left for the shell to expand."""
     command = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + shlex.join(argv)
-    for placeholder in ("${PORT:-30000}", PORT_URL, OUT_FILE):
+    for placeholder in (PORT, PORT_URL, OUT_FILE):
         command = command.replace(f"'{placeholder}'", f'"{placeholder}"')
     return command
 
 
-def bench_script(run: Run, state: AgentState) -> str:
-    """The benchmark command that measured each target's best, runnable against ``launch.sh``'s server: the
-    first target's runs, the others' are comments (each needs its own configuration's server)."""
-    lines = ["#!/usr/bin/env bash", f"# dayzero run {run.run_id}: the benchmark behind each reported figure.",
-             "# Start the winning server first (PORT=30000 ./launch.sh), then run this with the same PORT;",
-             "# OUT names the result file (JSON lines, bench_serving's record).", "set -euo pipefail", ""]  # fmt: skip
+def _script(run: Run, state: AgentState, header: list[str], argv_of: Callable[[Best], list[str] | None]) -> str:
+    """A hand-over script: per target with a best (accuracy aside), what it reached and the command
+    ``argv_of`` gives for that best, rendered with the engine's environment; the first runs, the rest are
+    comments (each needs its own configuration)."""
+    lines = ["#!/usr/bin/env bash", *header, "set -euo pipefail", ""]
     first = True
     for t in run.task.targets:
         b = state.bests.get(t.name)
-        if b is None or t.metric == "accuracy_delta" or not b.bench_command:
+        argv = argv_of(b) if b is not None and t.metric != "accuracy_delta" else None
+        if argv is None:
             continue
-        template = run.ctx.render(run.ctx.engine.benchmark, base_url=PORT_URL, output_file=OUT_FILE)
-        argv = template + b.bench_command[len(template):]  # the run's URL and file replaced, the workload kept
         at = f" at {b.rate:g} req/s" if b.rate else ""
-        lines.append(f"# {t.name}: {b.value:.1f} ({t.metric}{at}), trial {b.trial}")
+        lines.append(f"# {t.name}: {b.value:.1f} ({t.metric}{at}, target {t.min}), trial {b.trial}")
+        # rendered: a {workspace} left in AITER_CONFIG_FMOE would serve the untuned path
         lines.append(("exec env " if first else "# env ") + _shell(run.ctx.engine_env(b.env), argv))
         lines.append("")
         first = False
     return "\n".join(lines) + "\n"
+
+
+def launch_script(run: Run, state: AgentState) -> str:
+    """The winning command of the first target, runnable; the other targets' winners as comments."""
+    launch = run.ctx.render(run.ctx.engine.launch, port=PORT)
+    header = [f"# dayzero run {run.run_id}: the winning launch command and environment.",
+              f"# engine: {run.choice.engine} ({run.choice.reason})"]  # fmt: skip
+    return _script(run, state, header, lambda b: launch + flags_to_argv(b.flags))
+
+
+def bench_script(run: Run, state: AgentState) -> str:
+    """The benchmark command that measured each target's best, runnable against ``launch.sh``'s server."""
+    template = run.ctx.render(run.ctx.engine.benchmark, base_url=PORT_URL, output_file=OUT_FILE)
+    header = [f"# dayzero run {run.run_id}: the benchmark behind each reported figure.",
+              "# Start the winning server first (PORT=30000 ./launch.sh), then run this with the same PORT;",
+              "# OUT names the result file (JSON lines, bench_serving's record)."]  # fmt: skip
+    # the run's URL and output file replaced, the workload and rate kept
+    return _script(run, state, header,
+                   lambda b: template + b.bench_command[len(template):] if b.bench_command else None)  # fmt: skip

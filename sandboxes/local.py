@@ -99,11 +99,11 @@ class LocalSandbox(Sandbox):
                     f"{name!r}: {dest} is a symlink; the workspace copy must be a real directory"
                 )
             in_place = source.resolve() == dest.resolve()
-            origin = provenance.detect(source)  # before the copy, which leaves an upstream checkout's .git out
             (dest / ".git" / "index.lock").unlink(missing_ok=True)  # left by a process killed mid-commit
             if _has_commit(dest):
                 repos[name] = dest  # prepared before (a resumed run): leave it, edits included, as it is
                 continue
+            origin = provenance.detect(source)  # before the copy, which leaves an upstream checkout's .git out
             if not in_place:
                 if dest.exists():  # a copy interrupted before its first commit: redo it from the source
                     shutil.rmtree(dest)

@@ -16,6 +16,7 @@ import pytest
 from sandboxes.base import PathOutsideWorkspace, SandboxError
 from sandboxes.local import LocalSandbox
 from sandboxes.twin.materialize import materialize
+from tests.sandboxes.conftest import make_source
 
 READY = "The server is fired up and ready to roll!"
 REPO = Path(__file__).resolve().parents[2]
@@ -35,13 +36,6 @@ def gone(pid: int) -> bool:
 
 
 # --- prepare --------------------------------------------------------------------------------------------
-
-
-def make_source(path: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        (path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (path / rel).write_text(text)
-    return path
 
 
 def test_prepare_makes_one_pristine_commit_per_source_and_resumes(tmp_path):

@@ -11,20 +11,14 @@ import pytest
 
 from sandboxes import provenance
 from sandboxes.local import LocalSandbox
+from tests.sandboxes.conftest import make_source
 
 RELEASES = Path.home() / ".cache" / "dayzero" / "sglang"
 
 
-def _tree(path: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        (path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (path / rel).write_text(text)
-    return path
-
-
 def test_a_release_tree_records_its_version_module(tmp_path):
     """The shape of SGLang's wheel: python/sglang/_version.py written by vcs-versioning."""
-    src = _tree(tmp_path / "sglang", {
+    src = make_source(tmp_path / "sglang", {
         "python/sglang/_version.py": "__version__ = version = '0.5.12'\n__version_tuple__ = (0, 5, 12)\n"
                                      "__commit_id__ = commit_id = 'g1a2b3c'\n",
         "python/sglang/srt/x.py": "X = 1\n"})  # fmt: skip
@@ -34,7 +28,7 @@ def test_a_release_tree_records_its_version_module(tmp_path):
 
 
 def test_a_git_checkout_records_its_commit_and_remote(tmp_path):
-    src = _tree(tmp_path / "upstream", {"a.py": "A = 1\n"})
+    src = make_source(tmp_path / "upstream", {"a.py": "A = 1\n"})
     with git.Repo.init(src) as repo:
         repo.git.add("--all")
         repo.git.commit("-m", "upstream", env={"GIT_AUTHOR_NAME": "u", "GIT_AUTHOR_EMAIL": "u@x",
@@ -48,24 +42,24 @@ def test_a_git_checkout_records_its_commit_and_remote(tmp_path):
 
 
 def test_metadata_pyproject_model_and_nothing(tmp_path):
-    sdist = _tree(tmp_path / "sdist", {"PKG-INFO": "Metadata-Version: 2.1\nName: foo\nVersion: 2.0\n\nbody\n"})
+    sdist = make_source(tmp_path / "sdist", {"PKG-INFO": "Metadata-Version: 2.1\nName: foo\nVersion: 2.0\n\nbody\n"})
     assert provenance.detect(sdist).trailers() == [
         "Upstream-Kind: release", "Upstream-Name: foo", "Upstream-Version: 2.0", "Upstream-Evidence: PKG-INFO"]
-    proj = _tree(tmp_path / "proj", {"pyproject.toml": '[project]\nname = "bar"\nversion = "0.3"\n'})
+    proj = make_source(tmp_path / "proj", {"pyproject.toml": '[project]\nname = "bar"\nversion = "0.3"\n'})
     assert (provenance.detect(proj).name, provenance.detect(proj).version) == ("bar", "0.3")
-    dynamic = _tree(tmp_path / "dyn", {"pyproject.toml": '[project]\nname = "baz"\ndynamic = ["version"]\n'})
+    dynamic = make_source(tmp_path / "dyn", {"pyproject.toml": '[project]\nname = "baz"\ndynamic = ["version"]\n'})
     assert provenance.detect(dynamic).kind == "unknown"
-    model = _tree(tmp_path / "model", {"config.json": json.dumps({"_name_or_path": "org/Model-MXFP4",
+    model = make_source(tmp_path / "model", {"config.json": json.dumps({"_name_or_path": "org/Model-MXFP4",
                                                                   "transformers_version": "4.57.1"})})
     found = provenance.detect(model)
     assert (found.kind, found.name, found.version) == ("model", "org/Model-MXFP4", "transformers 4.57.1")
-    broken = _tree(tmp_path / "broken", {"pyproject.toml": "[project\n", "config.json": "{not json"})
+    broken = make_source(tmp_path / "broken", {"pyproject.toml": "[project\n", "config.json": "{not json"})
     assert provenance.detect(broken).kind == "unknown"  # unreadable markers are no markers, never an error
     assert provenance.detect(broken).trailers()[0].startswith("Upstream: unknown")
 
 
 def test_the_pristine_commit_carries_the_trailers(tmp_path):
-    src = _tree(tmp_path / "src", {"pkg/_version.py": "version = '9.9'\n"})
+    src = make_source(tmp_path / "src", {"pkg/_version.py": "version = '9.9'\n"})
     repos = LocalSandbox(tmp_path / "ws").prepare({"engine": src})
     with git.Repo(repos["engine"]) as repo:
         (only,) = list(repo.iter_commits())
