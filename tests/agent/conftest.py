@@ -1,0 +1,39 @@
+"""A finished run of the default task on the twin, shared by the tests that read a run's artefacts (review,
+report, replay audit, web view): one `agent run` per test worker instead of one per test."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_TASK = REPO / "tasks" / "glm52_mi355x.yaml"
+FINISHED_RUN_ID = "e2e"
+
+
+def run_agent(cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``agent ARGS`` in ``cwd`` (its ``runs/`` folder), as a user's shell would run it."""
+    return subprocess.run([sys.executable, "-c", "from agent.cli import app; app()", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def finished_run_root(tmp_path_factory) -> Path:
+    """A folder whose ``runs/e2e`` holds a finished playbook run of the default task. Treat it as read-only;
+    a test that writes into a run copies it first (:func:`copy_of_finished_run`)."""
+    root = tmp_path_factory.mktemp("finished")
+    proc = run_agent(root, "run", str(DEFAULT_TASK), "--policy", "playbook", "--run-id", FINISHED_RUN_ID)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return root
+
+
+@pytest.fixture
+def copy_of_finished_run(finished_run_root, tmp_path) -> Path:
+    """A private copy of the finished run's folder (cwd with ``runs/e2e``) that a test may write into."""
+    dest = tmp_path / "copy"
+    shutil.copytree(finished_run_root, dest, symlinks=True)
+    return dest
