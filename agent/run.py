@@ -239,7 +239,8 @@ def _winning(run: Run, state: AgentState) -> dict[str, Any] | None:
     for t in run.task.targets:
         if t.metric != "accuracy_delta" and t.name in state.bests:
             b = state.bests[t.name]
-            return {"target": t.name, "flags": b.flags, "env": b.env, "trial": b.trial}
+            env = {k: run.ctx.render_value(v) for k, v in b.env.items()}  # rendered, as launch.sh holds it
+            return {"target": t.name, "flags": b.flags, "env": env, "trial": b.trial}
     return None
 
 

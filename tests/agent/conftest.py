@@ -28,6 +28,7 @@ def finished_run_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("finished")
     proc = run_agent(root, "run", str(DEFAULT_TASK), "--policy", "playbook", "--run-id", FINISHED_RUN_ID)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (root / "agent-run.stdout").write_text(proc.stdout)  # what the user saw, for tests of the terminal output
     return root
 
 
