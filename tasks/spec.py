@@ -155,6 +155,14 @@ class Budgets(Strict):
     llm_tokens: int = Field(2_000_000, ge=0)
 
 
+class ReportSpec(Strict):
+    """Settings of the run report (``agent/report.py``); none changes what the agent does."""
+
+    gpu_hour_usd: float | None = Field(
+        None, gt=0, description="price of one GPU-hour in US dollars, for the report's cost per million output "
+        "tokens; unset: the report states that the cost needs a price instead of assuming one")  # fmt: skip
+
+
 class TaskSpec(Strict):
     name: str
     description: str = ""
@@ -170,6 +178,7 @@ class TaskSpec(Strict):
     accuracy: AccuracySpec | None = None
     search_space: SearchSpace = SearchSpace()
     budgets: Budgets = Budgets()
+    report: ReportSpec = ReportSpec()  # optional: e.g. ``report: {gpu_hour_usd: 2.5}``
 
     @model_validator(mode="after")
     def _references(self) -> TaskSpec:
