@@ -1,0 +1,631 @@
+"""PR material for a run's patches: ``agent review RUN``.
+
+Each workspace source tree (``runs/<id>/workspace/<tree>``, a git repository) holds the pristine source as its
+root commit and one commit per patch on the run's branch ``dayzero/<run-id>``. This module reads those commits
+(title, crash excerpt, root cause, change, evidence, trailers) together with the run's trace (which trial
+launched what, and which benchmark measured it) and writes, under ``runs/<id>/review/``:
+
+- ``<tree>/NNNN-<subject>.patch``: ``git format-patch`` against the pristine commit (``git am`` applies the
+  series on the pristine tree, upstream);
+- ``<tree>/NNNN-<subject>.PR.md``: one pull-request description per patch: crash excerpt, root cause in at
+  most two sentences, the diff, evidence before and after (labelled simulated when the twin measured it), and
+  the exact launch + benchmark commands that reproduce the check, fully rendered;
+- ``PR.md``: the run's summary pull request (targets against results, every patch with links, the winning
+  launch command), then the run report (:func:`agent.report.write_report`) beside it.
+
+:func:`push` pushes each tree's run branch to one git remote as ``dayzero/<run-id>/<tree>``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+from pathlib import Path
+from typing import Any
+
+import git
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from pydantic import BaseModel, Field
+
+from tasks.spec import EngineSpec, TaskError, TaskSpec, load_task
+from tools.context import ENGINE_LOCALE
+from tools.git_ops import run_branch
+from tools.server import flags_to_argv
+
+from .trace import ToolCallEvent, TraceError, is_secret_key, read_trace
+
+TEMPLATES = Path(__file__).parent / "templates"
+SIMULATED_LABEL = "simulated: dayzero digital twin, not a real node"
+REVIEW_DIR = "review"
+MARKER = ".dayzero-review"  # written into every review folder: only such a folder is ever replaced
+CHECK_PORT = 30000  # the port the reproduce commands use (the run's own ports were random free ones)
+CHECK_OUTPUT = "bench.jsonl"  # where a reproduced benchmark writes its record
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+_TRAILER = re.compile(r"^([A-Za-z][A-Za-z0-9-]*): (.*)$")
+_FIELD = re.compile(r"^(What failed|Root cause|Change): (.*)$", re.DOTALL)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(\"'`])")
+
+
+class ReviewError(ValueError):
+    """A run that cannot be reviewed or pushed; the message is one line."""
+
+
+# ------------------------------------------------------------------------------------------- models
+
+
+class Evidence(BaseModel):
+    """What happened without the patch and with it, as the commit records it."""
+
+    before: str
+    after: str
+    simulated: bool = Field(description="measured on the digital twin, not a real node")
+    measured_after: list[str] = Field(default_factory=list,
+                                      description="the benchmark summaries of the check trial, from the trace")  # fmt: skip
+
+
+class PatchReview(BaseModel):
+    """One commit of the run's branch in one source tree, with what a reviewer needs to judge it."""
+
+    tree: str = Field(description="the workspace source tree (git repository) the commit is in")
+    index: int = Field(description="1-based position in the tree's series (the NNNN of its patch file)")
+    commit: str
+    base: str = Field(description="the pristine (root) commit the series applies to")
+    title: str
+    patch_id: str | None = Field(None, description="the Dayzero-Patch trailer (the run's patch record)")
+    crash_excerpt: list[str] = Field(
+        default_factory=list, description="the crash's decisive log lines, verbatim"
+    )
+    what_failed: str = ""
+    root_cause: str = Field("", description="at most two sentences")
+    root_cause_detail: str = Field("", description="the rest: what the diagnosis inferred, further sentences")
+    change: str = ""
+    diff: str = Field(description="the commit's diff against its parent, paths as the tree names them")
+    files: list[str] = Field(default_factory=list, description="paths in the tree")
+    evidence: Evidence
+    crash_trial: int | None = Field(None, description="the trial whose crash the patch answers")
+    check_trial: int | None = Field(None, description="the trial that verified it (Dayzero-Trial)")
+    trial_ids: list[int] = Field(default_factory=list, description="crash trial, then check trial")
+    reproduce_command: str = Field(description="shell lines: the check trial's launch, then its benchmark")
+    crash_command: str | None = Field(
+        None, description="the crash trial's launch, on the tree before the patch"
+    )
+    patch_file: str | None = Field(None, description="relative to the review folder, once written")
+    pr_file: str | None = Field(None, description="relative to the review folder, once written")
+
+
+class TreeReview(BaseModel):
+    """One source tree: its pristine base, where it came from, and its patches."""
+
+    tree: str
+    branch: str
+    base: str
+    head: str
+    upstream: list[str] = Field(default_factory=list, description="the pristine commit's Upstream-* trailers")
+    patches: list[PatchReview] = Field(default_factory=list)
+
+
+class TargetResult(BaseModel):
+    name: str
+    metric: str
+    goal: float
+    achieved: float | None = None
+    met: bool = False
+    trial: int | None = None
+
+
+class ReviewResult(BaseModel):
+    """What ``write_review`` wrote."""
+
+    run_id: str
+    out_dir: Path
+    summary_pr: Path
+    patch_files: list[Path] = Field(default_factory=list)
+    pr_files: list[Path] = Field(default_factory=list)
+    report_files: list[Path] = Field(default_factory=list, description="what agent.report.write_report wrote")
+    trees: list[TreeReview] = Field(default_factory=list)
+
+
+class PushedBranch(BaseModel):
+    tree: str
+    local_branch: str
+    remote_ref: str
+    sha: str
+
+
+class PushResult(BaseModel):
+    remote: str
+    pushed: list[PushedBranch] = Field(default_factory=list)
+    skipped: list[str] = Field(default_factory=list, description="trees without patches (nothing to push)")
+
+
+# -------------------------------------------------------------------------------- the run's trials
+
+
+class _Trial(BaseModel):
+    """A trial as the trace shows it (numbered as agent/outcomes.py numbers them)."""
+
+    id: int
+    flags: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    status: str
+    launch_argv: list[str] | None = None  # as run (None: a trial of a parallel sweep, not launched here)
+    pristine: list[str] = Field(default_factory=list)
+    bench_commands: list[list[str]] = Field(default_factory=list)
+    bench_summaries: list[str] = Field(default_factory=list)
+    seq: int = 0  # the trace line that launched it
+
+
+class _RunRecord(BaseModel):
+    """What a review needs from the run's files."""
+
+    run_id: str
+    run_dir: Path
+    summary: dict[str, Any] = Field(default_factory=dict)
+    simulated: bool = False
+    trials: list[_Trial] = Field(default_factory=list)
+    commit_seq: dict[str, int] = Field(default_factory=dict)  # commit sha -> the trace line that made it
+    placeholders: dict[str, str] = Field(
+        default_factory=dict
+    )  # {python}, {workspace}, {host} as the run had them
+    task: TaskSpec | None = None
+    engine: EngineSpec | None = None
+
+
+def _trials(events: list[Any]) -> tuple[list[_Trial], dict[str, int]]:
+    trials: list[_Trial] = []
+    commit_seq: dict[str, int] = {}
+    for e in events:
+        if not isinstance(e, ToolCallEvent):
+            continue
+        r = e.result
+        if e.tool == "launch_server" and r.get("status"):
+            trials.append(_Trial(id=len(trials) + 1, flags=e.input.get("flags", {}), env=e.input.get("env", {}),
+                                 status=r["status"], launch_argv=r.get("argv") or None,
+                                 pristine=e.input.get("pristine", []), seq=e.seq))  # fmt: skip
+        elif e.tool == "run_trials" and e.ok:
+            for o in r.get("outcomes", []):
+                spec = o.get("spec", {})
+                trials.append(_Trial(id=len(trials) + 1, flags=spec.get("flags", {}), env=spec.get("env", {}),
+                                     status=o.get("status", "?"), seq=e.seq))  # fmt: skip
+        elif e.tool in ("run_benchmark", "find_knee") and e.ok and trials and trials[-1].status == "up":
+            trials[-1].bench_commands += [run["command"] for run in r.get("runs", []) if run.get("command")]
+            if r.get("summary"):
+                trials[-1].bench_summaries.append(f"{e.tool}: {r['summary']}")
+        elif e.tool == "commit" and e.ok:
+            for c in r.get("commits", []):
+                commit_seq[c["sha"]] = e.seq
+    return trials, commit_seq
+
+
+def _match_template(template: list[str], argv: list[str]) -> dict[str, str]:
+    """The placeholder values that rendered ``template`` into (the first parts of) ``argv``."""
+    values: dict[str, str] = {}
+    for part, rendered in zip(template, argv, strict=False):
+        names = _PLACEHOLDER.findall(part)
+        if not names:
+            continue
+        pattern, seen = "", set()
+        for literal, name in zip(_PLACEHOLDER.split(part)[::2], [*names, None], strict=False):
+            pattern += re.escape(literal)
+            if name is not None:
+                pattern += f"(?P={name})" if name in seen else f"(?P<{name}>.+?)"
+                seen.add(name)
+        m = re.fullmatch(pattern, rendered)
+        if m:
+            for name, value in m.groupdict().items():
+                values.setdefault(name, value)
+    return values
+
+
+def _fill(text: str, values: dict[str, str]) -> str:
+    """``text`` with its known ``{placeholders}`` filled (unknown ones kept, as the run's renderer keeps them)."""
+    return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), text)
+
+
+def _load_run(run_dir: Path) -> _RunRecord:
+    run_dir = Path(run_dir)
+    trace_path = run_dir / "trace.jsonl"
+    if not trace_path.exists() or not (run_dir / "workspace").is_dir():
+        raise ReviewError(f"{run_dir} is not a run (no trace.jsonl and workspace/ there)")
+    try:
+        events = read_trace(trace_path)
+    except TraceError as exc:
+        raise ReviewError(str(exc)) from None
+    started = next((e for e in events if e.kind == "run_started"), None)
+    summary = (
+        json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
+    )
+    run_id = summary.get("run_id") or (started.run_id if started else run_dir.name)
+    engine_name = summary.get("engine") or (started.engine if started else "")
+    trials, commit_seq = _trials(events)
+    task = engine = None
+    options = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
+    task_path = options.get("task_path") or (started.task_path if started else None)
+    if task_path:
+        try:
+            task = load_task(Path(task_path))
+            engine = getattr(task.engines, engine_name, None)
+        except TaskError:
+            task = None  # the task file moved: commands come from the trace alone
+    placeholders: dict[str, str] = {}
+    if engine is not None:
+        plain = next((t for t in trials if t.launch_argv and not t.pristine), None)
+        if plain is not None:
+            placeholders = {
+                k: v for k, v in _match_template(engine.launch, plain.launch_argv).items() if k != "port"
+            }
+    placeholders.setdefault("workspace", str((run_dir / "workspace").resolve()))
+    return _RunRecord(run_id=run_id, run_dir=run_dir, summary=summary,
+                      simulated=bool(summary.get("simulated", engine_name == "twin")), trials=trials,
+                      commit_seq=commit_seq, placeholders=placeholders, task=task, engine=engine)  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------ commands
+
+
+def _env_for(record: _RunRecord, trial: _Trial) -> dict[str, str]:
+    """The environment the engine had for ``trial`` (as ``ToolContext.engine_env`` built it); secrets stay
+    references to the caller's own environment (``"$HF_TOKEN"``), never their values."""
+    env: dict[str, str] = dict(ENGINE_LOCALE)
+    secret: set[str] = set()
+    if record.engine is not None:
+        env.update(record.engine.env)
+    if record.task is not None:
+        for name, spec in record.task.env.items():
+            if spec.secret:
+                secret.add(name)
+        env.update(record.task.resolved_env())
+    env.update(trial.env)
+    return {
+        k: (f"${k}" if k in secret or is_secret_key(k) else _fill(v, record.placeholders))
+        for k, v in env.items()
+    }
+
+
+def _with_port(template: list[str] | None, argv: list[str], values: dict[str, str]) -> list[str]:
+    """``argv`` with every part that ``template`` fills from ``values``' keys re-rendered with ``values``."""
+    out = list(argv)
+    for i, part in enumerate(template or []):
+        if i < len(out) and any(name in values for name in _PLACEHOLDER.findall(part)):
+            out[i] = _fill(part, {**_fixed_placeholders(out[i], part), **values})
+    return out
+
+
+def _fixed_placeholders(rendered: str, part: str) -> dict[str, str]:
+    return _match_template([part], [rendered])
+
+
+def _shell_line(env: dict[str, str], argv: list[str]) -> str:
+    quoted = [f'{k}="${k}"' if v == f"${k}" else f"{k}={shlex.quote(v)}" for k, v in env.items()]
+    return " ".join(["env", *quoted, shlex.join(argv)])
+
+
+def _launch_argv(record: _RunRecord, trial: _Trial) -> list[str] | None:
+    port = {"port": str(CHECK_PORT)}
+    if trial.launch_argv:
+        template = record.engine.launch if record.engine else None
+        argv = _with_port(template, trial.launch_argv, port)
+        if template is None and "--port" in argv[:-1]:
+            argv[argv.index("--port") + 1] = str(CHECK_PORT)
+        return argv
+    if record.engine is None:
+        return None
+    return [_fill(p, {**record.placeholders, **port}) for p in record.engine.launch] + flags_to_argv(
+        trial.flags
+    )
+
+
+def _bench_argv(record: _RunRecord, command: list[str]) -> list[str]:
+    template = record.engine.benchmark if record.engine else None
+    base_urls = [v for v in _match_template(template or [], command).values() if v.startswith("http")]
+    url = (
+        re.sub(r":\d+(?=/|$)", f":{CHECK_PORT}", base_urls[0])
+        if base_urls
+        else f"http://127.0.0.1:{CHECK_PORT}"
+    )
+    return _with_port(template, command, {"base_url": url, "output_file": CHECK_OUTPUT})
+
+
+def _reproduce(record: _RunRecord, trial: _Trial | None) -> str:
+    """Shell lines that relaunch ``trial``'s configuration on port 30000 and run the benchmark that measured
+    it, fully rendered from the run's own records."""
+    if trial is None:
+        return "# the check trial is not in the run's trace: nothing to reproduce"
+    argv = _launch_argv(record, trial)
+    if argv is None:
+        return f"# trial {trial.id} left no launch command in the trace and the task file is gone"
+    env = _env_for(record, trial)
+    ready = record.engine.ready_line if record.engine else "ready"
+    sim = f" ({SIMULATED_LABEL})" if record.simulated else ""
+    lines = [f"# 1. launch trial {trial.id}'s configuration{sim} and leave it running:",
+             _shell_line(env, argv)]  # fmt: skip
+    if trial.pristine:
+        lines.insert(1, f"#    (this launch read {', '.join(trial.pristine)} as released, from the run's "
+                        "pristine view of the workspace)")  # fmt: skip
+    if trial.bench_commands:
+        lines += [f"# 2. in another shell, once its log says {ready!r}, the benchmark that measured it:",
+                  _shell_line(env, _bench_argv(record, trial.bench_commands[-1]))]  # fmt: skip
+    else:
+        lines.append("# (no benchmark ran on this trial: the check was that it came up)")
+    return "\n".join(lines)
+
+
+def _crash_command(record: _RunRecord, trial: _Trial | None) -> str | None:
+    if trial is None:
+        return None
+    argv = _launch_argv(record, trial)
+    return _shell_line(_env_for(record, trial), argv) if argv else None
+
+
+# ------------------------------------------------------------------------------- commit messages
+
+
+class _Message(BaseModel):
+    crash: list[str] = Field(default_factory=list)
+    fields: dict[str, str] = Field(default_factory=dict)
+    evidence_label: str = ""
+    evidence: dict[str, str] = Field(default_factory=dict)
+    trailers: dict[str, str] = Field(default_factory=dict)
+
+
+def _parse_message(message: str) -> _Message:
+    """The sections ``tools.git_ops.message`` writes: crash excerpt, What failed / Root cause / Change,
+    Evidence with before and after, trailers."""
+    out = _Message()
+    paragraphs = re.split(r"\n\s*\n", message.strip("\n"))[1:]
+    i = 0
+    while i < len(paragraphs):
+        p = paragraphs[i]
+        if p.strip() == "The crash:" and i + 1 < len(paragraphs):
+            out.crash = [
+                ln[4:] if ln.startswith("    ") else ln.strip() for ln in paragraphs[i + 1].splitlines()
+            ]
+            i += 2
+            continue
+        if m := _FIELD.match(p):
+            out.fields[m.group(1)] = " ".join(m.group(2).split())
+        elif p.startswith("Evidence"):
+            head, _, rest = p.partition("\n")
+            out.evidence_label = head.rstrip(":")
+            for item in re.split(r"\n(?=- )", rest):
+                key, _, value = item.lstrip("- ").partition(":")
+                out.evidence[key.strip()] = " ".join(value.split())
+        elif all(_TRAILER.match(ln) for ln in p.splitlines()):
+            out.trailers.update(_TRAILER.match(ln).groups() for ln in p.splitlines())  # type: ignore[union-attr]
+        i += 1
+    return out
+
+
+def two_sentences(text: str) -> tuple[str, str]:
+    """``text`` as (its first two sentences without bracketed asides, the rest): a root cause a reviewer reads
+    in one go, and the detail behind it."""
+    asides = re.findall(r"\s*\[([^\[\]]*)\]\s*(?=$|[.;])", text)
+    main = re.sub(r"\s*\[[^\[\]]*\]\s*(?=$|[.;])", "", text).strip()
+    sentences = _SENTENCE_END.split(main)
+    head = " ".join(sentences[:2]).strip()
+    if head and head[-1] not in ".!?":
+        head += "."
+    rest = " ".join(sentences[2:] + asides).strip()
+    return head, rest
+
+
+# ----------------------------------------------------------------------------------------- collecting
+
+
+def _source_repos(run_dir: Path) -> dict[str, git.Repo]:
+    """The workspace's own git repositories (a tree without ``.git`` is not a patchable source)."""
+    ws = Path(run_dir) / "workspace"
+    return {d.name: git.Repo(d) for d in sorted(ws.iterdir()) if d.is_dir() and (d / ".git").exists()}
+
+
+def _tree(record: _RunRecord, name: str, repo: git.Repo) -> TreeReview | None:
+    branch = run_branch(record.run_id)
+    if branch not in repo.heads:
+        return None
+    head = repo.heads[branch].commit
+    base = repo.git.rev_list("--max-parents=0", branch).split()[0]
+    pristine = _parse_message(repo.commit(base).message)
+    upstream = [f"{k}: {v}" for k, v in pristine.trailers.items() if k.startswith("Upstream")]
+    tree = TreeReview(tree=name, branch=branch, base=base, head=head.hexsha, upstream=upstream)
+    shas = repo.git.rev_list("--reverse", f"{base}..{branch}").split()
+    by_id = {t.id: t for t in record.trials}
+    for index, sha in enumerate(shas, start=1):
+        c = repo.commit(sha)
+        msg = _parse_message(c.message)
+        check_id = _int(msg.trailers.get("Dayzero-Trial"))
+        before = msg.evidence.get("before", "")
+        crash_id = _int(m.group(1)) if (m := re.search(r"\btrial (\d+)\b", before)) else None
+        if crash_id is None:  # the last crash the trace shows before the commit
+            seq = record.commit_seq.get(sha, 1 << 62)
+            crash_id = next((t.id for t in reversed(record.trials) if t.seq < seq and t.status != "up"), None)
+        check = by_id.get(check_id) if check_id else None
+        root, detail = two_sentences(msg.fields.get("Root cause", ""))
+        tree.patches.append(PatchReview(
+            tree=name, index=index, commit=sha, base=base, title=c.summary, patch_id=msg.trailers.get("Dayzero-Patch"),
+            crash_excerpt=msg.crash, what_failed=msg.fields.get("What failed", ""), root_cause=root,
+            root_cause_detail=detail, change=msg.fields.get("Change", ""),
+            diff=repo.git.diff(f"{sha}~1", sha, "--no-color", stdout_as_string=True) + "\n",
+            files=sorted(c.stats.files), crash_trial=crash_id, check_trial=check_id,
+            trial_ids=[t for t in (crash_id, check_id) if t is not None],
+            evidence=Evidence(before=before, after=msg.evidence.get("after", ""),
+                              simulated="simulated" in msg.evidence_label.lower() or record.simulated,
+                              measured_after=check.bench_summaries if check else []),
+            reproduce_command=_reproduce(record, check),
+            crash_command=_crash_command(record, by_id.get(crash_id) if crash_id else None),
+        ))  # fmt: skip
+    return tree
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def collect_trees(run_dir: Path) -> list[TreeReview]:
+    """Every workspace source tree that has the run's branch, with its patches."""
+    record = _load_run(Path(run_dir))
+    trees = []
+    for name, repo in _source_repos(record.run_dir).items():
+        with repo:
+            if (t := _tree(record, name, repo)) is not None:
+                trees.append(t)
+    return trees
+
+
+def collect_patches(run_dir: Path) -> list[PatchReview]:
+    """The run's patches, tree by tree, each in branch order (commits on ``dayzero/<run-id>`` after the
+    pristine root commit)."""
+    return [p for t in collect_trees(run_dir) for p in t.patches]
+
+
+# ------------------------------------------------------------------------------------------- writing
+
+
+def _templates() -> Environment:
+    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=False, trim_blocks=True, lstrip_blocks=True,
+                      keep_trailing_newline=True, undefined=StrictUndefined)  # fmt: skip
+    env.filters["fence"] = _fence
+    return env
+
+
+def _fence(text: str) -> str:
+    """A backtick fence longer than any run of backticks in ``text`` (a diff may hold Markdown)."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+def _prepare_out(out_dir: Path) -> None:
+    """Empty ``out_dir`` for a fresh review: only a folder a review wrote (it holds the marker) is replaced."""
+    if out_dir.exists():
+        if not out_dir.is_dir():
+            raise ReviewError(f"{out_dir} exists and is not a folder")
+        if any(out_dir.iterdir()) and not (out_dir / MARKER).exists():
+            raise ReviewError(f"{out_dir} holds files agent review did not write; choose another --out")
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True)
+    (out_dir / MARKER).write_text(
+        "written by agent review; the whole folder is replaced when it runs again\n"
+    )
+
+
+def _format_patches(repo: git.Repo, tree: TreeReview, dest: Path) -> list[Path]:
+    dest.mkdir(parents=True, exist_ok=True)
+    names = repo.git.format_patch(
+        f"--base={tree.base}", "-o", str(dest), f"{tree.base}..{tree.branch}"
+    ).split("\n")
+    return [Path(n) if Path(n).is_absolute() else Path(repo.working_dir) / n for n in names if n.strip()]
+
+
+def _targets(summary: dict[str, Any]) -> list[TargetResult]:
+    return [TargetResult(name=name, metric=t.get("metric", ""), goal=t.get("target", 0.0), achieved=t.get("achieved"),
+                         met=bool(t.get("met")), trial=t.get("trial"))
+            for name, t in summary.get("targets", {}).items()]  # fmt: skip
+
+
+def _write_report(run_dir: Path, out_dir: Path) -> list[Path]:
+    try:
+        from .report import write_report
+    except ImportError:  # the report module is not in this checkout yet
+        return []
+    return list(write_report(run_dir, out_dir))
+
+
+def write_review(run_dir: Path, out_dir: Path | None = None) -> ReviewResult:
+    """Write the run's PR material (see the module docstring) into ``out_dir`` (default ``<run_dir>/review``),
+    replacing a previous review there, then the run report beside it."""
+    run_dir = Path(run_dir)
+    record = _load_run(run_dir)
+    out_dir = Path(out_dir) if out_dir is not None else run_dir / REVIEW_DIR
+    repos = _source_repos(run_dir)
+    trees = [t for name, repo in repos.items() if (t := _tree(record, name, repo)) is not None]
+    _prepare_out(out_dir)
+    env = _templates()
+    result = ReviewResult(run_id=record.run_id, out_dir=out_dir, summary_pr=out_dir / "PR.md", trees=trees)
+    for tree in trees:
+        if not tree.patches:
+            continue
+        files = _format_patches(repos[tree.tree], tree, out_dir / tree.tree)
+        if len(files) != len(tree.patches):
+            raise ReviewError(
+                f"{tree.tree}: git format-patch wrote {len(files)} file(s) for {len(tree.patches)} commit(s)"
+            )
+        for patch, path in zip(tree.patches, files, strict=True):
+            pr = path.with_name(path.name.removesuffix(".patch") + ".PR.md")
+            patch.patch_file = str(path.relative_to(out_dir))
+            patch.pr_file = str(pr.relative_to(out_dir))
+            pr.write_text(env.get_template("pr_patch.md.j2").render(
+                p=patch, tree=tree, run_id=record.run_id, simulated_label=SIMULATED_LABEL,
+                patch_name=path.name))  # fmt: skip
+            result.patch_files.append(path)
+            result.pr_files.append(pr)
+    for repo in repos.values():
+        repo.close()
+    launch = run_dir / "launch.sh"
+    summary = record.summary
+    result.report_files = _write_report(run_dir, out_dir)
+    result.summary_pr.write_text(env.get_template("pr_summary.md.j2").render(
+        run_id=record.run_id, summary=summary, task=summary.get("task", record.task.name if record.task else "?"),
+        finished=summary.get("finish_reason") or "not finished (no summary.json)", targets=_targets(summary),
+        trees=trees, simulated=record.simulated, simulated_label=SIMULATED_LABEL,
+        launch_script=launch.read_text() if launch.exists() else None,
+        reports=[p.relative_to(out_dir) if p.is_relative_to(out_dir) else p for p in result.report_files],
+        out_dir=out_dir))  # fmt: skip
+    return result
+
+
+# ------------------------------------------------------------------------------------------- pushing
+
+
+def remote_ref(run_id: str, tree: str) -> str:
+    """The branch a tree's run branch becomes on the remote: ``dayzero/<run-id>/<tree>``."""
+    return f"{run_branch(run_id)}/{tree}"
+
+
+def push(run_dir: Path, remote: str) -> PushResult:
+    """Push every tree's run branch that has patches to ``remote`` (a URL or a path to a repository, bare or
+    not) as ``dayzero/<run-id>/<tree>``: one remote holds every tree, the tree name tells them apart.
+    Raises ``ReviewError`` (one line) when the remote cannot be reached or refuses a push."""
+    run_dir = Path(run_dir)
+    run_id = _load_run(run_dir).run_id
+    trees = collect_trees(run_dir)
+    if not trees:
+        raise ReviewError(f"{run_dir}: no workspace source tree has the run's branch {run_branch(run_id)}")
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_SSH_COMMAND": os.environ.get("GIT_SSH_COMMAND",
+                                                                                       "ssh -o BatchMode=yes")}  # fmt: skip
+    target = str(Path(remote).resolve()) if Path(remote).exists() else remote
+    result = PushResult(remote=remote)
+    repos = _source_repos(run_dir)
+    try:
+        first = repos[trees[0].tree]
+        try:  # reach the remote once before pushing anything: no half-pushed run
+            first.git.ls_remote(target, env=env)
+        except git.GitCommandError as exc:
+            raise ReviewError(f"cannot reach remote {remote!r}: {_git_error(exc)}") from None
+        for tree in trees:
+            if not tree.patches:
+                result.skipped.append(tree.tree)
+                continue
+            ref = remote_ref(run_id, tree.tree)
+            try:
+                repos[tree.tree].git.push(target, f"{tree.head}:refs/heads/{ref}", env=env)
+            except git.GitCommandError as exc:
+                raise ReviewError(f"push of {tree.tree} to {remote!r} failed: {_git_error(exc)}") from None
+            result.pushed.append(
+                PushedBranch(tree=tree.tree, local_branch=tree.branch, remote_ref=ref, sha=tree.head)
+            )
+    finally:
+        for repo in repos.values():
+            repo.close()
+    return result
+
+
+def _git_error(exc: git.GitCommandError) -> str:
+    lines = [ln.strip() for ln in str(exc.stderr or exc).splitlines() if ln.strip()]
+    lines = [ln.removeprefix("stderr:").strip(" '") for ln in lines]
+    useful = [ln for ln in lines if ln.lower().startswith(("fatal", "error", "remote:", "!"))] or lines
+    return useful[0] if useful else "git failed"
