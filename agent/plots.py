@@ -1,0 +1,179 @@
+"""The report's figures, drawn with matplotlib's Agg canvas (no display, no pyplot state: safe in a web server's
+threads) from a :class:`~agent.report.RunReport`, as PNG bytes.
+
+``render_plots(report)`` returns ``{file name: PNG}``: ``throughput_vs_rate.png`` and ``ttft_vs_rate.png`` (the
+baseline's and the winner's rate runs, knee and TTFT limit marked), ``best_so_far.png`` (each target's best after
+each benchmark run) and ``time_breakdown.png`` (the winner's GPU time at its deciding run). A figure without
+data says so rather than being left out. Every figure of a run on the twin carries the simulated label.
+"""
+
+from __future__ import annotations
+
+import io
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from .report import SIMULATED_BANNER, RateCurve, RunReport
+
+COLORS = {"baseline": "#7f7f7f", "winner": "#1f77b4"}
+LIMIT_COLOR = "#d62728"
+GOAL_COLOR = "#2ca02c"
+SIZE = (7.5, 4.3)
+DPI = 110
+
+
+def _figure(report: RunReport, title: str, size: tuple[float, float] = SIZE) -> Figure:
+    fig = Figure(figsize=size, dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    fig.suptitle(f"{title}\n{report.run_id}", fontsize=10)
+    if report.simulated:
+        fig.supxlabel(SIMULATED_BANNER, x=0.995, ha="right", fontsize=8, color=LIMIT_COLOR, fontweight="bold")
+        fig.text(0.5, 0.5, "SIMULATED", ha="center", va="center", fontsize=54, color="#d62728", alpha=0.07,
+                 rotation=20, zorder=0)  # fmt: skip
+    return fig
+
+
+def _png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    return buf.getvalue()
+
+
+def _no_data(fig: Figure, message: str) -> None:
+    ax = fig.add_subplot()
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, message, ha="center", va="center", wrap=True, fontsize=10)
+
+
+def _label(curve: RateCurve) -> str:
+    from .report import fmt_flags
+
+    return f"{curve.role}: trial {curve.trial} ({fmt_flags(curve.flags)})"
+
+
+def _no_curves(report: RunReport) -> str:
+    return "; ".join(report.curve_notes) or "no rate runs in this run"
+
+
+def throughput_vs_rate(report: RunReport) -> bytes:
+    fig = _figure(report, f"Output throughput against request rate ({report.curve_workload or '-'})")
+    if not report.curves:
+        _no_data(fig, _no_curves(report))
+        return _png(fig)
+    ax = fig.add_subplot()
+    for c in report.curves:
+        xs = [p.request_rate for p in c.points]
+        ax.plot(xs, [p.output_throughput for p in c.points], "o-", color=COLORS[c.role], label=_label(c))
+        if c.knee_rate is not None and c.knee_throughput is not None:
+            ax.axvline(c.knee_rate, color=COLORS[c.role], linestyle=":", linewidth=1)
+            ax.plot([c.knee_rate], [c.knee_throughput], marker="*", markersize=15, color=COLORS[c.role],
+                    markeredgecolor="black", linestyle="none")  # fmt: skip
+            ax.annotate(f"knee {c.knee_rate:g} req/s\n{c.knee_throughput:.0f} tok/s", (c.knee_rate, c.knee_throughput),
+                        textcoords="offset points", xytext=(8, -28), fontsize=8)  # fmt: skip
+    goal = next((t.goal for t in report.targets if t.workload == report.curve_workload
+                 and t.metric in ("throughput_at_knee", "output_throughput")), None)  # fmt: skip
+    if goal is not None:
+        ax.axhline(goal, color=GOAL_COLOR, linestyle="--", linewidth=1, label=f"goal {goal:g} tok/s")
+    ax.set_xlabel("request rate (req/s)")
+    ax.set_ylabel("output throughput (tok/s)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+    return _png(fig)
+
+
+def ttft_vs_rate(report: RunReport) -> bytes:
+    fig = _figure(report, f"TTFT p50 and p99 against request rate ({report.curve_workload or '-'})")
+    if not report.curves:
+        _no_data(fig, _no_curves(report))
+        return _png(fig)
+    ax = fig.add_subplot()
+    values = []
+    for i, c in enumerate(report.curves):
+        xs = [p.request_rate for p in c.points]
+        p50, p99 = [p.ttft_p50_ms for p in c.points], [p.ttft_p99_ms for p in c.points]
+        values += p50 + p99
+        ax.plot(xs, p50, "o-", color=COLORS[c.role], label=f"{c.role} p50 (trial {c.trial})")
+        ax.plot(xs, p99, "s--", color=COLORS[c.role], alpha=0.6, label=f"{c.role} p99 (trial {c.trial})")
+        if c.knee_rate is not None:
+            ax.axvline(c.knee_rate, color=COLORS[c.role], linestyle=":", linewidth=1)
+            ax.annotate(f"knee {c.knee_rate:g}", (c.knee_rate, 1), xycoords=("data", "axes fraction"),
+                        textcoords="offset points", xytext=(3, -12 - 11 * i), fontsize=8, color=COLORS[c.role])  # fmt: skip
+    if report.ttft_limit_ms is not None:
+        ax.axhline(report.ttft_limit_ms, color=LIMIT_COLOR, linestyle="--", linewidth=1.2,
+                   label=f"TTFT p50 limit {report.ttft_limit_ms:g} ms")  # fmt: skip
+        values.append(report.ttft_limit_ms)
+    positive = [v for v in values if v > 0]
+    if positive and max(positive) / min(positive) > 30:
+        ax.set_yscale("log")
+    ax.set_xlabel("request rate (req/s)")
+    ax.set_ylabel("time to first token (ms)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="upper left")
+    return _png(fig)
+
+
+def best_so_far(report: RunReport) -> bytes:
+    series = [s for s in report.best_so_far if s.points]
+    fig = _figure(report, "Best so far against benchmark runs",
+                  size=(SIZE[0], max(SIZE[1], 2.6 * len(series) + 1)))  # fmt: skip
+    if not series:
+        _no_data(fig, "no benchmark run measured a target")
+        return _png(fig)
+    axes = fig.subplots(len(series), 1, squeeze=False)[:, 0]
+    for ax, s in zip(axes, series, strict=True):
+        shown = [p for p in s.points if p.value is not None]
+        ax.plot([p.run_index for p in shown], [p.value for p in shown], "o", color="#aaaaaa", markersize=4,
+                label="this run (within the target's conditions)")  # fmt: skip
+        best = [p for p in s.points if p.best is not None]
+        ax.step([p.run_index for p in best], [p.best for p in best], where="post", color=COLORS["winner"],
+                label="best so far")  # fmt: skip
+        ax.axhline(s.goal, color=GOAL_COLOR, linestyle="--", linewidth=1, label=f"goal {s.goal:g}")
+        ax.set_title(f"{s.target} ({s.metric})", fontsize=9)
+        ax.set_ylabel(s.unit, fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    axes[-1].set_xlabel("benchmark run (in the order they ran)")
+    return _png(fig)
+
+
+def time_breakdown(report: RunReport) -> bytes:
+    b = report.breakdown
+    rate = f" at {b.request_rate:g} req/s" if b and b.request_rate else ""
+    fig = _figure(
+        report, f"GPU time of the winner (trial {b.trial}){rate}" if b else "GPU time of the winner"
+    )
+    if b is None:
+        _no_data(fig, "the engine recorded no GPU time breakdown for the winner's runs")
+        return _png(fig)
+    ax = fig.add_subplot()
+    parts = sorted(b.share.items(), key=lambda kv: kv[1])
+    bars = ax.barh(
+        [k.replace("_", " ") for k, _ in parts], [v * 100 for _, v in parts], color=COLORS["winner"]
+    )
+    for bar, (_, v) in zip(bars, parts, strict=True):
+        ax.text(
+            bar.get_width() + 0.3,
+            bar.get_y() + bar.get_height() / 2,
+            f"{v * 100:.1f} %",
+            va="center",
+            fontsize=8,
+        )
+    ax.set_xlabel("share of GPU time (%)")
+    if b.bottleneck:
+        ax.set_title(f"bottleneck: {b.bottleneck}", fontsize=9)
+    ax.grid(alpha=0.3, axis="x")
+    return _png(fig)
+
+
+PLOTS = {
+    "throughput_vs_rate.png": throughput_vs_rate,
+    "ttft_vs_rate.png": ttft_vs_rate,
+    "best_so_far.png": best_so_far,
+    "time_breakdown.png": time_breakdown,
+}
+
+
+def render_plots(report: RunReport) -> dict[str, bytes]:
+    """Every figure of the report: file name -> PNG bytes."""
+    return {name: draw(report) for name, draw in PLOTS.items()}

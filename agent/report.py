@@ -1,0 +1,717 @@
+"""The run report: a finished run's targets against its results, the path that got there, the benchmark curves
+behind the figures, every trial, accuracy and cost, as ``report.md`` and a self-contained ``report.html``.
+
+``build_report(run_dir)`` reads only the run's files (``summary.json``, ``run.json``, ``trace.jsonl``, the
+``bench_serving`` records under ``bench/`` and ``trials/*/bench/``, and the task file) into a :class:`RunReport`;
+``agent/plots.py`` draws its figures; :func:`write_report` renders both documents from the Jinja templates in
+``agent/templates/``. Nothing here runs a tool or changes the run.
+
+Which trial a benchmark record measured is read from the trace: a main-process benchmark's record is the file
+its command's ``--output-file`` named (``bench/NNN-<workload>.jsonl``); a sweep trial's records are the files
+under ``trials/<job id>/bench/``; a trial is numbered as the agent numbered it (each ``launch_server`` with a
+status, then each outcome of a ``run_trials`` call, in trace order).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from tasks.spec import TaskError, TaskSpec, load_task
+
+from .trace import ToolCallEvent, TraceError, read_trace
+
+SIMULATED_BANNER = "simulated: dayzero digital twin, not a real node"
+TEMPLATES = Path(__file__).parent / "templates"
+MIN_SUCCESS_RATE = (
+    0.99  # a rate run counts for the knee only if this share of its requests completed (tools/bench.py)
+)
+UNITS = {"throughput_at_knee": "output tok/s at the knee", "decode_tok_s": "tok/s per stream",
+         "output_throughput": "output tok/s", "accuracy_delta": "accuracy vs baseline"}  # fmt: skip
+
+
+class ReportError(ValueError):
+    """A run the report cannot be built for; the message is one line naming the run and what is missing."""
+
+
+# ------------------------------------------------------------------------------------------------ the model
+
+
+class TargetResult(BaseModel):
+    """One task target: the goal, what the run achieved and whether it counts as met (verified by accuracy)."""
+
+    name: str
+    metric: str
+    unit: str
+    workload: str | None = None
+    goal: float
+    achieved: float | None = None
+    met: bool = False
+    trial: int | None = None
+
+
+class PathRow(BaseModel):
+    """One change that moved the run forward: a committed patch, or a configuration that improved a target."""
+
+    step: int
+    kind: Literal["patch", "first measurement", "flags", "re-measured"]
+    change: str
+    result: str
+    trial: int | None = None
+    target: str | None = None
+
+
+class BenchRun(BaseModel):
+    """One benchmark run: one ``bench_serving`` record, and the trial (configuration) it measured."""
+
+    index: int = Field(description="1-based order of the run among all benchmark runs of the agent run")
+    file: str = Field(description="the record's file, relative to the run directory")
+    trial: int | None = None  # None: no tool call of the trace names this file
+    workload: str
+    request_rate: float | None = None  # None: all requests at once
+    output_throughput: float
+    total_throughput: float | None = None
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    decode_tok_s: float
+    success_rate: float | None = None  # completed / prompts sent, where the record says how many were sent
+    gpus_used: int | None = None
+    simulated: bool = False
+    bottleneck: str | None = None
+    gpu_time_share: dict[str, float] | None = None
+    gpu_rank_seconds: dict[str, float] | None = None
+
+
+class RateCurve(BaseModel):
+    """A configuration's benchmark runs on the throughput workload at several request rates, and its knee."""
+
+    role: Literal["baseline", "winner"]
+    trial: int
+    flags: dict[str, Any]
+    env: dict[str, str] = Field(default_factory=dict)
+    workload: str
+    ttft_limit_ms: float | None = None
+    points: list[BenchRun]  # by request rate
+    knee_rate: float | None = None
+    knee_throughput: float | None = None
+
+    @property
+    def knee_point(self) -> BenchRun | None:
+        return next(
+            (p for p in self.points if self.knee_rate is not None and p.request_rate == self.knee_rate), None
+        )
+
+
+class BestSoFarPoint(BaseModel):
+    run_index: int
+    value: float | None  # what this run showed for the target (None: outside the target's conditions)
+    best: float | None  # the highest value so far
+
+
+class BestSoFarSeries(BaseModel):
+    """A target's best value after each benchmark run of its workload."""
+
+    target: str
+    metric: str
+    unit: str
+    goal: float
+    points: list[BestSoFarPoint]
+
+
+class TimeBreakdown(BaseModel):
+    """Where the GPUs' time went in the winner's deciding benchmark run, as the engine (the twin) accounted it."""
+
+    trial: int
+    request_rate: float | None
+    file: str
+    share: dict[str, float]
+    rank_seconds: dict[str, float] | None = None
+    bottleneck: str | None = None
+    simulated: bool = False
+
+
+class TrialRow(BaseModel):
+    """One configuration launched, as the run recorded it."""
+
+    id: int
+    status: str
+    flags: dict[str, Any]
+    env: dict[str, str] = Field(default_factory=dict)
+    diagnosis: str | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+    accuracy: float | None = None
+    accuracy_ok: bool | None = None
+    bench_runs: int = 0
+    knee_rate: float | None = None
+    winner: bool = False
+
+
+class AccuracyCheck(BaseModel):
+    trial: int | None
+    suite: str
+    n: int | None = None
+    accuracy: float
+    ci_low: float | None = None
+    ci_high: float | None = None
+    baseline: float | None = None
+    delta: float | None = None
+    within_tolerance: bool | None = None
+
+
+class AccuracyReport(BaseModel):
+    suite: str
+    baseline: float | str | None = None  # a figure, or "first" (the first configuration's own accuracy)
+    max_drop: float | None = None
+    checks: list[AccuracyCheck]
+    winner: AccuracyCheck | None = None  # the last check of the winning configuration
+
+
+class CostEstimate(BaseModel):
+    """Cost per million output tokens of the winner: price x GPUs / (output tok/s x 3600) x 1e6."""
+
+    gpu_hour_usd: float | None = None
+    gpus: int | None = None
+    output_tok_s: float | None = None
+    usd_per_million_output_tokens: float | None = None
+    simulated: bool = False
+    note: str = ""
+
+
+class CommitRow(BaseModel):
+    patch: int
+    title: str
+    commits: list[str]
+    files: list[str]
+    trial: int | None = None  # the trial that verified it
+
+
+class RunReport(BaseModel):
+    """Everything the report shows, independent of how it is rendered."""
+
+    run_id: str
+    task: str
+    task_path: str
+    engine: str
+    simulated: bool
+    banner: str | None = None  # SIMULATED_BANNER when the figures came from the twin
+    policy: str | None = None
+    created: str | None = None
+    finish_reason: str
+    branch: str | None = None
+    node_hours: float | None = None
+    wall_seconds_in_tools: float | None = None
+    targets: list[TargetResult]
+    path: list[PathRow]
+    curve_workload: str | None = None
+    ttft_limit_ms: float | None = None
+    curves: list[RateCurve]
+    curve_notes: list[str] = Field(default_factory=list)  # e.g. the baseline was never swept
+    best_so_far: list[BestSoFarSeries]
+    breakdown: TimeBreakdown | None = None
+    winner_trial: int | None = None
+    winner_target: str | None = None
+    trials: list[TrialRow]
+    accuracy: AccuracyReport | None = None
+    cost: CostEstimate
+    commits: list[CommitRow]
+    bench_runs: list[BenchRun]
+    notes: list[str] = Field(default_factory=list)  # what the report could not attribute or check
+
+    def curve(self, role: str) -> RateCurve | None:
+        return next((c for c in self.curves if c.role == role), None)
+
+
+# ------------------------------------------------------------------------------------------- reading a run
+
+
+class _TraceFacts(BaseModel):
+    """What the trace says about trials: their order, the records they own, their knees, evals and commits."""
+
+    trial_count: int = 0
+    files: dict[int, list[str]] = Field(default_factory=dict)  # trial -> bench record files, in run order
+    order: list[tuple[int | None, str]] = Field(
+        default_factory=list
+    )  # (trial, file) for every attributed run
+    knees: dict[int, tuple[str, float]] = Field(default_factory=dict)  # trial -> (workload, knee rate)
+    evals: list[AccuracyCheck] = Field(default_factory=list)
+    commits: list[dict[str, Any]] = Field(default_factory=list)  # commit inputs with the verifying trial
+    policy: str | None = None
+    task_sha256: str | None = None
+    remeasured_of: dict[int, int] = Field(default_factory=dict)
+
+
+def _record_file(run_dir: Path, run_id: str, command: list[str]) -> str | None:
+    """The ``bench/NNN-<workload>.jsonl`` a main-process benchmark command's ``--output-file`` became."""
+    if "--output-file" not in command:
+        return None
+    name = Path(command[command.index("--output-file") + 1]).name
+    name = name.removeprefix(f"{run_id}-")
+    return f"bench/{name}" if (run_dir / "bench" / name).exists() else None
+
+
+def _read_facts(run_dir: Path, run_id: str) -> _TraceFacts:
+    facts = _TraceFacts()
+    current: int | None = None
+    try:
+        events = read_trace(run_dir / "trace.jsonl")
+    except (OSError, TraceError) as exc:
+        raise ReportError(f"{run_dir.name}: cannot read trace.jsonl ({exc})") from None
+    for e in events:
+        if e.kind == "run_started":
+            facts.policy, facts.task_sha256 = e.policy, e.task_sha256
+        if not isinstance(e, ToolCallEvent):
+            continue
+        r = e.result
+        if e.tool == "launch_server" and r.get("status"):
+            facts.trial_count += 1
+            current = facts.trial_count if r["status"] == "up" else None
+        elif e.tool == "run_trials" and e.ok:
+            for o in r.get("outcomes", []):
+                facts.trial_count += 1
+                trial = facts.trial_count
+                folder = run_dir / "trials" / str(o.get("job_id", "")) / "bench"
+                for f in sorted(folder.glob("*.jsonl")) if o.get("job_id") else []:
+                    rel = str(f.relative_to(run_dir))
+                    facts.files.setdefault(trial, []).append(rel)
+                    facts.order.append((trial, rel))
+                if o.get("status") == "up" and o.get("knee_rate") and o["spec"].get("measure") == "knee":
+                    facts.knees[trial] = (o["spec"]["workload"], float(o["knee_rate"]))
+            current = None
+        elif e.tool == "stop_server" and e.ok:
+            current = None
+        elif e.tool in ("run_benchmark", "find_knee"):
+            files = [
+                f
+                for run in r.get("runs", [])
+                if (f := _record_file(run_dir, run_id, run.get("command") or []))
+            ]
+            for rel in sorted(files):  # NNN: the order they ran in (a knee search lists its runs by rate)
+                if current is not None:
+                    facts.files.setdefault(current, []).append(rel)
+                facts.order.append((current, rel))
+            if e.tool == "find_knee" and e.ok and r.get("knee_rate") and current is not None:
+                facts.knees[current] = (str(e.input.get("workload")), float(r["knee_rate"]))
+        elif e.tool == "run_eval" and e.ok and r.get("accuracy") is not None:
+            facts.evals.append(AccuracyCheck(trial=current, suite=str(r.get("suite") or e.input.get("suite", "")),
+                                             n=r.get("n"), accuracy=float(r["accuracy"]), ci_low=r.get("ci_low"),
+                                             ci_high=r.get("ci_high"), baseline=r.get("baseline"), delta=r.get("delta"),
+                                             within_tolerance=r.get("within_tolerance")))  # fmt: skip
+        elif e.tool == "commit" and e.ok:
+            facts.commits.append(
+                {**e.input, "trial": current, "trees": [c.get("source") for c in r.get("commits", [])]}
+            )
+    return facts
+
+
+def _last_record(path: Path) -> dict[str, Any] | None:
+    try:
+        lines = path.read_text().strip().splitlines()
+        return json.loads(lines[-1]) if lines else None
+    except (OSError, ValueError):
+        return None
+
+
+def _finite(value: Any) -> float | None:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _bench_run(run_dir: Path, rel: str, index: int, trial: int | None) -> BenchRun | None:
+    record = _last_record(run_dir / rel)
+    if record is None or record.get("output_throughput") is None:
+        return None
+    workload = Path(rel).stem.split("-", 1)[-1]
+    tpot = _finite(record.get("median_tpot_ms")) or 0.0
+    completed, sent = record.get("completed"), record.get("num_prompts")
+    breakdown = record.get("gpu_time_breakdown") or {}
+    return BenchRun(
+        index=index, file=rel, trial=trial, workload=workload, request_rate=_finite(record.get("request_rate")),
+        output_throughput=float(record["output_throughput"]), total_throughput=_finite(record.get("total_throughput")),
+        ttft_p50_ms=float(record.get("median_ttft_ms") or 0.0), ttft_p99_ms=float(record.get("p99_ttft_ms") or 0.0),
+        decode_tok_s=1000.0 / tpot if tpot > 0 else 0.0,
+        success_rate=completed / sent if isinstance(completed, int) and isinstance(sent, int) and sent else None,
+        gpus_used=record.get("gpus_used"), simulated=bool(record.get("simulated")), bottleneck=record.get("bottleneck"),
+        gpu_time_share=breakdown.get("share"), gpu_rank_seconds=breakdown.get("rank_seconds"),
+    )  # fmt: skip
+
+
+def _bench_runs(run_dir: Path, facts: _TraceFacts) -> tuple[list[BenchRun], list[str]]:
+    """Every benchmark record in the order it was taken, with its trial; the files no tool call named."""
+    runs: list[BenchRun] = []
+    seen = set()
+    for trial, rel in facts.order:
+        if rel in seen:
+            continue
+        seen.add(rel)
+        if (b := _bench_run(run_dir, rel, len(runs) + 1, trial)) is not None:
+            runs.append(b)
+    stray = [str(p.relative_to(run_dir)) for p in sorted(run_dir.glob("bench/*.jsonl"))
+             if str(p.relative_to(run_dir)) not in seen]  # fmt: skip
+    for rel in stray:
+        if (b := _bench_run(run_dir, rel, len(runs) + 1, None)) is not None:
+            runs.append(b)
+    return runs, stray
+
+
+def _find_task(run_dir: Path, task_path: str) -> Path | None:
+    p = Path(task_path)
+    if p.is_absolute():
+        return p if p.exists() else None
+    for base in (Path.cwd(), run_dir.parent.parent, run_dir.parent):
+        if (base / p).exists():
+            return base / p
+    return None
+
+
+# ------------------------------------------------------------------------------------------ derived figures
+
+
+def fmt_flags(flags: dict[str, Any], env: dict[str, str] | None = None) -> str:
+    """``tp-size=8 enable-dp-attention`` (true flags bare, left-out flags omitted), then the environment."""
+    parts = []
+    for k, v in flags.items():
+        if v is None:
+            continue
+        parts.append(k if v is True else f"{k}={str(v).lower() if isinstance(v, bool) else v}")
+    parts += [f"{k}={v}" for k, v in (env or {}).items() if v != ""]
+    return " ".join(parts) or "(engine defaults)"
+
+
+def _flag_diff(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    out = []
+    for k in after:
+        if k not in before or before[k] is None:
+            if after[k] is not None:
+                out.append("+" + fmt_flags({k: after[k]}))
+        elif before[k] != after[k]:
+            out.append(f"{k} {before[k]} -> {after[k]}")
+    out += [f"-{k}" for k in before if k not in after and before[k] is not None]
+    return out
+
+
+def _fmt_value(metric: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:+.3f}" if metric == "accuracy_delta" else f"{value:.1f}"
+
+
+def _run_value(target: TargetResult, run: BenchRun, limit: float | None) -> float | None:
+    """What one benchmark run shows for a target, within the target's conditions (None: outside them)."""
+    ok = run.success_rate is None or run.success_rate >= MIN_SUCCESS_RATE
+    if target.metric == "decode_tok_s":
+        return run.decode_tok_s
+    if target.metric == "output_throughput":
+        return run.output_throughput if ok else None
+    if target.metric == "throughput_at_knee":
+        return run.output_throughput if ok and limit is not None and run.ttft_p50_ms <= limit else None
+    return None
+
+
+def _best_so_far(targets: list[TargetResult], runs: list[BenchRun], task: TaskSpec) -> list[BestSoFarSeries]:
+    series = []
+    for t in targets:
+        if t.metric == "accuracy_delta" or t.workload is None:
+            continue
+        limit = task.workloads[t.workload].ttft_limit_ms
+        best: float | None = None
+        points = []
+        for run in runs:
+            if run.workload != t.workload:
+                continue
+            value = _run_value(t, run, limit)
+            if value is not None and (best is None or value > best):
+                best = value
+            points.append(BestSoFarPoint(run_index=run.index, value=value, best=best))
+        series.append(
+            BestSoFarSeries(target=t.name, metric=t.metric, unit=t.unit, goal=t.goal, points=points)
+        )
+    return series
+
+
+def _knee_of(points: list[BenchRun], limit: float | None) -> float | None:
+    ok = [p for p in points if p.request_rate is not None and limit is not None and p.ttft_p50_ms <= limit
+          and (p.success_rate is None or p.success_rate >= MIN_SUCCESS_RATE)]  # fmt: skip
+    return max((p.request_rate for p in ok), default=None)
+
+
+def _curve(role: str, trial: TrialRow, workload: str, runs: list[BenchRun], facts: _TraceFacts,
+           limit: float | None) -> RateCurve:  # fmt: skip
+    points = sorted((r for r in runs if r.trial == trial.id and r.workload == workload and r.request_rate is not None),
+                    key=lambda r: (r.request_rate, r.index))  # fmt: skip
+    knee = facts.knees.get(trial.id)
+    knee_rate = knee[1] if knee and knee[0] == workload else _knee_of(points, limit)
+    at = next((p for p in points if p.request_rate == knee_rate), None)
+    return RateCurve(role=role, trial=trial.id, flags=trial.flags, env=trial.env, workload=workload, ttft_limit_ms=limit,
+                     points=points, knee_rate=knee_rate, knee_throughput=at.output_throughput if at else None)  # fmt: skip
+
+
+def _curves(report_targets: list[TargetResult], winner: TrialRow | None, winner_target: str | None,
+            trials: list[TrialRow], runs: list[BenchRun], facts: _TraceFacts,
+            task: TaskSpec) -> tuple[str | None, float | None, list[RateCurve], list[str]]:  # fmt: skip
+    """The throughput workload's curves for the baseline (the first configuration measured on it) and the winner."""
+    rate_metrics = ("throughput_at_knee", "output_throughput")
+    target = next((t for t in report_targets if t.name == winner_target and t.metric in rate_metrics and t.workload),
+                  next((t for t in report_targets if t.metric in rate_metrics and t.workload), None))  # fmt: skip
+    if target is None:
+        return None, None, [], ["the task has no throughput target on a workload: no rate curves"]
+    workload = target.workload
+    limit = task.workloads[workload].ttft_limit_ms
+    notes: list[str] = []
+    measured = [t for t in trials if any(r.trial == t.id and r.workload == workload for r in runs)]
+    curves: list[RateCurve] = []
+    if not measured:
+        return (
+            workload,
+            limit,
+            [],
+            [f"no configuration was benchmarked on the {workload} workload: no rate curves"],
+        )
+    base = measured[0]
+    base_curve = _curve("baseline", base, workload, runs, facts, limit)
+    if winner is not None and winner.id == base.id:
+        notes.append(f"the winning configuration (trial {base.id}) is the first one measured on {workload}: "
+                     "there is no separate baseline curve")  # fmt: skip
+    elif len(base_curve.points) < 2:
+        notes.append(f"the baseline configuration (trial {base.id}: {fmt_flags(base.flags)}) was never swept over "
+                     f"request rates on {workload} ({len(base_curve.points)} rate run(s)): no baseline curve")  # fmt: skip
+    else:
+        curves.append(base_curve)
+    if winner is None:
+        notes.append("the run has no winning configuration: no winner curve")
+    else:
+        win_curve = _curve("winner", winner, workload, runs, facts, limit)
+        if win_curve.points:
+            curves.append(win_curve)
+        else:
+            notes.append(
+                f"the winning configuration (trial {winner.id}) has no rate runs on {workload}: no winner curve"
+            )
+    return workload, limit, curves, notes
+
+
+def _path(targets: list[TargetResult], trials: list[TrialRow], facts: _TraceFacts) -> list[PathRow]:
+    """Each committed patch (before the trial that verified it), and each trial that raised a target's best."""
+    rows: list[PathRow] = []
+    best: dict[str, tuple[float, TrialRow]] = {}
+    commits_by_trial: dict[int | None, list[dict[str, Any]]] = {}
+    for c in facts.commits:
+        commits_by_trial.setdefault(c["trial"], []).append(c)
+
+    def add(**kw: Any) -> None:
+        rows.append(PathRow(step=len(rows) + 1, **kw))
+
+    def patch_rows(cs: list[dict[str, Any]]) -> None:
+        for c in cs:
+            trees = ", ".join(t for t in c.get("trees", []) if t) or ", ".join(c.get("files", []))
+            ev = c.get("evidence") or {}
+            result = "; ".join(f"{k}: {ev[k]}" for k in ("before", "after") if ev.get(k)) or \
+                f"verified on trial {c['trial']}"  # fmt: skip
+            add(kind="patch", change=f"({trees}) {c.get('title', '')}", result=result, trial=c["trial"])
+
+    measured = [t for t in targets if t.metric != "accuracy_delta"]
+    for trial in trials:
+        patch_rows(commits_by_trial.pop(trial.id, []))
+        for t in measured:
+            value = trial.metrics.get(t.name)
+            if value is None or (t.name in best and value <= best[t.name][0]):
+                continue
+            met = " - goal met" if value >= t.goal else ""
+            if t.name not in best:
+                kind, change = "first measurement", f"{fmt_flags(trial.flags, trial.env)}"
+                result = f"{t.name} {_fmt_value(t.metric, value)} {t.unit} (goal {t.goal:g}){met}"
+            else:
+                old_value, old = best[t.name]
+                diff = _flag_diff(old.flags, trial.flags) + _flag_diff(old.env, trial.env)
+                kind = "flags" if diff else "re-measured"
+                change = ", ".join(diff) if diff else f"same configuration as trial {old.id}, measured again"
+                result = (f"{t.name} {_fmt_value(t.metric, old_value)} -> {_fmt_value(t.metric, value)} {t.unit} "
+                          f"({(value / old_value - 1) * 100:+.1f} %){met}") if old_value else \
+                    f"{t.name} {_fmt_value(t.metric, value)} {t.unit}{met}"  # fmt: skip
+            add(kind=kind, change=change, result=result, trial=trial.id, target=t.name)
+            best[t.name] = (value, trial)
+    for cs in commits_by_trial.values():  # commits verified on no launched trial
+        patch_rows(cs)
+    return rows
+
+
+def _cost(price: float | None, winner: TrialRow | None, curve: RateCurve | None, runs: list[BenchRun],
+          task: TaskSpec, simulated: bool) -> CostEstimate:  # fmt: skip
+    from tools.trials import gpus_of
+
+    deciding = curve.knee_point if curve is not None else None
+    if deciding is None and winner is not None:
+        deciding = next((r for r in reversed(runs) if r.trial == winner.id), None)
+    gpus = None
+    if winner is not None:
+        gpus = (deciding.gpus_used if deciding and deciding.gpus_used else None) or \
+            min(gpus_of(winner.flags), task.hardware.gpus)  # fmt: skip
+    tok_s = deciding.output_throughput if deciding else None
+    est = CostEstimate(gpu_hour_usd=price, gpus=gpus, output_tok_s=tok_s, simulated=simulated)
+    if price is None:
+        est.note = ("no GPU-hour price: set `report: {gpu_hour_usd: <price>}` in the task to get the cost per million "
+                    "output tokens")  # fmt: skip
+    elif not tok_s or not gpus:
+        est.note = "no winning configuration with a measured output throughput: no cost"
+    else:
+        est.usd_per_million_output_tokens = price * gpus / (tok_s * 3600) * 1e6
+        rate = f" at {deciding.request_rate:g} req/s" if deciding and deciding.request_rate else ""
+        est.note = (f"{price:g} USD/GPU-hour x {gpus} GPU(s) / ({tok_s:.1f} output tok/s{rate} x 3600) x 1e6"
+                    + (" - from simulated throughput" if simulated else ""))  # fmt: skip
+    return est
+
+
+# ------------------------------------------------------------------------------------------------ building
+
+
+def build_report(run_dir: Path, gpu_hour_usd: float | None = None) -> RunReport:
+    """The report of the finished run in ``run_dir``. ``gpu_hour_usd`` overrides the task's ``report.gpu_hour_usd``.
+
+    Raises :class:`ReportError` (one line) for a folder that is not a finished run or whose task cannot be read.
+    """
+    run_dir = Path(run_dir)
+    if not (run_dir / "run.json").exists():
+        raise ReportError(f"{run_dir}: not a run (no run.json)")
+    if not (run_dir / "summary.json").exists():
+        raise ReportError(
+            f"{run_dir.name}: not finished, no summary.json (continue it: agent resume {run_dir.name})"
+        )
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        options = json.loads((run_dir / "run.json").read_text())
+    except ValueError as exc:
+        raise ReportError(f"{run_dir.name}: unreadable summary.json or run.json ({exc})") from None
+    run_id = summary.get("run_id", run_dir.name)
+    task_file = _find_task(run_dir, options["task_path"])
+    if task_file is None:
+        raise ReportError(
+            f"{run_id}: task file {options['task_path']} not found (the report needs its workloads)"
+        )
+    try:
+        task = load_task(task_file)
+    except TaskError as exc:
+        raise ReportError(f"{run_id}: {exc}") from None
+    facts = _read_facts(run_dir, run_id)
+    notes: list[str] = []
+    if facts.task_sha256 and hashlib.sha256(task_file.read_bytes()).hexdigest() != facts.task_sha256:
+        notes.append(f"the task file {options['task_path']} changed since the run started (sha256 differs)")
+    if facts.trial_count != len(summary.get("trials", [])):
+        notes.append(f"the trace numbers {facts.trial_count} trial(s), the summary {len(summary.get('trials', []))}: "
+                     "benchmark records may be attributed to the wrong trial")  # fmt: skip
+    runs, stray = _bench_runs(run_dir, facts)
+    if stray:
+        notes.append(
+            f"{len(stray)} benchmark record(s) no tool call names (failed runs?): " + ", ".join(stray)
+        )
+    simulated = bool(summary.get("simulated")) or any(r.simulated for r in runs)
+
+    by_name = {t.name: t for t in task.targets}
+    targets = []
+    for name, t in summary.get("targets", {}).items():
+        spec = by_name.get(name)
+        targets.append(TargetResult(name=name, metric=t["metric"], unit=UNITS.get(t["metric"], ""),
+                                    workload=spec.workload if spec else None, goal=t["target"], achieved=t["achieved"],
+                                    met=bool(t["met"]), trial=t.get("trial")))  # fmt: skip
+
+    best_config = summary.get("best_config") or {}
+    winner_id = best_config.get("trial")
+    trials = [TrialRow(id=t["id"], status=t["status"], flags=t.get("flags", {}), env=t.get("env", {}),
+                       diagnosis=t.get("diagnosis"), metrics=t.get("metrics", {}), accuracy=t.get("accuracy"),
+                       accuracy_ok=t.get("accuracy_ok"), bench_runs=sum(1 for r in runs if r.trial == t["id"]),
+                       knee_rate=facts.knees[t["id"]][1] if t["id"] in facts.knees else None,
+                       winner=t["id"] == winner_id) for t in summary.get("trials", [])]  # fmt: skip
+    winner = next((t for t in trials if t.id == winner_id), None)
+    workload, limit, curves, curve_notes = _curves(
+        targets, winner, best_config.get("target"), trials, runs, facts, task
+    )
+    win_curve = next((c for c in curves if c.role == "winner"), None)
+    knee_run = win_curve.knee_point if win_curve else None
+    deciding = knee_run or (
+        next((r for r in reversed(runs) if r.trial == winner_id), None) if winner_id else None
+    )
+    breakdown = None
+    if deciding is not None and deciding.gpu_time_share:
+        breakdown = TimeBreakdown(trial=deciding.trial or 0, request_rate=deciding.request_rate, file=deciding.file,
+                                  share=deciding.gpu_time_share, rank_seconds=deciding.gpu_rank_seconds,
+                                  bottleneck=deciding.bottleneck, simulated=deciding.simulated)  # fmt: skip
+
+    accuracy = None
+    if task.accuracy is not None or facts.evals:
+        suite = task.accuracy.suite if task.accuracy else facts.evals[0].suite
+        checks = [c for c in facts.evals if c.suite == suite]
+        accuracy = AccuracyReport(suite=suite, baseline=task.accuracy.baseline if task.accuracy else None,
+                                  max_drop=task.accuracy.max_drop if task.accuracy else None, checks=checks,
+                                  winner=next((c for c in reversed(checks) if c.trial == winner_id), None))  # fmt: skip
+
+    price = gpu_hour_usd if gpu_hour_usd is not None else task.report.gpu_hour_usd
+    commit_trials = {str(c.get("title")): c["trial"] for c in facts.commits}
+    commits = [CommitRow(patch=c["patch"], title=c["title"], commits=c.get("commits", []), files=c.get("files", []),
+                         trial=commit_trials.get(c["title"])) for c in summary.get("commits", [])]  # fmt: skip
+    return RunReport(
+        run_id=run_id, task=summary.get("task", task.name), task_path=options["task_path"],
+        engine=summary.get("engine", ""), simulated=simulated, banner=SIMULATED_BANNER if simulated else None,
+        policy=facts.policy or options.get("policy"), created=options.get("created"),
+        finish_reason=summary.get("finish_reason") or "finished", branch=summary.get("branch"),
+        node_hours=summary.get("simulated_node_hours", summary.get("node_hours")),
+        wall_seconds_in_tools=summary.get("wall_seconds_in_tools"), targets=targets,
+        path=_path(targets, trials, facts), curve_workload=workload, ttft_limit_ms=limit, curves=curves,
+        curve_notes=curve_notes, best_so_far=_best_so_far(targets, runs, task), breakdown=breakdown,
+        winner_trial=winner_id, winner_target=best_config.get("target"), trials=trials, accuracy=accuracy,
+        cost=_cost(price, winner, win_curve, runs, task, simulated), commits=commits, bench_runs=runs, notes=notes,
+    )  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------ rendering
+
+
+def _environment(autoescape: bool):
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=autoescape,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                             keep_trailing_newline=True)  # fmt: skip
+    env.filters["flags"] = fmt_flags
+    env.filters["num"] = lambda v, digits=1: "-" if v is None else f"{v:,.{digits}f}"
+    env.filters["value"] = lambda v, metric: _fmt_value(metric, v)
+    env.filters["pct"] = lambda v: "-" if v is None else f"{v * 100:.1f} %"
+    env.filters["cell"] = lambda v: str(v).replace("|", "\\|").replace("\n", " ")  # one Markdown table cell
+    return env
+
+
+def render_markdown(report: RunReport, plot_files: dict[str, str]) -> str:
+    """``report.md``; ``plot_files`` maps each plot to the file name the Markdown links (beside the report)."""
+    return _environment(autoescape=False).get_template("report.md.j2").render(r=report, plots=plot_files)
+
+
+def render_html(report: RunReport, plots: dict[str, bytes]) -> str:
+    """``report.html``, self-contained: the plots inline as ``data:`` URIs, the style inline, no network."""
+    uris = {
+        name: "data:image/png;base64," + base64.b64encode(png).decode("ascii") for name, png in plots.items()
+    }
+    return _environment(autoescape=True).get_template("report.html.j2").render(r=report, plots=uris)
+
+
+def write_report(run_dir: Path, out_dir: Path) -> list[Path]:
+    """Write ``report.md`` (with its plots as PNG files beside it) and a self-contained ``report.html`` into
+    ``out_dir``; returns the paths written (the two reports first)."""
+    from .plots import render_plots
+
+    report = build_report(Path(run_dir))
+    plots = render_plots(report)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = [out_dir / "report.md", out_dir / "report.html"]
+    written[0].write_text(render_markdown(report, {name: name for name in plots}))
+    written[1].write_text(render_html(report, plots))
+    for name, png in plots.items():
+        (out_dir / name).write_bytes(png)
+        written.append(out_dir / name)
+    return written
