@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 
@@ -144,6 +145,34 @@ def checkpointer(run_dir: Path) -> SqliteSaver:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
     return SqliteSaver(conn)
+
+
+_STATE_TYPES = ("AgentState", "Budget", "Best", "Call", "Observation", "Patch", "Trial")
+
+
+def saved_states(run_dir: Path, run_id: str) -> list[AgentState]:
+    """Every state the run checkpointed, oldest first, read from ``checkpoints.sqlite`` without opening it for
+    writing or running anything (empty when there is none)."""
+    path = run_dir / "checkpoints.sqlite"
+    if not path.exists():
+        return []
+    serde = JsonPlusSerializer(allowed_msgpack_modules=[("agent.state", name) for name in _STATE_TYPES])
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+    try:
+        history = list(SqliteSaver(conn, serde=serde).list({"configurable": {"thread_id": run_id}}))
+    finally:
+        conn.close()
+    values = [h.checkpoint["channel_values"] for h in reversed(history)]
+    return [AgentState.model_validate(v) for v in values if "run_id" in v]
+
+
+def saved_state(run_dir: Path, run_id: str, step: int | None = None) -> AgentState | None:
+    """The last state the run checkpointed, or with ``step`` the last one of that step (after its commit node,
+    or its finish); None when there is none."""
+    states = saved_states(run_dir, run_id)
+    if step is not None:
+        states = [s for s in states if s.step == step]
+    return states[-1] if states else None
 
 
 def execute(run: Run, resume: bool = False, on_step=None) -> AgentState:

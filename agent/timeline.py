@@ -1,6 +1,7 @@
 """A run's timeline read from its trace: each decision with the tool calls it led to, their results and cost.
 
-``agent show RUN`` prints it; it reads only ``trace.jsonl`` and runs nothing.
+``agent show RUN`` and ``agent replay RUN`` print it (:func:`render_timeline`); it reads only ``trace.jsonl``
+and runs nothing.
 """
 
 from __future__ import annotations
@@ -8,6 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from pydantic import BaseModel
+from rich.console import Group
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
 
 from .trace import DecisionEvent, NoteEvent, RunFinishedEvent, ToolCallEvent, read_trace
 
@@ -74,3 +79,29 @@ def read_timeline(trace_path: Path) -> Timeline:
     if not timeline.steps[0].calls and not timeline.steps[0].notes:
         timeline.steps.pop(0)
     return timeline
+
+
+SIMULATED_LABEL = "simulated: dayzero digital twin, not a real node"
+
+
+def render_timeline(timeline: Timeline) -> Group:
+    """The timeline as a table (step, stage, decision, tool, result, cost) and a line of totals, for rich."""
+    title = f"{timeline.run_id}: {timeline.task}, policy {timeline.policy}, {timeline.finished or 'not finished'}"
+    table = Table(title=escape(title), show_lines=False)
+    for col, style in (("step", "dim"), ("stage", "cyan"), ("decision", ""), ("tool", "bold"), ("result", ""),
+                       ("wall s", "dim"), ("node-h", "dim")):  # fmt: skip
+        table.add_column(col, style=style or None, overflow="fold")
+    for st in timeline.steps:
+        first = True
+        for c in st.calls or [None]:
+            head = (str(st.step) if st.step is not None else "", st.stage or "", escape(st.decision)) if first else ("", "", "")
+            call = (c.tool, escape(c.result) if c.ok else f"[red]{escape(c.result)}[/]", f"{c.wall_seconds:.1f}",
+                    f"{c.node_hours:.3f}") if c else ("", "", "", "")  # fmt: skip
+            table.add_row(*head, *call)
+            first = False
+        for n in st.notes:
+            table.add_row("", "", f"[yellow]{escape(n)}[/]", "", "", "", "")
+    sim = "simulated " if timeline.simulated else ""
+    total = (f"total: {timeline.wall_seconds:.1f} s in tools, {timeline.node_hours:.3f} {sim}node-hours"
+             + (f" ({SIMULATED_LABEL})" if timeline.simulated else ""))  # fmt: skip
+    return Group(table, Text(total))
