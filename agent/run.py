@@ -32,6 +32,15 @@ from .trace import TraceWriter, read_trace
 RUNS_DIR = Path("runs")
 
 
+class ParentRef(BaseModel):
+    """The run a fork branched from: its decisions 1..``step`` are replayed, then the fork's policy decides."""
+
+    run_id: str
+    step: int
+    run_dir: str  # where its trace and checkpoints are
+    trace: str  # its trace.jsonl
+
+
 class RunOptions(BaseModel):
     """How the run was started; saved as run.json so that resume rebuilds the same run."""
 
@@ -44,6 +53,8 @@ class RunOptions(BaseModel):
     max_trials: int | None = None
     replay_trace: str | None = None
     replay_note: str | None = None  # a forced replay of another task's trace: recorded in the run's trace
+    replay_of: str | None = None  # agent replay RUN --execute: the run whose decisions this one re-executes
+    parent: ParentRef | None = None  # agent replay RUN --from-step N: the run and step this one forked from
     executor: str = "inline"
     ray_address: str | None = None
     created: str = ""
@@ -137,6 +148,10 @@ class Run:
                               "node_hours": event.node_hours or 0.0})  # fmt: skip
         runner = ToolRunner(ctx, on_call=lambda rec: trace.emit("tool_call", **rec.trace_fields()))
         policy = make_policy(options)
+        if options.parent is not None:
+            from .policies.replay import ForkPolicy
+
+            policy = ForkPolicy.from_parent(options.parent, then=policy)
         pctx = PolicyContext(task=task, workspace=_View(sandbox), tool_schemas=runner.schemas(), run_id=options.run_id,
                              trace=trace)  # fmt: skip
         if fresh:
@@ -144,6 +159,13 @@ class Run:
                        policy=policy.name, sandbox=choice.kind, engine=choice.engine, choice_reason=choice.reason)  # fmt: skip
             if options.replay_note:
                 trace.emit("note", level="warning", message=options.replay_note)
+            if options.replay_of:
+                trace.emit("note", level="info", message=f"re-execution of run {options.replay_of}'s recorded "
+                           "decisions (agent replay --execute)")  # fmt: skip
+            if options.parent is not None:
+                p = options.parent
+                trace.emit("note", level="info", message=f"forked from run {p.run_id} at step {p.step}: its "
+                           f"decisions 1..{p.step} replayed, then policy {policy.name}")  # fmt: skip
         else:
             trace.emit("note", level="info", message=f"resumed: {len(recorded)} recorded tool call(s) will not be redone")
         return cls(options, task, task_path, run_dir, choice, sandbox, ctx, runner, trace, policy, pctx, recorded)
