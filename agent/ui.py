@@ -25,7 +25,9 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader
 from pydantic import BaseModel, ConfigDict
 
-from .review import PatchReview, collect_patches
+from .plots import render_plots
+from .report import ReportError, build_report
+from .review import PatchReview, ReviewError, collect_patches
 from .timeline import Timeline, read_timeline
 
 SIMULATED_LABEL = "simulated: dayzero digital twin, not a real node"
@@ -219,8 +221,7 @@ class RunsSite:
         try:
             return self._route(raw_path)
         except RefusedPath:
-            refused = "refused: not a path of this site"
-            return self._page("ui_error.html.j2", HTTPStatus.BAD_REQUEST, message=refused)
+            return self.error(HTTPStatus.BAD_REQUEST, "refused: not a path of this site")
 
     def _route(self, raw_path: str) -> Response:
         path = urllib.parse.urlsplit(raw_path).path
@@ -246,7 +247,11 @@ class RunsSite:
         return self._not_found(f"nothing at {path}")
 
     def _not_found(self, message: str) -> Response:
-        return self._page("ui_error.html.j2", HTTPStatus.NOT_FOUND, message=message)
+        return self.error(HTTPStatus.NOT_FOUND, message)
+
+    def error(self, status: HTTPStatus, message: str) -> Response:
+        """An error page: ``status`` and one line saying what went wrong."""
+        return self._page("ui_error.html.j2", status, message=message)
 
     def _page(self, template: str, status: HTTPStatus, **context: Any) -> Response:
         html = self.templates.get_template(template).render(status=status, **context)
@@ -260,13 +265,10 @@ def render_run_plots(run_dir: Path) -> tuple[dict[str, bytes], str | None]:
     """The run report's plots (:func:`agent.plots.render_plots` of :func:`agent.report.build_report`), or none
     and the reason (a run the report cannot read)."""
     try:
-        from .plots import render_plots
-        from .report import build_report
-    except ImportError as exc:
-        return {}, f"no plots: the report modules are not available ({exc})"
-    try:
         return render_plots(build_report(run_dir)), None
-    except Exception as exc:  # noqa: BLE001 - a run the report cannot read is shown without plots
+    except ReportError as exc:
+        return {}, f"no plots: {exc}"
+    except Exception as exc:  # noqa: BLE001 - a run the report trips over is still shown, without plots
         return {}, f"no plots: {type(exc).__name__}: {exc}"
 
 
@@ -274,8 +276,10 @@ def read_patches(run_dir: Path) -> tuple[list[PatchReview], str | None]:
     """The run's committed patches (:func:`agent.review.collect_patches`), or none and the reason."""
     try:
         return collect_patches(run_dir), None
-    except Exception as exc:  # noqa: BLE001 - a run the review cannot read is shown without patches
+    except ReviewError as exc:
         return [], f"no patches: {exc}"
+    except Exception as exc:  # noqa: BLE001 - a run the review trips over is still shown, without patches
+        return [], f"no patches: {type(exc).__name__}: {exc}"
 
 
 # ------------------------------------------------------------------------------------------ the server
@@ -294,7 +298,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(head_only=True)
 
     def _send(self, head_only: bool) -> None:
-        response = self.server.site.respond(self.path)
+        try:
+            response = self.server.site.respond(self.path)
+        except Exception as exc:  # noqa: BLE001 - one broken page must not take the connection down silently
+            message = f"{type(exc).__name__}: {exc}"
+            self.log_error("%s: %s", self.path, message)
+            response = self.server.site.error(HTTPStatus.INTERNAL_SERVER_ERROR, message)
         self.send_response(response.status)
         self.send_header("Content-Type", response.content_type)
         self.send_header("Content-Length", str(len(response.body)))

@@ -113,6 +113,8 @@ def test_a_run_page_shows_targets_trials_and_timeline_escaped(synthetic_site):
     assert "launch &lt;b&gt;bold&lt;/b&gt; &amp; see" in body and "<b>bold</b>" not in body
     assert "up after 100 s (simulated)" in body and "--tp-size 8" in body
     assert "120.000" in body and "40.000" in body  # achieved against the goals
+    # no workspace and no task file: the page still comes, saying why it has no patches and no plots
+    assert "no patches:" in body and "no plots:" in body
     unfinished = _get(synthetic_site, "/runs/halfway/")  # trailing slash is the same page
     assert unfinished[0] == 200 and "no summary.json" in unfinished[2] and "launch_server" in unfinished[2]
 
@@ -150,6 +152,20 @@ def test_a_run_folder_symlinked_out_of_the_runs_folder_is_refused(tmp_path):
         assert _get(server, "/runs/link")[0] == 400
     finally:
         _stop(server)
+
+
+def test_a_page_that_fails_is_a_500_page_not_a_dropped_connection(tmp_path, monkeypatch):
+    server = _start(tmp_path)
+
+    def broken(raw_path: str):
+        raise RuntimeError("<broken> page")
+
+    monkeypatch.setattr(server.site, "respond", broken)
+    try:
+        status, _, body = _get(server, "/")
+    finally:
+        _stop(server)
+    assert status == 500 and "RuntimeError: &lt;broken&gt; page" in body
 
 
 def test_pages_say_they_load_nothing_from_elsewhere(synthetic_site):
