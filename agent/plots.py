@@ -56,6 +56,19 @@ def _no_curves(report: RunReport) -> str:
     return "; ".join(report.curve_notes) or "no rate runs in this run"
 
 
+def _seed_dots(ax, curve: RateCurve, value) -> None:  # noqa: ANN001 - a matplotlib Axes, a run's figure
+    """Each run of a rate run with several seeds, as a faint dot beside the rate's figure."""
+    runs = [r for p in curve.points if len(p.runs) > 1 for r in p.runs]
+    if runs:
+        ax.plot(
+            [r.request_rate for r in runs],
+            [value(r) for r in runs],
+            ".",
+            color=COLORS[curve.role],
+            alpha=0.35,
+        )
+
+
 def throughput_vs_rate(report: RunReport) -> bytes:
     fig = _figure(report, f"Output throughput against request rate ({report.curve_workload or '-'})")
     if not report.curves:
@@ -65,6 +78,7 @@ def throughput_vs_rate(report: RunReport) -> bytes:
     for c in report.curves:
         xs = [p.request_rate for p in c.points]
         ax.plot(xs, [p.output_throughput for p in c.points], "o-", color=COLORS[c.role], label=_label(c))
+        _seed_dots(ax, c, lambda r: r.output_throughput)
         if c.knee_rate is not None and c.knee_throughput is not None:
             ax.axvline(c.knee_rate, color=COLORS[c.role], linestyle=":", linewidth=1)
             ax.plot([c.knee_rate], [c.knee_throughput], marker="*", markersize=15, color=COLORS[c.role],
@@ -95,6 +109,7 @@ def ttft_vs_rate(report: RunReport) -> bytes:
         values += p50 + p99
         ax.plot(xs, p50, "o-", color=COLORS[c.role], label=f"{c.role} p50 (trial {c.trial})")
         ax.plot(xs, p99, "s--", color=COLORS[c.role], alpha=0.6, label=f"{c.role} p99 (trial {c.trial})")
+        _seed_dots(ax, c, lambda r: r.ttft_p50_ms)
         if c.knee_rate is not None:
             ax.axvline(c.knee_rate, color=COLORS[c.role], linestyle=":", linewidth=1)
             ax.annotate(f"knee {c.knee_rate:g}", (c.knee_rate, 1), xycoords=("data", "axes fraction"),

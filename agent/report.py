@@ -82,10 +82,33 @@ class BenchRun(BaseModel):
     decode_tok_s: float
     success_rate: float | None = None  # completed / prompts sent, where the record says how many were sent
     gpus_used: int | None = None
+    seed: int | None = None  # the benchmark's --seed, where the record names it
     simulated: bool = False
     bottleneck: str | None = None
     gpu_time_share: dict[str, float] | None = None
     gpu_rank_seconds: dict[str, float] | None = None
+
+
+class RatePoint(BaseModel):
+    """A configuration at one request rate: its benchmark runs there (one per seed) and the figures the knee
+    search judges by - the lowest output throughput and the highest TTFT of them."""
+
+    request_rate: float
+    runs: list[BenchRun]  # in the order they ran
+    output_throughput: float  # the lowest of the runs'
+    total_throughput: float | None = None  # the lowest of the runs'
+    ttft_p50_ms: float  # the highest of the runs'
+    ttft_p99_ms: float  # the highest of the runs'
+    sustained: bool | None = None  # every run within the TTFT limit with its requests served (None: no limit)
+
+    @property
+    def deciding(self) -> BenchRun:
+        """The run whose throughput is the point's figure (the lowest)."""
+        return min(self.runs, key=lambda r: r.output_throughput)
+
+    @property
+    def files(self) -> list[str]:
+        return [r.file for r in self.runs]
 
 
 class RateCurve(BaseModel):
@@ -97,12 +120,12 @@ class RateCurve(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     workload: str
     ttft_limit_ms: float | None = None
-    points: list[BenchRun]  # by request rate
+    points: list[RatePoint]  # by request rate
     knee_rate: float | None = None
     knee_throughput: float | None = None
 
     @property
-    def knee_point(self) -> BenchRun | None:
+    def knee_point(self) -> RatePoint | None:
         return next(
             (p for p in self.points if self.knee_rate is not None and p.request_rate == self.knee_rate), None
         )
@@ -339,7 +362,8 @@ def _bench_run(run_dir: Path, rel: str, index: int, trial: int | None) -> BenchR
         ttft_p50_ms=float(record.get("median_ttft_ms") or 0.0), ttft_p99_ms=float(record.get("p99_ttft_ms") or 0.0),
         decode_tok_s=1000.0 / tpot if tpot > 0 else 0.0,
         success_rate=completed / sent if isinstance(completed, int) and isinstance(sent, int) and sent else None,
-        gpus_used=record.get("gpus_used"), simulated=bool(record.get("simulated")), bottleneck=record.get("bottleneck"),
+        gpus_used=record.get("gpus_used"), seed=record.get("seed"), simulated=bool(record.get("simulated")),
+        bottleneck=record.get("bottleneck"),
         gpu_time_share=breakdown.get("share"), gpu_rank_seconds=breakdown.get("rank_seconds"),
     )  # fmt: skip
 
@@ -404,30 +428,42 @@ def _fmt_value(metric: str, value: float | None) -> str:
     return f"{value:+.3f}" if metric == "accuracy_delta" else f"{value:.1f}"
 
 
-def _run_value(target: TargetResult, run: BenchRun, limit: float | None) -> float | None:
-    """What one benchmark run shows for a target, within the target's conditions (None: outside them)."""
-    ok = run.success_rate is None or run.success_rate >= MIN_SUCCESS_RATE
-    if target.metric == "decode_tok_s":
-        return run.decode_tok_s
-    if target.metric == "output_throughput":
-        return run.output_throughput if ok else None
-    if target.metric == "throughput_at_knee":
-        return run.output_throughput if ok and limit is not None and run.ttft_p50_ms <= limit else None
-    return None
+def _sustained(run: BenchRun, limit: float | None) -> bool | None:
+    if limit is None:
+        return None
+    return run.ttft_p50_ms <= limit and (run.success_rate is None or run.success_rate >= MIN_SUCCESS_RATE)
 
 
 def _best_so_far(targets: list[TargetResult], runs: list[BenchRun], task: TaskSpec) -> list[BestSoFarSeries]:
+    """Per target, its best after each benchmark run of its workload. A decode or throughput target takes each
+    run's own figure; a knee target takes a configuration's rate once its last run there (its last seed) is in,
+    and only if every run there was sustained, at the lowest throughput of them - as the knee search judges."""
     series = []
     for t in targets:
         if t.metric == "accuracy_delta" or t.workload is None:
             continue
         limit = task.workloads[t.workload].ttft_limit_ms
+        mine = [r for r in runs if r.workload == t.workload]
+        groups: dict[tuple[int | None, float | None], list[BenchRun]] = {}
+        for r in mine:
+            groups.setdefault((r.trial, r.request_rate), []).append(r)
         best: float | None = None
         points = []
-        for run in runs:
-            if run.workload != t.workload:
-                continue
-            value = _run_value(t, run, limit)
+        for run in mine:
+            value: float | None = None
+            served = run.success_rate is None or run.success_rate >= MIN_SUCCESS_RATE
+            if t.metric == "decode_tok_s":
+                value = run.decode_tok_s
+            elif t.metric == "output_throughput":
+                value = run.output_throughput if served else None
+            elif t.metric == "throughput_at_knee":
+                group = groups[(run.trial, run.request_rate)]
+                if (
+                    run is group[-1]
+                    and run.request_rate is not None
+                    and all(_sustained(r, limit) for r in group)
+                ):
+                    value = min(r.output_throughput for r in group)
             if value is not None and (best is None or value > best):
                 best = value
             points.append(BestSoFarPoint(run_index=run.index, value=value, best=best))
@@ -437,18 +473,30 @@ def _best_so_far(targets: list[TargetResult], runs: list[BenchRun], task: TaskSp
     return series
 
 
-def _knee_of(points: list[BenchRun], limit: float | None) -> float | None:
-    ok = [p for p in points if p.request_rate is not None and limit is not None and p.ttft_p50_ms <= limit
-          and (p.success_rate is None or p.success_rate >= MIN_SUCCESS_RATE)]  # fmt: skip
-    return max((p.request_rate for p in ok), default=None)
+def rate_points(runs: list[BenchRun], limit: float | None) -> list[RatePoint]:
+    """One configuration's runs grouped by request rate (the seeds of a rate together), by rate."""
+    by_rate: dict[float, list[BenchRun]] = {}
+    for r in runs:
+        if r.request_rate is not None:
+            by_rate.setdefault(r.request_rate, []).append(r)
+    points = []
+    for rate, group in sorted(by_rate.items()):
+        totals = [r.total_throughput for r in group if r.total_throughput is not None]
+        points.append(RatePoint(request_rate=rate, runs=group, output_throughput=min(r.output_throughput for r in group),
+                                total_throughput=min(totals) if totals else None,
+                                ttft_p50_ms=max(r.ttft_p50_ms for r in group), ttft_p99_ms=max(r.ttft_p99_ms for r in group),
+                                sustained=None if limit is None else all(_sustained(r, limit) for r in group)))  # fmt: skip
+    return points
 
 
 def _curve(role: str, trial: TrialRow, workload: str, runs: list[BenchRun], facts: _TraceFacts,
            limit: float | None) -> RateCurve:  # fmt: skip
-    points = sorted((r for r in runs if r.trial == trial.id and r.workload == workload and r.request_rate is not None),
-                    key=lambda r: (r.request_rate, r.index))  # fmt: skip
+    points = rate_points([r for r in runs if r.trial == trial.id and r.workload == workload], limit)
     knee = facts.knees.get(trial.id)
-    knee_rate = knee[1] if knee and knee[0] == workload else _knee_of(points, limit)
+    if knee and knee[0] == workload:
+        knee_rate: float | None = knee[1]
+    else:  # no knee search recorded: the highest sustained rate
+        knee_rate = max((p.request_rate for p in points if p.sustained), default=None)
     at = next((p for p in points if p.request_rate == knee_rate), None)
     return RateCurve(role=role, trial=trial.id, flags=trial.flags, env=trial.env, workload=workload, ttft_limit_ms=limit,
                      points=points, knee_rate=knee_rate, knee_throughput=at.output_throughput if at else None)  # fmt: skip
@@ -547,7 +595,8 @@ def _cost(price: float | None, winner: TrialRow | None, curve: RateCurve | None,
           task: TaskSpec, simulated: bool) -> CostEstimate:  # fmt: skip
     from tools.trials import gpus_of
 
-    deciding = curve.knee_point if curve is not None else None
+    knee = curve.knee_point if curve is not None else None
+    deciding = knee.deciding if knee is not None else None
     if deciding is None and winner is not None:
         deciding = next((r for r in reversed(runs) if r.trial == winner.id), None)
     gpus = None
@@ -633,7 +682,7 @@ def build_report(run_dir: Path, gpu_hour_usd: float | None = None) -> RunReport:
         targets, winner, best_config.get("target"), trials, runs, facts, task
     )
     win_curve = next((c for c in curves if c.role == "winner"), None)
-    knee_run = win_curve.knee_point if win_curve else None
+    knee_run = win_curve.knee_point.deciding if win_curve and win_curve.knee_point else None
     deciding = knee_run or (
         next((r for r in reversed(runs) if r.trial == winner_id), None) if winner_id else None
     )

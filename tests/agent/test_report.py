@@ -1,0 +1,247 @@
+"""The run report (agent/report.py, agent/plots.py) on the shared finished run of the default task: what
+report.md and report.html hold, that the HTML needs no network, that the plots are real PNGs, that the curves
+are the benchmark records themselves, and the cost with and without a GPU-hour price."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import matplotlib.image
+import pytest
+import yaml
+
+from agent.plots import render_plots
+from agent.report import SIMULATED_BANNER, ReportError, build_report, write_report
+from agent.trace import read_trace
+from tasks.spec import TaskError, load_task
+from tests.agent.conftest import DEFAULT_TASK, FINISHED_RUN_ID
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+PLOTS = ("throughput_vs_rate.png", "ttft_vs_rate.png", "best_so_far.png", "time_breakdown.png")
+
+
+@pytest.fixture(scope="module")
+def written(finished_run_root, tmp_path_factory) -> tuple[Path, dict, list[Path]]:
+    """The finished run's folder, its summary, and the files write_report wrote (into a temporary folder)."""
+    run_dir = finished_run_root / "runs" / FINISHED_RUN_ID
+    out = tmp_path_factory.mktemp("report")
+    return run_dir, json.loads((run_dir / "summary.json").read_text()), write_report(run_dir, out)
+
+
+def _section(md: str, heading: str) -> str:
+    """The Markdown between ``## heading`` and the next ``## ``."""
+    start = md.index(f"## {heading}")
+    end = md.find("\n## ", start + 3)
+    return md[start : end if end >= 0 else len(md)]
+
+
+def _record(path: Path) -> dict:
+    return json.loads(path.read_text().strip().splitlines()[-1])
+
+
+def test_writes_both_reports_and_every_plot(written):
+    _, _, paths = written
+    names = [p.name for p in paths]
+    assert names[:2] == ["report.md", "report.html"]
+    assert set(PLOTS) <= set(names)
+    assert all(p.exists() and p.stat().st_size > 0 for p in paths)
+
+
+def test_markdown_holds_targets_path_and_every_trial(written):
+    _, summary, paths = written
+    md = paths[0].read_text()
+    assert SIMULATED_BANNER in md
+    targets = _section(md, "Targets against results")
+    for name, t in summary["targets"].items():
+        row = next(line for line in targets.splitlines() if line.startswith(f"| {name} |"))
+        fmt = (lambda v: f"{v:+.3f}") if t["metric"] == "accuracy_delta" else (lambda v: f"{v:.1f}")
+        assert fmt(t["target"]) in row and fmt(t["achieved"]) in row, row
+        assert ("| yes |" if t["met"] else "| **no** |") in row
+    path = _section(md, "The path")
+    path_rows = [line for line in path.splitlines() if re.match(r"\| \d+ \|", line)]
+    assert summary["commits"], "the default run commits patches"
+    for c in summary["commits"]:
+        assert any(
+            c["title"] in row and row.split("|")[2].strip().startswith("patch:") for row in path_rows
+        ), c
+    # the path ends at each target's achieved figure
+    for name, t in summary["targets"].items():
+        if t["metric"] != "accuracy_delta":
+            assert any(name in row and f"{t['achieved']:.1f}" in row.split("|")[3] for row in path_rows), name
+    trials = _section(md, "Every trial")
+    ids = {int(m) for m in re.findall(r"^\| (\d+)(?: \(winner\))? \|", trials, flags=re.M)}
+    assert ids == {t["id"] for t in summary["trials"]}
+    assert f"| {summary['best_config']['trial']} (winner) |" in trials
+    for plot in PLOTS:
+        assert f"]({plot})" in md  # linked as the file written beside the report
+
+
+def test_html_is_self_contained_with_the_banner(written):
+    _, summary, paths = written
+    html = paths[1].read_text()
+    assert SIMULATED_BANNER in html and 'class="banner' in html
+    assert not re.search(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", html, flags=re.I)
+    assert not re.search(r"<(?:script|link|iframe)\b", html, flags=re.I)
+    assert "url(" not in html and "@import" not in html
+    sources = re.findall(r"""<img[^>]*\ssrc="([^"]*)\"""", html)
+    assert len(sources) == len(PLOTS)
+    assert all(s.startswith("data:image/png;base64,") for s in sources)
+    for c in summary["commits"]:
+        assert c["title"].replace("'", "&#39;") in html
+
+
+def test_plots_are_png_images_matplotlib_drew(written):
+    _, _, paths = written
+    for p in paths:
+        if p.suffix != ".png":
+            continue
+        data = p.read_bytes()
+        assert data.startswith(PNG_MAGIC), p.name
+        assert len(data) > 15_000, f"{p.name}: {len(data)} bytes is too small for a drawn figure"
+        pixels = matplotlib.image.imread(p)
+        assert pixels.shape[0] >= 300 and pixels.shape[1] >= 600, (p.name, pixels.shape)
+        assert pixels.std() > 0.01, f"{p.name} is blank"
+
+
+def test_plots_carry_the_simulated_label(written):
+    run_dir, _, _ = written
+    report = build_report(run_dir)
+    assert report.simulated and report.banner == SIMULATED_BANNER
+    labelled = render_plots(report)
+    plain = render_plots(report.model_copy(update={"simulated": False, "banner": None}))
+    assert set(labelled) == set(PLOTS)
+    for name in PLOTS:
+        assert labelled[name] != plain[name], f"{name}: the simulated label changes nothing"
+
+
+def test_curves_are_the_bench_records(written):
+    run_dir, summary, _ = written
+    report = build_report(run_dir)
+    winner_trial = summary["best_config"]["trial"]
+    target = summary["targets"][summary["best_config"]["target"]]
+    winner, baseline = report.curve("winner"), report.curve("baseline")
+    assert winner is not None and winner.trial == winner_trial
+    # the baseline: the first trial that measured the throughput target
+    first = min(t["id"] for t in summary["trials"] if summary["best_config"]["target"] in t["metrics"])
+    assert baseline is not None and baseline.trial == first != winner_trial
+    for curve in (baseline, winner):
+        assert len(curve.points) >= 2
+        assert [p.request_rate for p in curve.points] == sorted({p.request_rate for p in curve.points})
+        for p in curve.points:
+            records = [_record(run_dir / f) for f in p.files]
+            assert all(rec["request_rate"] == p.request_rate for rec in records)
+            for run, rec in zip(p.runs, records, strict=True):
+                assert run.output_throughput == rec["output_throughput"]
+                assert run.ttft_p50_ms == rec["median_ttft_ms"] and run.ttft_p99_ms == rec["p99_ttft_ms"]
+            # several seeds at a rate: judged as the knee search judges, by the worst of them
+            assert p.output_throughput == min(rec["output_throughput"] for rec in records)
+            assert p.total_throughput == min(rec["total_throughput"] for rec in records)
+            assert p.ttft_p50_ms == max(rec["median_ttft_ms"] for rec in records)
+            assert p.ttft_p99_ms == max(rec["p99_ttft_ms"] for rec in records)
+    files = lambda c: {f for p in c.points for f in p.files}  # noqa: E731
+    assert not files(baseline) & files(winner)
+    # the winner's knee is the run that gave the summary's figure, at the rate the knee search reported
+    knee = winner.knee_point
+    assert knee is not None and knee.output_throughput == pytest.approx(target["achieved"])
+    searches = [
+        e
+        for e in read_trace(run_dir / "trace.jsonl")
+        if e.kind == "tool_call" and e.tool == "find_knee" and e.ok
+    ]
+    reported = [
+        e.result["knee_rate"]
+        for e in searches
+        if e.result["throughput_at_knee"] == pytest.approx(target["achieved"])
+    ]
+    assert reported and winner.knee_rate == reported[-1]
+    assert knee.sustained and knee.ttft_p50_ms <= report.ttft_limit_ms
+    assert all(p.sustained is False for p in winner.points if p.request_rate > knee.request_rate)
+    # the time breakdown is the knee's deciding run's own (the seed whose throughput is the figure)
+    rec = _record(run_dir / knee.deciding.file)
+    assert rec["output_throughput"] == pytest.approx(target["achieved"])
+    assert report.breakdown is not None and report.breakdown.share == rec["gpu_time_breakdown"]["share"]
+    assert report.breakdown.bottleneck == rec["bottleneck"]
+    # best so far ends at each target's achieved figure
+    for series in report.best_so_far:
+        assert series.points[-1].best == pytest.approx(summary["targets"][series.target]["achieved"])
+
+
+def test_markdown_shows_the_knee_at_the_reported_rate(written):
+    run_dir, _, paths = written
+    winner = build_report(run_dir).curve("winner")
+    md = _section(paths[0].read_text(), "Throughput and TTFT")
+    knee = winner.knee_point
+    assert f"| {winner.knee_rate} (knee) | {len(knee.runs)} | {winner.knee_throughput:,.1f} |" in md
+    assert all(f"`{f}`" in md for f in knee.files)
+
+
+def _with_price(root: Path, price: float | None) -> Path:
+    """Point the copied run at a copy of its task file that sets (or leaves out) the GPU-hour price."""
+    run_dir = root / "runs" / FINISHED_RUN_ID
+    data = yaml.safe_load(DEFAULT_TASK.read_text())
+    if price is not None:
+        data["report"] = {"gpu_hour_usd": price}
+    task = root / "priced_task.yaml"
+    task.write_text(yaml.safe_dump(data, sort_keys=False))
+    options = json.loads((run_dir / "run.json").read_text())
+    options["task_path"] = str(task)
+    (run_dir / "run.json").write_text(json.dumps(options))
+    return run_dir
+
+
+def test_cost_per_million_output_tokens_at_the_task_price(copy_of_finished_run, tmp_path):
+    run_dir = _with_price(copy_of_finished_run, 2.75)
+    report = build_report(run_dir)
+    knee = report.curve("winner").knee_point
+    gpus = _record(run_dir / knee.deciding.file)["gpus_used"]
+    expected = 2.75 * gpus / (knee.output_throughput * 3600) * 1e6
+    assert report.cost.gpu_hour_usd == 2.75 and report.cost.gpus == gpus
+    assert report.cost.usd_per_million_output_tokens == pytest.approx(expected)
+    md = write_report(run_dir, tmp_path / "out")[0].read_text()
+    cost = _section(md, "Cost per million output tokens")
+    assert f"{expected:.4f} USD per million output tokens" in cost and "simulated" in cost
+    assert build_report(run_dir, gpu_hour_usd=1.0).cost.usd_per_million_output_tokens == pytest.approx(
+        expected / 2.75
+    )
+
+
+def test_cost_without_a_price_says_it_needs_one(written):
+    _, _, paths = written
+    cost = _section(paths[0].read_text(), "Cost per million output tokens")
+    assert "no GPU-hour price" in cost and "gpu_hour_usd" in cost
+    assert "USD per million" not in cost
+
+
+def test_baseline_never_swept_is_said_not_drawn(copy_of_finished_run):
+    run_dir = copy_of_finished_run / "runs" / FINISHED_RUN_ID
+    first = build_report(run_dir).curve("baseline")
+    for f in [f for p in first.points for f in p.files][1:]:  # leave the baseline configuration one rate run
+        (run_dir / f).unlink()
+    report = build_report(run_dir)
+    assert report.curve("baseline") is None and report.curve("winner") is not None
+    assert any(f"trial {first.trial}" in n and "never swept" in n for n in report.curve_notes)
+
+
+def test_an_unfinished_run_is_one_line_error(copy_of_finished_run):
+    run_dir = copy_of_finished_run / "runs" / FINISHED_RUN_ID
+    (run_dir / "summary.json").unlink()
+    with pytest.raises(ReportError) as exc:
+        build_report(run_dir)
+    assert "\n" not in str(exc.value) and "not finished" in str(exc.value)
+    with pytest.raises(ReportError, match="not a run"):
+        build_report(copy_of_finished_run)
+
+
+def test_task_price_field_is_validated(tmp_path):
+    data = yaml.safe_load(DEFAULT_TASK.read_text())
+    shutil.copy(DEFAULT_TASK, tmp_path / "ok.yaml")
+    assert load_task(tmp_path / "ok.yaml").report.gpu_hour_usd is None
+    for report, message in (({"gpu_hour_usd": -1}, "report.gpu_hour_usd"), ({"price": 2}, "unknown field")):
+        (tmp_path / "bad.yaml").write_text(yaml.safe_dump({**data, "report": report}))
+        with pytest.raises(TaskError, match=re.escape(message)):
+            load_task(tmp_path / "bad.yaml")
+    (tmp_path / "good.yaml").write_text(yaml.safe_dump({**data, "report": {"gpu_hour_usd": 3.5}}))
+    assert load_task(tmp_path / "good.yaml").report.gpu_hour_usd == 3.5
