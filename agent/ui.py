@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import sys
 import threading
 import urllib.parse
@@ -28,9 +29,8 @@ from pydantic import BaseModel, ConfigDict
 from .plots import render_plots
 from .report import ReportError, build_report
 from .review import PatchReview, ReviewError, collect_patches
-from .timeline import Timeline, read_timeline
+from .timeline import SIMULATED_LABEL, Timeline, read_timeline
 
-SIMULATED_LABEL = "simulated: dayzero digital twin, not a real node"
 TEMPLATES = Path(__file__).parent / "templates"
 # A run id as a URL segment: a plain folder name (no separators, no dot-only names, nothing to unescape).
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -327,6 +327,8 @@ class UiServer(ThreadingHTTPServer):
     def __init__(self, site: RunsSite, host: str, port: int, verbose: bool = False) -> None:
         self.site = site
         self.verbose = verbose
+        if ":" in host:  # an IPv6 address such as ::1
+            self.address_family = socket.AF_INET6
         super().__init__((host, port), _Handler)
 
     @property

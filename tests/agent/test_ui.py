@@ -10,6 +10,7 @@ import http.client
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import urllib.error
@@ -195,6 +196,15 @@ def test_agent_ui_serves_until_stopped_and_refuses_a_missing_runs_folder(finishe
                               str(tmp_path / "none")], capture_output=True, text=True, timeout=60)  # fmt: skip
     assert missing.returncode == 2 and missing.stdout.count("\n") == 1 and "no runs folder" in missing.stdout
     assert "Traceback" not in missing.stdout + missing.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = subprocess.run([sys.executable, "-c", "from agent.cli import app; app()", "ui", "--port",
+                               str(taken.getsockname()[1])], cwd=finished_run_root, capture_output=True, text=True,
+                              timeout=60, env={**os.environ, "COLUMNS": "80"})  # fmt: skip
+    assert busy.returncode == 2 and busy.stdout.count("\n") == 1, busy.stdout + busy.stderr
+    assert "cannot serve on 127.0.0.1:" in busy.stdout
+    assert "Traceback" not in busy.stdout + busy.stderr
 
 
 # ------------------------------------------------------------------------------------------ in a real browser
