@@ -35,6 +35,7 @@ from tools.context import ENGINE_LOCALE
 from tools.git_ops import run_branch
 from tools.server import flags_to_argv
 
+from .report import ReportError, write_report
 from .trace import ToolCallEvent, TraceError, is_secret_key, read_trace
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -45,7 +46,7 @@ CHECK_PORT = 30000  # the port the reproduce commands use (the run's own ports w
 CHECK_OUTPUT = "bench.jsonl"  # where a reproduced benchmark writes its record
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 _TRAILER = re.compile(r"^([A-Za-z][A-Za-z0-9-]*): (.*)$")
-_FIELD = re.compile(r"^(What failed|Root cause|Change): (.*)$", re.DOTALL)
+_FIELD = re.compile(r"^(What failed|Root cause|Change):\s+(.*)$", re.DOTALL)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(\"'`])")
 
 
@@ -125,6 +126,7 @@ class ReviewResult(BaseModel):
     patch_files: list[Path] = Field(default_factory=list)
     pr_files: list[Path] = Field(default_factory=list)
     report_files: list[Path] = Field(default_factory=list, description="what agent.report.write_report wrote")
+    report_error: str | None = Field(None, description="why the run report was not written")
     trees: list[TreeReview] = Field(default_factory=list)
 
 
@@ -285,17 +287,25 @@ def _env_for(record: _RunRecord, trial: _Trial) -> dict[str, str]:
     }
 
 
-def _with_port(template: list[str] | None, argv: list[str], values: dict[str, str]) -> list[str]:
-    """``argv`` with every part that ``template`` fills from ``values``' keys re-rendered with ``values``."""
+# Where the task file is gone (no templates to go by), the flags SGLang's own commands use for each value.
+_FLAG_OF = {"port": "--port", "base_url": "--base-url", "output_file": "--output-file"}
+
+
+def _rerendered(template: list[str] | None, argv: list[str], values: dict[str, str]) -> list[str]:
+    """``argv`` with the parts that ``template`` fills from ``values``' placeholders rendered again with
+    ``values`` (the run's random port becomes the check's fixed one); without a template, the value after
+    each such placeholder's flag."""
     out = list(argv)
-    for i, part in enumerate(template or []):
-        if i < len(out) and any(name in values for name in _PLACEHOLDER.findall(part)):
-            out[i] = _fill(part, {**_fixed_placeholders(out[i], part), **values})
+    if template is None:
+        for name, value in values.items():
+            flag = _FLAG_OF.get(name)
+            if flag in out[:-1]:
+                out[out.index(flag) + 1] = value
+        return out
+    for i, part in enumerate(template[: len(out)]):
+        if any(name in values for name in _PLACEHOLDER.findall(part)):
+            out[i] = _fill(part, {**_match_template([part], [out[i]]), **values})
     return out
-
-
-def _fixed_placeholders(rendered: str, part: str) -> dict[str, str]:
-    return _match_template([part], [rendered])
 
 
 def _shell_line(env: dict[str, str], argv: list[str]) -> str:
@@ -304,29 +314,26 @@ def _shell_line(env: dict[str, str], argv: list[str]) -> str:
 
 
 def _launch_argv(record: _RunRecord, trial: _Trial) -> list[str] | None:
+    """The trial's launch as run (or, for a trial of a parallel sweep, as the engine template renders it),
+    on the check's port."""
     port = {"port": str(CHECK_PORT)}
+    template = record.engine.launch if record.engine else None
     if trial.launch_argv:
-        template = record.engine.launch if record.engine else None
-        argv = _with_port(template, trial.launch_argv, port)
-        if template is None and "--port" in argv[:-1]:
-            argv[argv.index("--port") + 1] = str(CHECK_PORT)
-        return argv
-    if record.engine is None:
+        return _rerendered(template, trial.launch_argv, port)
+    if template is None:
         return None
-    return [_fill(p, {**record.placeholders, **port}) for p in record.engine.launch] + flags_to_argv(
-        trial.flags
-    )
+    return [_fill(p, {**record.placeholders, **port}) for p in template] + flags_to_argv(trial.flags)
 
 
 def _bench_argv(record: _RunRecord, command: list[str]) -> list[str]:
+    """A benchmark command as run, pointed at the check's port and writing ``bench.jsonl``."""
     template = record.engine.benchmark if record.engine else None
-    base_urls = [v for v in _match_template(template or [], command).values() if v.startswith("http")]
-    url = (
-        re.sub(r":\d+(?=/|$)", f":{CHECK_PORT}", base_urls[0])
-        if base_urls
-        else f"http://127.0.0.1:{CHECK_PORT}"
-    )
-    return _with_port(template, command, {"base_url": url, "output_file": CHECK_OUTPUT})
+    if template is not None:
+        urls = [v for v in _match_template(template, command).values() if v.startswith("http")]
+    else:
+        urls = [command[command.index("--base-url") + 1]] if "--base-url" in command[:-1] else []
+    url = re.sub(r":\d+(?=/|$)", f":{CHECK_PORT}", urls[0]) if urls else f"http://127.0.0.1:{CHECK_PORT}"
+    return _rerendered(template, command, {"base_url": url, "output_file": CHECK_OUTPUT})
 
 
 def _reproduce(record: _RunRecord, trial: _Trial | None) -> str:
@@ -527,20 +534,21 @@ def _targets(summary: dict[str, Any]) -> list[TargetResult]:
             for name, t in summary.get("targets", {}).items()]  # fmt: skip
 
 
-def _write_report(run_dir: Path, out_dir: Path) -> list[Path]:
+def _write_report(run_dir: Path, out_dir: Path) -> tuple[list[Path], str | None]:
+    """The run report beside the PR material: its files, or why there is none (a run not finished yet, a task
+    file that moved): the patches are worth reviewing either way."""
     try:
-        from .report import write_report
-    except ImportError:  # the report module is not in this checkout yet
-        return []
-    return list(write_report(run_dir, out_dir))
+        return list(write_report(run_dir, out_dir)), None
+    except ReportError as exc:
+        return [], str(exc)
 
 
 def write_review(run_dir: Path, out_dir: Path | None = None) -> ReviewResult:
     """Write the run's PR material (see the module docstring) into ``out_dir`` (default ``<run_dir>/review``),
     replacing a previous review there, then the run report beside it."""
-    run_dir = Path(run_dir)
+    run_dir = Path(run_dir).resolve()
     record = _load_run(run_dir)
-    out_dir = Path(out_dir) if out_dir is not None else run_dir / REVIEW_DIR
+    out_dir = Path(out_dir).resolve() if out_dir is not None else run_dir / REVIEW_DIR
     repos = _source_repos(run_dir)
     trees = [t for name, repo in repos.items() if (t := _tree(record, name, repo)) is not None]
     _prepare_out(out_dir)
@@ -567,13 +575,14 @@ def write_review(run_dir: Path, out_dir: Path | None = None) -> ReviewResult:
         repo.close()
     launch = run_dir / "launch.sh"
     summary = record.summary
-    result.report_files = _write_report(run_dir, out_dir)
+    result.report_files, result.report_error = _write_report(run_dir, out_dir)
     result.summary_pr.write_text(env.get_template("pr_summary.md.j2").render(
-        run_id=record.run_id, summary=summary, task=summary.get("task", record.task.name if record.task else "?"),
+        run_id=record.run_id, branch=run_branch(record.run_id), task=summary.get("task", record.task.name if record.task else "?"),
         finished=summary.get("finish_reason") or "not finished (no summary.json)", targets=_targets(summary),
         trees=trees, simulated=record.simulated, simulated_label=SIMULATED_LABEL,
         launch_script=launch.read_text() if launch.exists() else None,
         reports=[p.relative_to(out_dir) if p.is_relative_to(out_dir) else p for p in result.report_files],
+        report_error=result.report_error,
         out_dir=out_dir))  # fmt: skip
     return result
 
