@@ -49,7 +49,9 @@ def _no_data(fig: Figure, message: str) -> None:
 def _label(curve: RateCurve) -> str:
     from .report import fmt_flags
 
-    return f"{curve.role}: trial {curve.trial} ({fmt_flags(curve.flags)})"
+    return f"{curve.role}: trial {curve.trial} ({fmt_flags(curve.flags)})" + (
+        ", screening" if curve.screening else ""
+    )
 
 
 def _no_curves(report: RunReport) -> str:
@@ -137,9 +139,13 @@ def best_so_far(report: RunReport) -> bytes:
         return _png(fig)
     axes = fig.subplots(len(series), 1, squeeze=False)[:, 0]
     for ax, s in zip(axes, series, strict=True):
-        shown = [p for p in s.points if p.value is not None]
+        shown = [p for p in s.points if p.value is not None and not p.screening]
         ax.plot([p.run_index for p in shown], [p.value for p in shown], "o", color="#aaaaaa", markersize=4,
-                label="this run (within the target's conditions)")  # fmt: skip
+                label="a run's figure (within the target's conditions)")  # fmt: skip
+        screened = [p for p in s.points if p.value is not None and p.screening]
+        if screened:
+            ax.plot([p.run_index for p in screened], [p.value for p in screened], "o", markerfacecolor="none",
+                    color="#ff7f0e", markersize=5, label="screening run (a sweep's trial; not counted)")  # fmt: skip
         best = [p for p in s.points if p.best is not None]
         ax.step([p.run_index for p in best], [p.best for p in best], where="post", color=COLORS["winner"],
                 label="best so far")  # fmt: skip
@@ -147,7 +153,7 @@ def best_so_far(report: RunReport) -> bytes:
         ax.set_title(f"{s.target} ({s.metric})", fontsize=9)
         ax.set_ylabel(s.unit, fontsize=8)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="best")
     axes[-1].set_xlabel("benchmark run (in the order they ran)")
     return _png(fig)
 

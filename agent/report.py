@@ -60,7 +60,7 @@ class PathRow(BaseModel):
     """One change that moved the run forward: a committed patch, or a configuration that improved a target."""
 
     step: int
-    kind: Literal["patch", "first measurement", "flags", "re-measured"]
+    kind: Literal["patch", "screening", "first measurement", "flags", "re-measured"]
     change: str
     result: str
     trial: int | None = None
@@ -83,6 +83,7 @@ class BenchRun(BaseModel):
     success_rate: float | None = None  # completed / prompts sent, where the record says how many were sent
     gpus_used: int | None = None
     seed: int | None = None  # the benchmark's --seed, where the record names it
+    screening: bool = False  # a run of a sweep's trial (run_trials: the cheap first look), never a best
     simulated: bool = False
     bottleneck: str | None = None
     gpu_time_share: dict[str, float] | None = None
@@ -123,6 +124,7 @@ class RateCurve(BaseModel):
     points: list[RatePoint]  # by request rate
     knee_rate: float | None = None
     knee_throughput: float | None = None
+    screening: bool = False  # the configuration is a sweep's trial (run_trials), measured as a screening
 
     @property
     def knee_point(self) -> RatePoint | None:
@@ -133,6 +135,7 @@ class RateCurve(BaseModel):
 
 class BestSoFarPoint(BaseModel):
     run_index: int
+    screening: bool = False  # a screening run: shown, but not counted in the best
     value: float | None  # what this run showed for the target (None: outside the target's conditions)
     best: float | None  # the highest value so far
 
@@ -172,6 +175,10 @@ class TrialRow(BaseModel):
     accuracy_ok: bool | None = None
     bench_runs: int = 0
     knee_rate: float | None = None
+    screening: bool = False  # a trial of a sweep (run_trials): its figures are never a best
+    measured: str | None = (
+        None  # its highest output throughput per workload, e.g. "throughput 2987 tok/s at 3.2 req/s"
+    )
     winner: bool = False
 
 
@@ -262,6 +269,8 @@ class _TraceFacts(BaseModel):
         default_factory=list
     )  # (trial, file) for every attributed run
     knees: dict[int, tuple[str, float]] = Field(default_factory=dict)  # trial -> (workload, knee rate)
+    screening: set[int] = Field(default_factory=set)  # the trials of sweeps (run_trials): never a best
+
     evals: list[AccuracyCheck] = Field(default_factory=list)
     commits: list[dict[str, Any]] = Field(default_factory=list)  # commit inputs with the verifying trial
     policy: str | None = None
@@ -278,8 +287,39 @@ def _record_file(run_dir: Path, run_id: str, command: list[str]) -> str | None:
     return f"bench/{name}" if (run_dir / "bench" / name).exists() else None
 
 
+class _RecordIndex:
+    """The run's main-process records by what they measured, for traces whose benchmark results name no file
+    (written before results carried their command): a result is matched to the first unclaimed record of its
+    workload with the same request rate and output throughput."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = run_dir
+        self._records: list[tuple[str, str, float | None, float]] | None = None
+        self.claimed: set[str] = set()
+
+    def _load(self) -> list[tuple[str, str, float | None, float]]:
+        if self._records is None:
+            self._records = []
+            for f in sorted((self.run_dir / "bench").glob("*.jsonl")):
+                rec = _last_record(f)
+                if rec and rec.get("output_throughput") is not None:
+                    workload = f.stem.split("-", 1)[-1]
+                    self._records.append((f"bench/{f.name}", workload, _finite(rec.get("request_rate")),
+                                          float(rec["output_throughput"])))  # fmt: skip
+        return self._records
+
+    def match(self, run: dict[str, Any]) -> str | None:
+        rate, tput = _finite(run.get("request_rate")), run.get("output_throughput")
+        for rel, workload, r, t in self._load():
+            if rel not in self.claimed and workload == run.get("workload") and r == rate and \
+                    tput is not None and math.isclose(t, float(tput), rel_tol=1e-9):  # fmt: skip
+                return rel
+        return None
+
+
 def _read_facts(run_dir: Path, run_id: str) -> _TraceFacts:
     facts = _TraceFacts()
+    index = _RecordIndex(run_dir)
     current: int | None = None
     try:
         events = read_trace(run_dir / "trace.jsonl")
@@ -305,15 +345,17 @@ def _read_facts(run_dir: Path, run_id: str) -> _TraceFacts:
                     facts.order.append((trial, rel))
                 if o.get("status") == "up" and o.get("knee_rate") and o["spec"].get("measure") == "knee":
                     facts.knees[trial] = (o["spec"]["workload"], float(o["knee_rate"]))
+                facts.screening.add(trial)
             current = None
         elif e.tool == "stop_server" and e.ok:
             current = None
         elif e.tool in ("run_benchmark", "find_knee"):
-            files = [
-                f
-                for run in r.get("runs", [])
-                if (f := _record_file(run_dir, run_id, run.get("command") or []))
-            ]
+            files = []
+            for run in r.get("runs", []):
+                rel = _record_file(run_dir, run_id, run.get("command") or []) or index.match(run)
+                if rel is not None and rel not in index.claimed:
+                    index.claimed.add(rel)
+                    files.append(rel)
             for rel in sorted(files):  # NNN: the order they ran in (a knee search lists its runs by rate)
                 if current is not None:
                     facts.files.setdefault(current, []).append(rel)
@@ -377,7 +419,7 @@ def _bench_runs(run_dir: Path, facts: _TraceFacts) -> tuple[list[BenchRun], list
             continue
         seen.add(rel)
         if (b := _bench_run(run_dir, rel, len(runs) + 1, trial)) is not None:
-            runs.append(b)
+            runs.append(b.model_copy(update={"screening": trial in facts.screening}))
     stray = [str(p.relative_to(run_dir)) for p in sorted(run_dir.glob("bench/*.jsonl"))
              if str(p.relative_to(run_dir)) not in seen]  # fmt: skip
     for rel in stray:
@@ -434,10 +476,26 @@ def _sustained(run: BenchRun, limit: float | None) -> bool | None:
     return run.ttft_p50_ms <= limit and (run.success_rate is None or run.success_rate >= MIN_SUCCESS_RATE)
 
 
+def _measured(runs: list[BenchRun], trial: int) -> str | None:
+    """A trial's highest output throughput on each workload it was benchmarked on, and where."""
+    parts = []
+    for workload in dict.fromkeys(r.workload for r in runs if r.trial == trial):
+        top = max(
+            (r for r in runs if r.trial == trial and r.workload == workload),
+            key=lambda r: r.output_throughput,
+        )
+        at = f"at {top.request_rate:g} req/s" if top.request_rate is not None else "all at once"
+        parts.append(
+            f"{workload} {top.output_throughput:,.0f} tok/s {at}, TTFT p50 {top.ttft_p50_ms:,.0f} ms"
+        )
+    return "; ".join(parts) or None
+
+
 def _best_so_far(targets: list[TargetResult], runs: list[BenchRun], task: TaskSpec) -> list[BestSoFarSeries]:
     """Per target, its best after each benchmark run of its workload. A decode or throughput target takes each
     run's own figure; a knee target takes a configuration's rate once its last run there (its last seed) is in,
-    and only if every run there was sustained, at the lowest throughput of them - as the knee search judges."""
+    and only if every run there was sustained, at the lowest throughput of them - as the knee search judges.
+    Screening runs (a sweep's trials) are shown with their figure but, as in the agent's bests, not counted."""
     series = []
     for t in targets:
         if t.metric == "accuracy_delta" or t.workload is None:
@@ -464,9 +522,11 @@ def _best_so_far(targets: list[TargetResult], runs: list[BenchRun], task: TaskSp
                     and all(_sustained(r, limit) for r in group)
                 ):
                     value = min(r.output_throughput for r in group)
-            if value is not None and (best is None or value > best):
+            if value is not None and not run.screening and (best is None or value > best):
                 best = value
-            points.append(BestSoFarPoint(run_index=run.index, value=value, best=best))
+            points.append(
+                BestSoFarPoint(run_index=run.index, value=value, best=best, screening=run.screening)
+            )
         series.append(
             BestSoFarSeries(target=t.name, metric=t.metric, unit=t.unit, goal=t.goal, points=points)
         )
@@ -499,7 +559,8 @@ def _curve(role: str, trial: TrialRow, workload: str, runs: list[BenchRun], fact
         knee_rate = max((p.request_rate for p in points if p.sustained), default=None)
     at = next((p for p in points if p.request_rate == knee_rate), None)
     return RateCurve(role=role, trial=trial.id, flags=trial.flags, env=trial.env, workload=workload, ttft_limit_ms=limit,
-                     points=points, knee_rate=knee_rate, knee_throughput=at.output_throughput if at else None)  # fmt: skip
+                     points=points, knee_rate=knee_rate, knee_throughput=at.output_throughput if at else None,
+                     screening=trial.screening)  # fmt: skip
 
 
 def _curves(report_targets: list[TargetResult], winner: TrialRow | None, winner_target: str | None,
@@ -529,8 +590,14 @@ def _curves(report_targets: list[TargetResult], winner: TrialRow | None, winner_
         notes.append(f"the winning configuration (trial {base.id}) is the first one measured on {workload}: "
                      "there is no separate baseline curve")  # fmt: skip
     elif len(base_curve.points) < 2:
+        how = ", ".join(
+            f"{r.output_throughput:,.0f} tok/s "
+            + (f"at {r.request_rate:g} req/s" if r.request_rate is not None else "all at once")
+            for r in runs
+            if r.trial == base.id and r.workload == workload
+        )
         notes.append(f"the baseline configuration (trial {base.id}: {fmt_flags(base.flags)}) was never swept over "
-                     f"request rates on {workload} ({len(base_curve.points)} rate run(s)): no baseline curve")  # fmt: skip
+                     f"request rates on {workload} (measured: {how}): no baseline curve")  # fmt: skip
     else:
         curves.append(base_curve)
     if winner is None:
@@ -566,26 +633,40 @@ def _path(targets: list[TargetResult], trials: list[TrialRow], facts: _TraceFact
             add(kind="patch", change=f"({trees}) {c.get('title', '')}", result=result, trial=c["trial"])
 
     measured = [t for t in targets if t.metric != "accuracy_delta"]
+    best_any: dict[str, tuple[float, TrialRow]] = {}  # screening and full measurements: the search's progress
     for trial in trials:
         patch_rows(commits_by_trial.pop(trial.id, []))
         for t in measured:
             value = trial.metrics.get(t.name)
-            if value is None or (t.name in best and value <= best[t.name][0]):
+            ref = (best_any if trial.screening else best).get(t.name)
+            if value is None or (ref is not None and value <= ref[0]):
                 continue
-            met = " - goal met" if value >= t.goal else ""
-            if t.name not in best:
-                kind, change = "first measurement", f"{fmt_flags(trial.flags, trial.env)}"
-                result = f"{t.name} {_fmt_value(t.metric, value)} {t.unit} (goal {t.goal:g}){met}"
+            figure = f"{_fmt_value(t.metric, value)} {t.unit}"
+            met = " - goal met" if value >= t.goal and not trial.screening else ""
+            screened = next((s for s in reversed(trials[: trials.index(trial)]) if s.screening
+                             and s.flags == trial.flags and s.env == trial.env), None)  # fmt: skip
+            seen = f" (screened as trial {screened.id})" if screened and not trial.screening else ""
+            if ref is None:
+                kind = "screening" if trial.screening else "first measurement"
+                change = fmt_flags(trial.flags, trial.env) + seen
             else:
-                old_value, old = best[t.name]
-                diff = _flag_diff(old.flags, trial.flags) + _flag_diff(old.env, trial.env)
-                kind = "flags" if diff else "re-measured"
-                change = ", ".join(diff) if diff else f"same configuration as trial {old.id}, measured again"
-                result = (f"{t.name} {_fmt_value(t.metric, old_value)} -> {_fmt_value(t.metric, value)} {t.unit} "
-                          f"({(value / old_value - 1) * 100:+.1f} %){met}") if old_value else \
-                    f"{t.name} {_fmt_value(t.metric, value)} {t.unit}{met}"  # fmt: skip
+                diff = _flag_diff(ref[1].flags, trial.flags) + _flag_diff(ref[1].env, trial.env)
+                kind = "screening" if trial.screening else ("flags" if diff else "re-measured")
+                change = (
+                    ", ".join(diff) if diff else f"same configuration as trial {ref[1].id}, measured again"
+                ) + seen
+            if ref is None or not ref[0]:
+                result = f"{t.name} {figure} (goal {t.goal:g}){met}"
+            else:
+                result = (f"{t.name} {_fmt_value(t.metric, ref[0])} -> {figure} "
+                          f"({(value / ref[0] - 1) * 100:+.1f} %){met}")  # fmt: skip
+            if trial.screening:
+                result += " - screening (a sweep's trial), not a best"
             add(kind=kind, change=change, result=result, trial=trial.id, target=t.name)
-            best[t.name] = (value, trial)
+            if not trial.screening:
+                best[t.name] = (value, trial)
+            if t.name not in best_any or value > best_any[t.name][0]:
+                best_any[t.name] = (value, trial)
     for cs in commits_by_trial.values():  # commits verified on no launched trial
         patch_rows(cs)
     return rows
@@ -676,6 +757,7 @@ def build_report(run_dir: Path, gpu_hour_usd: float | None = None) -> RunReport:
                        diagnosis=t.get("diagnosis"), metrics=t.get("metrics", {}), accuracy=t.get("accuracy"),
                        accuracy_ok=t.get("accuracy_ok"), bench_runs=sum(1 for r in runs if r.trial == t["id"]),
                        knee_rate=facts.knees[t["id"]][1] if t["id"] in facts.knees else None,
+                       screening=t["id"] in facts.screening, measured=_measured(runs, t["id"]),
                        winner=t["id"] == winner_id) for t in summary.get("trials", [])]  # fmt: skip
     winner = next((t for t in trials if t.id == winner_id), None)
     workload, limit, curves, curve_notes = _curves(

@@ -42,6 +42,32 @@ def _record(path: Path) -> dict:
     return json.loads(path.read_text().strip().splitlines()[-1])
 
 
+def _trace_trials(run_dir: Path) -> tuple[set[int], int | None]:
+    """Read independently of the report from the trace: the trials of sweeps (run_trials), and the first trial
+    benchmarked on the throughput workload (numbered as the agent numbers trials)."""
+    sweep, first, n, up = set(), None, 0, None
+    for e in read_trace(run_dir / "trace.jsonl"):
+        if e.kind != "tool_call":
+            continue
+        if e.tool == "launch_server" and e.result.get("status"):
+            n += 1
+            up = n if e.result["status"] == "up" else None
+        elif e.tool == "run_trials" and e.ok:
+            for o in e.result["outcomes"]:
+                n += 1
+                sweep.add(n)
+                if first is None and o["status"] == "up" and o["spec"]["workload"] == "throughput":
+                    first = n
+            up = None
+        elif (
+            e.tool in ("run_benchmark", "find_knee")
+            and e.input.get("workload") == "throughput"
+            and first is None
+        ):
+            first = up
+    return sweep, first
+
+
 def test_writes_both_reports_and_every_plot(written):
     _, _, paths = written
     names = [p.name for p in paths]
@@ -51,7 +77,7 @@ def test_writes_both_reports_and_every_plot(written):
 
 
 def test_markdown_holds_targets_path_and_every_trial(written):
-    _, summary, paths = written
+    run_dir, summary, paths = written
     md = paths[0].read_text()
     assert SIMULATED_BANNER in md
     targets = _section(md, "Targets against results")
@@ -71,6 +97,16 @@ def test_markdown_holds_targets_path_and_every_trial(written):
     for name, t in summary["targets"].items():
         if t["metric"] != "accuracy_delta":
             assert any(name in row and f"{t['achieved']:.1f}" in row.split("|")[3] for row in path_rows), name
+    # a sweep's trials are labelled screening (never a best), and the winner's own measurement closes the path
+    screened, _ = _trace_trials(run_dir)
+    assert screened, "the default run screens layouts in a sweep"
+    for row in path_rows:
+        trial = row.split("|")[4].strip()
+        assert (trial.isdigit() and int(trial) in screened) == row.split("|")[2].strip().startswith(
+            "screening:"
+        ), row
+    last = [row for row in path_rows if summary["best_config"]["target"] in row.split("|")[3]][-1]
+    assert int(last.split("|")[4]) == summary["best_config"]["trial"]
     trials = _section(md, "Every trial")
     ids = {int(m) for m in re.findall(r"^\| (\d+)(?: \(winner\))? \|", trials, flags=re.M)}
     assert ids == {t["id"] for t in summary["trials"]}
@@ -124,10 +160,19 @@ def test_curves_are_the_bench_records(written):
     target = summary["targets"][summary["best_config"]["target"]]
     winner, baseline = report.curve("winner"), report.curve("baseline")
     assert winner is not None and winner.trial == winner_trial
-    # the baseline: the first trial that measured the throughput target
-    first = min(t["id"] for t in summary["trials"] if summary["best_config"]["target"] in t["metrics"])
-    assert baseline is not None and baseline.trial == first != winner_trial
-    for curve in (baseline, winner):
+    # the baseline: the first trial benchmarked on the throughput workload; drawn only if swept over rates
+    _, first = _trace_trials(run_dir)
+    assert first is not None and first != winner_trial
+    first_runs = [r for r in report.bench_runs if r.trial == first and r.workload == "throughput"]
+    assert first_runs and all(
+        _record(run_dir / r.file)["request_rate"] in (r.request_rate, float("inf")) for r in first_runs
+    )
+    if len({r.request_rate for r in first_runs if r.request_rate is not None}) >= 2:
+        assert baseline is not None and baseline.trial == first
+    else:
+        assert baseline is None
+        assert any(f"trial {first}" in n and "never swept" in n for n in report.curve_notes)
+    for curve in [c for c in (baseline, winner) if c is not None]:
         assert len(curve.points) >= 2
         assert [p.request_rate for p in curve.points] == sorted({p.request_rate for p in curve.points})
         for p in curve.points:
@@ -141,8 +186,8 @@ def test_curves_are_the_bench_records(written):
             assert p.total_throughput == min(rec["total_throughput"] for rec in records)
             assert p.ttft_p50_ms == max(rec["median_ttft_ms"] for rec in records)
             assert p.ttft_p99_ms == max(rec["p99_ttft_ms"] for rec in records)
-    files = lambda c: {f for p in c.points for f in p.files}  # noqa: E731
-    assert not files(baseline) & files(winner)
+    if baseline is not None:
+        assert not {f for p in baseline.points for f in p.files} & {f for p in winner.points for f in p.files}
     # the winner's knee is the run that gave the summary's figure, at the rate the knee search reported
     knee = winner.knee_point
     assert knee is not None and knee.output_throughput == pytest.approx(target["achieved"])
@@ -215,14 +260,17 @@ def test_cost_without_a_price_says_it_needs_one(written):
     assert "USD per million" not in cost
 
 
-def test_baseline_never_swept_is_said_not_drawn(copy_of_finished_run):
+def test_baseline_never_swept_is_said_not_drawn(copy_of_finished_run, tmp_path):
     run_dir = copy_of_finished_run / "runs" / FINISHED_RUN_ID
-    first = build_report(run_dir).curve("baseline")
-    for f in [f for p in first.points for f in p.files][1:]:  # leave the baseline configuration one rate run
-        (run_dir / f).unlink()
+    _, first = _trace_trials(run_dir)
+    runs = [r for r in build_report(run_dir).bench_runs if r.trial == first]
+    for r in runs[1:]:  # leave the baseline configuration one run
+        (run_dir / r.file).unlink()
     report = build_report(run_dir)
     assert report.curve("baseline") is None and report.curve("winner") is not None
-    assert any(f"trial {first.trial}" in n and "never swept" in n for n in report.curve_notes)
+    assert any(f"trial {first}" in n and "never swept" in n for n in report.curve_notes)
+    md = write_report(run_dir, tmp_path / "out")[0].read_text()
+    assert "never swept" in _section(md, "Throughput and TTFT") and "**baseline:" not in md
 
 
 def test_an_unfinished_run_is_one_line_error(copy_of_finished_run):
