@@ -425,10 +425,26 @@ def two_sentences(text: str) -> tuple[str, str]:
 def _source_repos(run_dir: Path) -> dict[str, git.Repo]:
     """The workspace's own git repositories (a tree without ``.git`` is not a patchable source)."""
     ws = Path(run_dir) / "workspace"
-    return {d.name: git.Repo(d) for d in sorted(ws.iterdir()) if d.is_dir() and (d / ".git").exists()}
+    repos = {}
+    for d in sorted(ws.iterdir()):
+        if d.is_dir() and (d / ".git").exists():
+            try:
+                repos[d.name] = git.Repo(d)
+            except git.GitError as exc:
+                raise ReviewError(f"{d}: not a readable git repository ({type(exc).__name__})") from None
+    return repos
 
 
 def _tree(record: _RunRecord, name: str, repo: git.Repo) -> TreeReview | None:
+    """The tree's review, or None when it has no run branch (raises ``ReviewError`` for a broken repository)."""
+    try:
+        return _read_tree(record, name, repo)
+    except (git.GitCommandError, ValueError) as exc:
+        why = _git_error(exc) if isinstance(exc, git.GitCommandError) else str(exc)
+        raise ReviewError(f"workspace/{name}: cannot read the run branch: {why}") from None
+
+
+def _read_tree(record: _RunRecord, name: str, repo: git.Repo) -> TreeReview | None:
     branch = run_branch(record.run_id)
     if branch not in repo.heads:
         return None
