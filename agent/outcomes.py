@@ -30,7 +30,9 @@ def _metric_updates(task: TaskSpec, obs: Observation) -> dict[str, tuple[float, 
                 out[t.name] = (run.get("output_throughput", 0.0), run)
         elif (obs.tool == "find_knee" and t.metric == "throughput_at_knee" and obs.args.get("workload") == t.workload
               and r.get("knee_rate")):
-            run = next((x for x in r.get("runs", []) if x.get("request_rate") == r["knee_rate"]), {})
+            at_knee = [x for x in r.get("runs", []) if x.get("request_rate") == r["knee_rate"]]
+            # the seed whose figure is reported (the lowest): its command reproduces the figure
+            run = min(at_knee, key=lambda x: abs(x["output_throughput"] - r["throughput_at_knee"]), default={})
             out[t.name] = (float(r["throughput_at_knee"]), run)
     return out
 

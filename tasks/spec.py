@@ -97,7 +97,13 @@ class Workload(Strict):
     max_concurrency: int | None = Field(None, gt=0)
     duration_s: float | None = Field(None, gt=0, description="rate runs: arrivals for this long")
     ttft_limit_ms: float | None = Field(None, gt=0, description="the knee: highest rate with TTFT p50 <= this")
-    prompts_per_group: int = Field(50, gt=0, description="generated-shared-prefix: prompts sharing one prefix")
+    prefix_groups: int = Field(32, gt=0, description=(
+        "generated-shared-prefix: how many distinct shared prefixes the prompts draw from. Fixed, so the workload "
+        "keeps its shape (the prefixes a cache must hold) at every rate and run length; the prompts per group "
+        "follow from rate x duration"))
+    knee_seeds: list[int] = Field([1, 2], min_length=1, description=(
+        "benchmark seeds (bench_serving --seed) a knee is measured with: a rate counts as sustained only when the "
+        "run with every seed keeps TTFT p50 within the limit, and the figure reported is the lowest of them"))
 
 
 class Target(Strict):

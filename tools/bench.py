@@ -38,30 +38,39 @@ class BenchMetrics(BaseModel):
     simulated: bool = False
     bottleneck: str | None = None
     gpu_time_share: dict[str, float] | None = None
+    seed: int | None = Field(None, description="the benchmark's --seed (None: bench_serving's default)")
     command: list[str] = Field(default_factory=list, description="the benchmark command that measured this, argv")
 
 
 def bench_argv(ctx: ToolContext, workload: Workload, rate: float | None, output_file: str,
-               duration_s: float | None = None) -> tuple[list[str], int]:  # fmt: skip
+               duration_s: float | None = None, seed: int | None = None,
+               num_prompts: int | None = None) -> tuple[list[str], int]:  # fmt: skip
     """The benchmark command for ``workload`` at ``rate``; returns it with the number of prompts sent.
-    ``duration_s`` shortens (or lengthens) a rate run, e.g. for a cheap screening pass."""
+    ``duration_s`` shortens (or lengthens) a rate run, e.g. for a cheap screening pass; ``seed`` draws another
+    sample of the same workload (prompts and arrival times); ``num_prompts`` sizes a run that has no rate and
+    duration to derive it from (a burst: every prompt at once)."""
     if duration_s and workload.duration_s:
         workload = workload.model_copy(update={"duration_s": duration_s})
     argv = ctx.render(ctx.engine.benchmark, base_url=ctx.server.handle.base_url, output_file=output_file)
     argv += ["--dataset-name", workload.dataset]
     params = dict(workload.params)
     rate = rate if rate is not None else workload.request_rate
-    if workload.dataset == "generated-shared-prefix":
-        groups, per_group = int(params.pop("gsp-num-groups", 0) or 0), workload.prompts_per_group
+    if workload.dataset == "generated-shared-prefix":  # a fixed set of prefixes; the run length sets their size
+        groups = int(params.pop("gsp-num-groups", 0) or 0) or workload.prefix_groups
+        per_group = int(params.pop("gsp-prompts-per-group", 0) or 0)
         if workload.duration_s and rate:
-            groups = max(2, math.ceil(rate * workload.duration_s / per_group))
-        groups = groups or 16
+            per_group = max(1, math.ceil(rate * workload.duration_s / groups))
+        elif num_prompts:
+            per_group = max(1, math.ceil(num_prompts / groups))
+        per_group = per_group or 16
         params.update({"gsp-num-groups": groups, "gsp-prompts-per-group": per_group})
         prompts = groups * per_group
     else:
         prompts = int(params.pop("num-prompts", 0) or 0)
         if workload.duration_s and rate:
             prompts = max(20, math.ceil(rate * workload.duration_s))
+        elif num_prompts:
+            prompts = num_prompts
         prompts = prompts or 100
         params["num-prompts"] = prompts
     for k, v in params.items():
@@ -70,10 +79,12 @@ def bench_argv(ctx: ToolContext, workload: Workload, rate: float | None, output_
         argv += ["--request-rate", str(rate)]
     if workload.max_concurrency:
         argv += ["--max-concurrency", str(workload.max_concurrency)]
+    if seed is not None:
+        argv += ["--seed", str(seed)]
     return argv, prompts
 
 
-def parse_record(name: str, record: dict[str, Any], prompts: int) -> BenchMetrics:
+def parse_record(name: str, record: dict[str, Any], prompts: int, seed: int | None = None) -> BenchMetrics:
     completed = int(record.get("completed", 0))
     tpot = float(record.get("median_tpot_ms") or 0.0)
     share = (record.get("gpu_time_breakdown") or {}).get("share")
@@ -88,19 +99,19 @@ def parse_record(name: str, record: dict[str, Any], prompts: int) -> BenchMetric
         median_e2e_latency_ms=float(record.get("median_e2e_latency_ms") or 0.0),
         decode_tok_s=1000.0 / tpot if tpot > 0 else 0.0, accept_length=record.get("accept_length"),
         duration_s=float(record["duration"]), simulated=bool(record.get("simulated")),
-        bottleneck=record.get("bottleneck"), gpu_time_share=share,
+        bottleneck=record.get("bottleneck"), gpu_time_share=share, seed=seed,
     )  # fmt: skip
 
 
-def run_one(ctx: ToolContext, name: str, rate: float | None,
-            duration_s: float | None = None) -> tuple[BenchMetrics | None, str, Cost]:  # fmt: skip
+def run_one(ctx: ToolContext, name: str, rate: float | None, duration_s: float | None = None,
+            seed: int | None = None, num_prompts: int | None = None) -> tuple[BenchMetrics | None, str, Cost]:  # fmt: skip
     """One benchmark run; returns (metrics or None, error text, cost)."""
     workload = ctx.task.workloads[name]
     n = ctx.next_id()
     rel = f".bench/{ctx.run_id}-{n:03d}-{name}.jsonl"  # in the workspace: visible to the engine wherever it runs
     produced = ctx.sandbox.resolve(rel)
     produced.parent.mkdir(parents=True, exist_ok=True)
-    argv, prompts = bench_argv(ctx, workload, rate, ctx.sandbox.command_path(rel), duration_s)
+    argv, prompts = bench_argv(ctx, workload, rate, ctx.sandbox.command_path(rel), duration_s, seed, num_prompts)
     result = ctx.sandbox.run(argv, env=ctx.engine_env(ctx.server.env), timeout_s=3600)
     out = ctx.run_dir / "bench" / f"{n:03d}-{name}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -111,7 +122,7 @@ def run_one(ctx: ToolContext, name: str, rate: float | None,
         err = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
         return None, f"benchmark failed (exit {result.exit_code}): {err[0]}", Cost(wall_seconds=result.wall_seconds)
     record = json.loads(out.read_text().strip().splitlines()[-1])
-    metrics = parse_record(name, record, prompts).model_copy(update={"command": argv})
+    metrics = parse_record(name, record, prompts, seed).model_copy(update={"command": argv})
     cost = Cost(wall_seconds=result.wall_seconds,
                 simulated_seconds=metrics.duration_s if metrics.simulated else None,
                 node_hours=metrics.duration_s / 3600 * ctx.node_fraction())  # fmt: skip
@@ -130,6 +141,8 @@ class BenchInput(ToolInput):
     request_rate: float | None = Field(None, gt=0, description="requests/s; default: the workload's")
     rates: list[float] | None = Field(None, description="a sweep of request rates instead of one rate")
     duration_s: float | None = Field(None, gt=0, description="arrivals for this long instead of the workload's")
+    num_prompts: int | None = Field(None, gt=0, description=(
+        "prompts to send when the run has no rate and duration to size it (a burst); default: the workload's"))
 
 
 class BenchResult(ToolResult):
@@ -151,7 +164,7 @@ def run_benchmark(ctx: ToolContext, args: BenchInput) -> BenchResult:
         return BenchResult(ok=False, summary=err)
     runs, cost = [], Cost()
     for rate in args.rates or [args.request_rate]:
-        metrics, err, c = run_one(ctx, args.workload, rate, args.duration_s)
+        metrics, err, c = run_one(ctx, args.workload, rate, args.duration_s, num_prompts=args.num_prompts)
         cost = _add(cost, c)
         if metrics is None:
             return BenchResult(ok=False, runs=runs, summary=err, cost=cost)
@@ -169,45 +182,64 @@ class KneeInput(ToolInput):
     max_rate: float = Field(16.0, gt=0)
     resolution: float = Field(0.1, gt=0, description="stop when the bracket is this narrow (requests/s)")
     duration_s: float | None = Field(None, gt=0, description="shorter runs for a cheap, coarser search")
+    seeds: list[int] | None = Field(None, min_length=1, description=(
+        "benchmark seeds every sustained rate must pass with (default: the workload's knee_seeds); a screening "
+        "pass may use one"))
 
 
 class KneeResult(ToolResult):
     knee_rate: float | None = None
-    throughput_at_knee: float = 0.0
+    throughput_at_knee: float = Field(0.0, description="the lowest output throughput of the seeds at the knee")
+    ttft_p50_ms: float | None = Field(None, description="at the knee, the highest of the seeds' TTFT p50")
+    ttft_p99_ms: float | None = Field(None, description="at the knee, the highest of the seeds' TTFT p99")
+    seeds: list[int] = []
     first_failing_rate: float | None = None
     runs: list[BenchMetrics] = []
 
 
 @tool
 def find_knee(ctx: ToolContext, args: KneeInput) -> KneeResult:
-    """Find the highest request rate whose TTFT p50 stays within the limit: grow the rate until it fails,
-    then bisect the bracket to the resolution. Reports the output throughput at that rate."""
+    """Find the highest request rate whose TTFT p50 stays within the limit for every benchmark seed: grow the
+    rate until it fails, then bisect the bracket to the resolution. Reports the output throughput at that rate
+    (the lowest of the seeds') with TTFT p50 and p99."""
     if err := _need_server(ctx, args.workload):
         return KneeResult(ok=False, summary=err)
-    limit = args.ttft_limit_ms or ctx.task.workloads[args.workload].ttft_limit_ms
+    workload = ctx.task.workloads[args.workload]
+    limit = args.ttft_limit_ms or workload.ttft_limit_ms
     if limit is None:
         return KneeResult(ok=False, summary="no TTFT limit: pass ttft_limit_ms or set it in the workload")
-    results: dict[float, BenchMetrics] = {}
+    seeds = list(args.seeds or workload.knee_seeds)
+    results: dict[tuple[float, int], BenchMetrics] = {}
     cost = Cost()
 
-    def ok(rate: float) -> bool | None:
+    def ok(rate: float, with_seeds: list[int]) -> bool | None:
+        """Whether every one of ``with_seeds`` sustains ``rate`` (None: a run failed); stops at the first seed
+        that does not."""
         nonlocal cost
         rate = round(rate, 3)
-        if rate not in results:
-            metrics, _err, c = run_one(ctx, args.workload, rate, args.duration_s)
-            cost = _add(cost, c)
-            if metrics is None:
-                return None
-            results[rate] = metrics
-        m = results[rate]
-        return m.median_ttft_ms <= limit and m.success_rate >= 0.99
+        for seed in with_seeds:
+            if (rate, seed) not in results:
+                metrics, _err, c = run_one(ctx, args.workload, rate, args.duration_s, seed)
+                cost = _add(cost, c)
+                if metrics is None:
+                    return None
+                results[(rate, seed)] = metrics
+            m = results[(rate, seed)]
+            if not (m.median_ttft_ms <= limit and m.success_rate >= 0.99):
+                return False
+        return True
 
+    def failed() -> KneeResult:
+        return KneeResult(ok=False, runs=list(results.values()), cost=cost, seeds=seeds, summary="a benchmark run failed")
+
+    # bracket and bisect with the first seed; then the other seeds confirm the knee, which steps down (and the
+    # bisection resumes with every seed) while one of them does not sustain it
     lo, hi = None, None
     rate = args.start_rate
     while rate <= args.max_rate:
-        verdict = ok(rate)
+        verdict = ok(rate, seeds[:1])
         if verdict is None:
-            return KneeResult(ok=False, runs=list(results.values()), cost=cost, summary="a benchmark run failed")
+            return failed()
         if verdict:
             lo, rate = rate, rate * 1.5
         else:
@@ -216,21 +248,38 @@ def find_knee(ctx: ToolContext, args: KneeInput) -> KneeResult:
     if lo is None and hi is not None:  # even the first rate fails: search downwards
         rate = hi / 2
         while rate >= args.resolution:
-            if ok(rate):
+            verdict = ok(rate, seeds[:1])
+            if verdict is None:
+                return failed()
+            if verdict:
                 lo = rate
                 break
             hi, rate = rate, rate / 2
-    while lo is not None and hi is not None and hi - lo > args.resolution:
-        mid = round((lo + hi) / 2, 3)
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid
-    runs = [results[r] for r in sorted(results)]
+    confirmed, bisect_with = False, seeds[:1]
+    while lo is not None and not confirmed:
+        while hi is not None and hi - lo > args.resolution:
+            mid = round((lo + hi) / 2, 3)
+            verdict = ok(mid, bisect_with)
+            if verdict is None:
+                return failed()
+            lo, hi = (mid, hi) if verdict else (lo, mid)
+        verdict = ok(lo, seeds)
+        if verdict is None:
+            return failed()
+        confirmed = verdict
+        if not verdict:  # a seed does not sustain it: the knee is below, and every seed now bisects
+            hi, bisect_with = lo, seeds
+            lower = [r for (r, s) in results if s == seeds[0] and r < lo and ok(r, seeds[:1])]
+            lo = max(lower) if lower else None
+    runs = [results[k] for k in sorted(results)]
     if lo is None:
-        return KneeResult(ok=False, first_failing_rate=hi, runs=runs, cost=cost,
+        return KneeResult(ok=False, first_failing_rate=hi, runs=runs, cost=cost, seeds=seeds,
                           summary=f"TTFT p50 exceeds {limit:.0f} ms even at {hi} req/s")  # fmt: skip
-    best = results[round(lo, 3)]
-    return KneeResult(knee_rate=lo, throughput_at_knee=best.output_throughput, first_failing_rate=hi, runs=runs,
-                      cost=cost, summary=f"knee at {lo:g} req/s: {best.output_throughput:.0f} tok/s, TTFT p50 "
-                      f"{best.median_ttft_ms:.0f} ms ({len(runs)} runs)")  # fmt: skip
+    at_knee = [results[(round(lo, 3), s)] for s in seeds]
+    worst = min(at_knee, key=lambda m: m.output_throughput)
+    p50, p99 = max(m.median_ttft_ms for m in at_knee), max(m.p99_ttft_ms for m in at_knee)
+    return KneeResult(knee_rate=lo, throughput_at_knee=worst.output_throughput, ttft_p50_ms=p50, ttft_p99_ms=p99,
+                      seeds=seeds, first_failing_rate=hi, runs=runs, cost=cost,
+                      summary=f"knee at {lo:g} req/s (every one of {len(seeds)} seed(s)): "
+                      f"{worst.output_throughput:.0f} tok/s, TTFT p50 {p50:.0f} ms, p99 {p99:.0f} ms "
+                      f"({len(runs)} runs)")  # fmt: skip

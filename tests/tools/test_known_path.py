@@ -116,7 +116,7 @@ def test_known_path(runner, tmp_path):
     assert up.ok and up.result["moe_fallback_shapes"] == []
     knee = call(runner, "find_knee", workload="throughput", start_rate=1.6)
     assert knee.ok and knee.result["knee_rate"] >= 2.4
-    assert len(knee.result["runs"]) <= 8
+    check_knee_holds_for_every_seed(knee.result, limit_ms=5000)
     accuracy = call(runner, "run_eval", suite="gsm8k", n=60)
     assert accuracy.ok and accuracy.result["within_tolerance"] is True
     assert call(runner, "stop_server").ok
@@ -228,3 +228,22 @@ def test_commit_messages_name_paths_from_the_repository_root() -> None:
     text = 'File "sglang/python/sglang/srt/x.py", line 3 (in sglang/python/a.cuh); model/config.json stays'
     assert repo_relative(text, "sglang") == 'File "python/sglang/srt/x.py", line 3 (in python/a.cuh); model/config.json stays'
     assert repo_relative("edit model/config.json: re:model\\.decoder", "model") == "edit config.json: re:model\\.decoder"
+
+
+def check_knee_holds_for_every_seed(knee: dict, limit_ms: float) -> None:
+    """The knee is a rate every benchmark seed sustains; the figure reported is the lowest seed's, with its p99."""
+    seeds, rate = knee["seeds"], knee["knee_rate"]
+    assert len(seeds) >= 2 and len(knee["runs"]) <= 8 * len(seeds)
+    by_rate: dict[float, list[dict]] = {}
+    for r in knee["runs"]:
+        by_rate.setdefault(r["request_rate"], []).append(r)
+    at_knee = by_rate[rate]
+    assert sorted(r["seed"] for r in at_knee) == sorted(seeds)
+    assert all(r["median_ttft_ms"] <= limit_ms for r in at_knee)
+    assert knee["throughput_at_knee"] == min(r["output_throughput"] for r in at_knee)
+    assert knee["ttft_p99_ms"] == max(r["p99_ttft_ms"] for r in at_knee) >= knee["ttft_p50_ms"]
+    failing = by_rate[knee["first_failing_rate"]]
+    assert any(r["median_ttft_ms"] > limit_ms for r in failing)  # some seed fails just above the knee
+    for r_rate, runs in by_rate.items():  # a rate is sustained only if no seed failed it
+        if r_rate <= rate:
+            assert all(r["median_ttft_ms"] <= limit_ms for r in runs)

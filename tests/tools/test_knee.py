@@ -1,0 +1,75 @@
+"""``find_knee``'s search over rates and benchmark seeds, on a server whose TTFT depends on rate and seed.
+
+The benchmark is replaced by a table (rate, seed) -> TTFT, so the search's decisions are checked exactly: which
+runs it makes, which rate it reports, and that a knee one seed does not sustain is not reported."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from tasks.spec import Workload
+from tools import bench
+from tools.base import Cost
+from tools.bench import BenchMetrics, KneeInput, find_knee
+
+LIMIT_MS = 5000.0
+
+
+def fake_ctx() -> SimpleNamespace:
+    workload = Workload(dataset="generated-shared-prefix", duration_s=600, ttft_limit_ms=LIMIT_MS, knee_seeds=[1, 2])
+    return SimpleNamespace(server=object(), task=SimpleNamespace(workloads={"tp": workload}))
+
+
+@pytest.fixture
+def served(monkeypatch):
+    """A server that sustains up to ``capacity[seed]`` requests/s; records every (rate, seed) benchmarked."""
+    capacity: dict[int, float] = {}
+    calls: list[tuple[float, int]] = []
+
+    def run_one(ctx, name, rate, duration_s=None, seed=None):
+        calls.append((rate, seed))
+        ttft = 600.0 if rate <= capacity[seed] else 20_000.0
+        m = BenchMetrics(workload=name, request_rate=rate, completed=100, num_prompts=100, success_rate=1.0,
+                         output_throughput=rate * 1000 - seed, request_throughput=rate, median_ttft_ms=ttft,
+                         p99_ttft_ms=ttft * 3, median_tpot_ms=20, p99_tpot_ms=30, median_itl_ms=20, p99_itl_ms=30,
+                         median_e2e_latency_ms=20_000, decode_tok_s=50, duration_s=600, seed=seed)  # fmt: skip
+        return m, "", Cost(node_hours=0.1)
+
+    monkeypatch.setattr(bench, "run_one", run_one)
+    return SimpleNamespace(capacity=capacity, calls=calls)
+
+
+def test_the_knee_is_the_rate_every_seed_sustains(served):
+    served.capacity.update({1: 2.7, 2: 2.45})  # seed 2 saturates earlier
+    r = find_knee(fake_ctx(), KneeInput(workload="tp", start_rate=2.0, resolution=0.1))
+    assert r.ok and r.seeds == [1, 2]
+    assert 2.35 < r.knee_rate <= 2.45  # within the resolution below what seed 2 sustains, above what it does not
+    at_knee = [m for m in r.runs if m.request_rate == r.knee_rate]
+    assert sorted(m.seed for m in at_knee) == [1, 2]  # confirmed by both
+    assert r.throughput_at_knee == min(m.output_throughput for m in at_knee)  # the lower figure is reported
+    assert r.ttft_p99_ms == 1800.0 and r.ttft_p50_ms == 600.0
+    assert r.first_failing_rate is not None and r.first_failing_rate - r.knee_rate <= 0.1 + 1e-9
+    assert r.cost.node_hours == pytest.approx(0.1 * len(served.calls))
+
+
+def test_the_second_seed_runs_only_to_confirm(served):
+    served.capacity.update({1: 2.7, 2: 2.7})
+    r = find_knee(fake_ctx(), KneeInput(workload="tp", start_rate=2.0, resolution=0.1))
+    assert r.ok and 2.6 < r.knee_rate <= 2.7
+    # the bracket and bisection ran on seed 1; seed 2 ran only where a knee was to be confirmed
+    assert [rate for rate, seed in served.calls if seed == 2] == [r.knee_rate]
+
+
+def test_one_seed_for_a_screening_pass(served):
+    served.capacity.update({1: 3.3})
+    r = find_knee(fake_ctx(), KneeInput(workload="tp", start_rate=1.0, resolution=0.25, seeds=[1]))
+    assert r.ok and r.seeds == [1] and {s for _, s in served.calls} == {1}
+    assert 3.05 <= r.knee_rate <= 3.3
+
+
+def test_no_sustained_rate_is_an_error_not_a_knee(served):
+    served.capacity.update({1: 0.05, 2: 0.05})
+    r = find_knee(fake_ctx(), KneeInput(workload="tp", start_rate=1.0, resolution=0.1))
+    assert not r.ok and r.knee_rate is None and "exceeds" in r.summary
