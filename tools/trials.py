@@ -35,6 +35,7 @@ class TrialSpec(BaseModel):
     start_rate: float = 1.0
     resolution: float = 0.1
     duration_s: float | None = None  # shorter benchmark runs for screening
+    num_prompts: int | None = None  # a benchmark without a rate (a burst): how many prompts
 
 
 class TrialJob(BaseModel):
@@ -54,6 +55,7 @@ class TrialOutcome(BaseModel):
     diagnosis: str | None = None
     value: float = 0.0  # throughput at the knee, or the benchmark's output throughput
     knee_rate: float | None = None
+    request_throughput: float | None = None  # a benchmark's completed requests/s (a burst's: the rate it served)
     summary: str = ""
     gpus: int = 1
     cost: Cost = Cost()
@@ -139,19 +141,22 @@ def _run_trial(job: TrialJob, task, gpu_ids: list[int] | None) -> TrialOutcome:
             return TrialOutcome(job_id=job.job_id, spec=spec, status=launched.status, gpus=gpus_of(spec.flags),
                                 diagnosis=launched.diagnosis.summary if launched.diagnosis else None,
                                 summary=launched.summary, cost=cost)  # fmt: skip
+        served = None
         if spec.measure == "knee":
             m = find_knee(ctx, KneeInput(workload=spec.workload, start_rate=spec.start_rate, resolution=spec.resolution,
                                          duration_s=spec.duration_s))  # fmt: skip
             value, rate = (m.throughput_at_knee if m.ok else 0.0), m.knee_rate
         else:
             m = run_benchmark(ctx, BenchInput(workload=spec.workload, request_rate=spec.request_rate,
-                                              duration_s=spec.duration_s))  # fmt: skip
-            value, rate = (m.runs[-1].output_throughput if m.ok and m.runs else 0.0), spec.request_rate
+                                              duration_s=spec.duration_s, num_prompts=spec.num_prompts))  # fmt: skip
+            last = m.runs[-1] if m.ok and m.runs else None
+            value, rate = (last.output_throughput if last else 0.0), spec.request_rate
+            served = last.request_throughput if last else None
         cost = Cost(wall_seconds=cost.wall_seconds + m.cost.wall_seconds,
                     simulated_seconds=(cost.simulated_seconds or 0.0) + (m.cost.simulated_seconds or 0.0),
                     node_hours=cost.node_hours + m.cost.node_hours)  # fmt: skip
         return TrialOutcome(job_id=job.job_id, spec=spec, status="up", value=value, knee_rate=rate, summary=m.summary,
-                            gpus=gpus_of(spec.flags), cost=cost)  # fmt: skip
+                            request_throughput=served, gpus=gpus_of(spec.flags), cost=cost)  # fmt: skip
     finally:
         sandbox.close()
 

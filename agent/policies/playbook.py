@@ -28,6 +28,11 @@ from .base import Decision, PolicyContext
 from .upstream_fixes import _map_mtp_exclude_entry, draft_class, map_draft_excludes
 
 MAX_FIXES_PER_CONFIG = 6
+# Layout screening sends every prompt at once (a burst) and ranks layouts by the throughput they serve: 128 prompts
+# per GPU of the node keeps a burst's ramp and drain a small share of its run even at one DP rank per GPU. The
+# knee of each of the best few is then measured at full length, starting just below the rate its burst served.
+SCREEN_PROMPTS_PER_GPU = 128
+CONFIRM_TOP = 2
 # CUDA headers and the HIP headers that declare the same API (hipify's mapping)
 HIP_COUNTERPARTS = {
     "cuda_runtime.h": "hip/hip_runtime.h", "cuda_runtime_api.h": "hip/hip_runtime_api.h", "cuda.h": "hip/hip_runtime.h",
@@ -177,12 +182,12 @@ class PlaybookPolicy:
             up = [o for o in outcomes if o["status"] == "up" and o["value"] > 0]
             for o in outcomes:
                 memo.setdefault("tried", []).append(f"layout {o['spec']['flags']}: {o['status']} {o['value']:.0f}")
-            if up:
-                best = max(up, key=lambda o: o["value"])
-                memo["knee_rate"] = best["knee_rate"]
-                memo["queue"] = [{"label": f"best layout {best['spec']['flags']}", "from": "none",
-                                  "set": best["spec"]["flags"], "env": best["spec"]["env"], "measure": "knee_full",
-                                  "keep_as": "throughput"}]  # fmt: skip
+            top = sorted(up, key=lambda o: o["value"], reverse=True)[:CONFIRM_TOP]
+            memo["queue"] = [{"label": f"layout {o['spec']['flags']} at full length", "from": "none",
+                              "set": o["spec"]["flags"], "env": o["spec"]["env"], "measure": "knee_full",
+                              "keep_as": "throughput",
+                              "start_rate": round(0.95 * o["request_throughput"], 3) if o.get("request_throughput")
+                              else None} for o in top]  # fmt: skip
             return None
         cur = memo.get("current")
         if cur is not None:
@@ -195,8 +200,8 @@ class PlaybookPolicy:
                 return None  # nothing new to try
             memo["current"] = {"label": item["label"], "flags": flags, "env": env, "measure": item["measure"],
                                "keep_as": item["keep_as"], "group": item.get("group"),
-                               "feature": item.get("feature"), "step": "launch",
-                               "fixes": 0, "seen": []}  # fmt: skip
+                               "feature": item.get("feature"), "start_rate": item.get("start_rate"),
+                               "step": "launch", "fixes": 0, "seen": []}  # fmt: skip
             if item.get("upstream"):  # patch the engine, then launch with the config as released
                 memo["current"].update(step="upstream", upstream=item["upstream"], pristine=[item["upstream"]["config"]])
             return None
@@ -242,15 +247,14 @@ class PlaybookPolicy:
                 trials = []
                 for item in self._layout_plan(task, memo):
                     flags, env = self._compose(memo, item)
-                    # screening: a quarter of the workload's run length and a coarse bracket; the winner is
-                    # measured again in full
-                    duration = task.workloads[knee.workload].duration_s
-                    trials.append({"flags": flags, "env": env,
-                                   "workload": knee.workload, "measure": "knee", "start_rate": 1.0,
-                                   "resolution": 0.25, "duration_s": duration / 4 if duration else None})  # fmt: skip
+                    # screening: one burst per layout, ranked by the throughput it serves; the best few are
+                    # measured at full length (a knee each)
+                    trials.append({"flags": flags, "env": env, "workload": knee.workload, "measure": "benchmark",
+                                   "num_prompts": SCREEN_PROMPTS_PER_GPU * task.hardware.gpus})  # fmt: skip
                 memo["layout_trials"] = trials
                 return ([Call(tool="run_trials", args={"trials": trials})],
-                        f"measure the knee of {len(trials)} parallel layouts as independent trials")  # fmt: skip
+                        f"screen {len(trials)} parallel layouts with one burst each, as independent trials; "
+                        f"the best {CONFIRM_TOP} get a full-length knee")  # fmt: skip
             return None
         if phase == "layout":
             memo["phase"] = "knee"
@@ -416,8 +420,8 @@ class PlaybookPolicy:
             t = next(t for t in task.targets if t.metric == "decode_tok_s")
             return [Call(tool="run_benchmark", args={"workload": t.workload})]
         workload, _ = self._knee_target(task)
-        if cur["measure"] == "knee_full":  # confirm a knee found elsewhere, starting just below it
-            start = max(0.25, round((memo.get("knee_rate") or 1.0) - 0.2, 3))
+        if cur["measure"] == "knee_full":  # a full-length knee, starting just below the rate screening predicts
+            start = cur.get("start_rate") or max(0.25, round((memo.get("knee_rate") or 1.0) - 0.2, 3))
             return [Call(tool="find_knee", args={"workload": workload, "start_rate": start, "resolution": 0.1})]
         if memo.get("knee_rate") and memo["best"].get("throughput"):
             cur["probe"] = True
