@@ -10,6 +10,7 @@ data says so rather than being left out. Every figure of a run on the twin carri
 from __future__ import annotations
 
 import io
+import textwrap
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -44,6 +45,14 @@ def _no_data(fig: Figure, message: str) -> None:
     ax = fig.add_subplot()
     ax.set_axis_off()
     ax.text(0.5, 0.5, message, ha="center", va="center", wrap=True, fontsize=10)
+
+
+def _curve_notes(ax, report: RunReport) -> None:  # noqa: ANN001 - a matplotlib Axes
+    """Why a curve is missing (e.g. the baseline was never swept), written into the plot itself."""
+    if report.curve_notes:
+        text = "\n".join(textwrap.fill(n, 72) for n in report.curve_notes)
+        ax.text(0.99, 0.03, text, transform=ax.transAxes, ha="right", va="bottom", fontsize=7, color="#6b4e00",
+                bbox={"facecolor": "#fff8e1", "edgecolor": "#e0a800", "alpha": 0.9})  # fmt: skip
 
 
 def _label(curve: RateCurve) -> str:
@@ -91,6 +100,7 @@ def throughput_vs_rate(report: RunReport) -> bytes:
                  and t.metric in ("throughput_at_knee", "output_throughput")), None)  # fmt: skip
     if goal is not None:
         ax.axhline(goal, color=GOAL_COLOR, linestyle="--", linewidth=1, label=f"goal {goal:g} tok/s")
+    _curve_notes(ax, report)
     ax.set_xlabel("request rate (req/s)")
     ax.set_ylabel("output throughput (tok/s)")
     ax.grid(alpha=0.3)
@@ -123,6 +133,7 @@ def ttft_vs_rate(report: RunReport) -> bytes:
     positive = [v for v in values if v > 0]
     if positive and max(positive) / min(positive) > 30:
         ax.set_yscale("log")
+    _curve_notes(ax, report)
     ax.set_xlabel("request rate (req/s)")
     ax.set_ylabel("time to first token (ms)")
     ax.grid(alpha=0.3, which="both")
