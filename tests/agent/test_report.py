@@ -17,7 +17,7 @@ from agent.plots import render_plots
 from agent.report import SIMULATED_BANNER, ReportError, build_report, write_report
 from agent.trace import read_trace
 from tasks.spec import TaskError, load_task
-from tests.agent.conftest import DEFAULT_TASK, FINISHED_RUN_ID
+from tests.agent.conftest import DEFAULT_TASK, FINISHED_RUN_ID, run_agent
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PLOTS = ("throughput_vs_rate.png", "ttft_vs_rate.png", "best_so_far.png", "time_breakdown.png")
@@ -293,3 +293,26 @@ def test_task_price_field_is_validated(tmp_path):
             load_task(tmp_path / "bad.yaml")
     (tmp_path / "good.yaml").write_text(yaml.safe_dump({**data, "report": {"gpu_hour_usd": 3.5}}))
     assert load_task(tmp_path / "good.yaml").report.gpu_hour_usd == 3.5
+
+
+def test_a_run_that_measured_nothing_says_so(tmp_path):
+    """A run stopped by its trial budget before any benchmark: every section says what is missing."""
+    proc = run_agent(
+        tmp_path, "run", str(DEFAULT_TASK), "--policy", "playbook", "--max-trials", "1", "--run-id", "short"
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run_dir = tmp_path / "runs" / "short"
+    report = build_report(run_dir, gpu_hour_usd=2.0)
+    assert report.bench_runs == [] and report.curves == [] and report.winner_trial is None
+    assert any("no configuration was benchmarked" in n for n in report.curve_notes)
+    assert (
+        report.cost.usd_per_million_output_tokens is None and "no winning configuration" in report.cost.note
+    )
+    paths = write_report(run_dir, tmp_path / "out")
+    md = paths[0].read_text()
+    for t in report.targets:
+        assert f"| {t.name} |" in md and t.achieved is None
+    assert "nothing improved a target" in _section(md, "The path")
+    assert "no GPU time breakdown" in _section(md, "Where the winner's GPU time went")
+    for p in paths[2:]:
+        assert p.read_bytes().startswith(PNG_MAGIC) and matplotlib.image.imread(p).std() > 0.01
