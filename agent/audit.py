@@ -3,11 +3,10 @@
 The audit re-reads ``runs/<id>/`` and checks that its records agree with each other: the trace parses and is
 numbered without gaps; every decision's proposed calls were made, in order, with the inputs it proposed; the
 trials, patches and bests re-derived from the recorded tool results (with the graph's own pure function,
-:func:`agent.outcomes.apply_observations`) match the final checkpointed state; each best's value is the one its
-trial's recorded benchmark measured; committed patches' commits exist on the run's branch with the files the
-trace says; ``summary.json`` agrees with the final state and with the ``run_finished`` event; and the task file
-is still the one the run was started with. Each disagreement is a :class:`Finding`.
-"""
+:func:`agent.outcomes.apply_observations`) match the final checkpointed state; each best's value is the one
+its trial's recorded benchmark measured; committed patches' commits exist on the run's branch with the files
+the trace says; ``summary.json`` agrees with the final state and with the ``run_finished`` event; and the task
+file is still the one the run was started with. Each disagreement is a :class:`Finding`."""
 
 from __future__ import annotations
 
@@ -41,7 +40,10 @@ from .trace import (
 
 Severity = Literal["error", "warning", "info"]
 REL_EXACT = 1e-9  # figures re-derived from the same recorded numbers agree to rounding
-CALL_ID = re.compile(r"^s(?P<step>\d+)(?:c(?P<index>\d+)|eval|commit(?P<patch>\d+)|stop)$")
+# ids the graph gives calls: the i-th call of a step's decision (unless the policy named it, as an LLM does),
+# and the graph's own calls: the accuracy check, a patch's commit, stopping the server at the end
+ACT_CALL = re.compile(r"^s(?P<step>\d+)c(?P<index>\d+)$")
+GRAPH_CALL = re.compile(r"^s(?P<step>\d+)(?P<what>eval|commit(?P<patch>\d+)|stop)$")
 
 
 class Finding(BaseModel):
@@ -71,6 +73,46 @@ class AuditReport(BaseModel):
         return [f for f in self.findings if f.severity == "error"]
 
 
+class StepCall(BaseModel):
+    """A recorded tool call and the decision (step) it was recorded under."""
+
+    event: ToolCallEvent
+    step: int  # the step of the decision before it in the trace (0 before any)
+    proposed: int | None  # its index among the decision's calls; None for the graph's own calls
+    graph: str | None = None  # the graph's own call: "eval", "commit" or "stop"
+    patch: int | None = None  # the patch a graph commit call commits
+    id_step: int | None = None  # the step its id names, if it names one
+
+
+def step_calls(events: list[TraceEvent]) -> list[StepCall]:
+    """The trace's tool calls with the step each belongs to: a decision's calls are recorded after it and
+    before the next decision, in its order, whatever ids the policy gave them."""
+    out: list[StepCall] = []
+    step, index = 0, 0
+    for e in events:
+        if isinstance(e, DecisionEvent):
+            step, index = e.step or 0, 0
+        elif isinstance(e, ToolCallEvent):
+            if m := GRAPH_CALL.match(e.call_id):
+                what = "commit" if m["patch"] is not None else m["what"]
+                patch = int(m["patch"]) if m["patch"] is not None else None
+                out.append(
+                    StepCall(
+                        event=e, step=step, proposed=None, graph=what, patch=patch, id_step=int(m["step"])
+                    )
+                )
+                continue
+            m = ACT_CALL.match(e.call_id)
+            if m and (int(m["step"]), int(m["index"])) != (step, index):
+                out.append(StepCall(event=e, step=step, proposed=int(m["index"]), id_step=int(m["step"])))
+            else:
+                out.append(
+                    StepCall(event=e, step=step, proposed=index, id_step=int(m["step"]) if m else None)
+                )
+            index += 1
+    return out
+
+
 @dataclass
 class _TaskOnly:
     """What :func:`apply_observations` reads of a run: only its task."""
@@ -84,6 +126,7 @@ class _Auditor:
         self.task_path = task_path
         self.report = AuditReport(run_id=run_dir.name, run_dir=str(run_dir))
         self.eval_deltas: dict[int, float] = {}  # trial id -> accuracy delta its recorded eval measured
+        self.measured_at: dict[tuple[int, str], int] = {}  # (trial id, target) -> step of its measurement
 
     def find(self, severity: Severity, check: str, message: str, step: int | None = None) -> None:
         self.report.findings.append(Finding(severity=severity, step=step, check=check, message=message))
@@ -107,85 +150,105 @@ class _Auditor:
         self.ran("trace numbered 1..n, one run_started first, at most one run_finished last")
         for i, e in enumerate(events, start=1):
             if e.seq != i:
-                self.find("error", "trace", f"event {i} has seq {e.seq}: a line is missing or out of place", e.step)
+                self.find(
+                    "error", "trace", f"event {i} has seq {e.seq}: a line is missing or out of place", e.step
+                )
                 break
         started = [e for e in events if isinstance(e, RunStartedEvent)]
-        if len(started) != 1 or not isinstance(events[0], RunStartedEvent):
-            self.find("error", "trace", f"{len(started)} run_started event(s); a trace opens with exactly one")
+        if len(started) != 1 or not events or not isinstance(events[0], RunStartedEvent):
+            self.find(
+                "error", "trace", f"{len(started)} run_started event(s); a trace opens with exactly one"
+            )
         finished = [i for i, e in enumerate(events) if isinstance(e, RunFinishedEvent)]
         if len(finished) > 1:
             self.find("error", "trace", f"{len(finished)} run_finished events; a run finishes once")
-        elif finished and any(isinstance(e, DecisionEvent | ToolCallEvent) for e in events[finished[0] + 1 :]):
+        elif finished and any(
+            isinstance(e, DecisionEvent | ToolCallEvent) for e in events[finished[0] + 1 :]
+        ):
             self.find("error", "trace", "decisions or tool calls recorded after run_finished")
         run_ids = {e.run_id for e in events}
         if len(run_ids) > 1:
             self.find("error", "trace", f"events of several runs in one trace: {', '.join(sorted(run_ids))}")
         elif run_ids and run_ids != {self.run_dir.name}:
-            self.find("warning", "trace", f"the trace is run {run_ids.pop()!r}'s, in folder {self.run_dir.name!r}")
+            self.find(
+                "warning", "trace", f"the trace is run {run_ids.pop()!r}'s, in folder {self.run_dir.name!r}"
+            )
         return events
 
     # --- decisions and their calls ----------------------------------------------------------------------
 
     def calls(self, events: list[TraceEvent]) -> None:
-        """Every proposed call has its tool_call (``s{step}c{i}``), same tool and input, in the decision's order,
-        before the next decision; no ``s{step}c{i}`` call that was not proposed."""
+        """Every proposed call has its tool_call, recorded after its decision and before the next, in the
+        decision's order, with the proposed tool and input; no call that was not proposed; the graph's own
+        calls (``s{step}eval``, ``s{step}commit{patch}``, ``s{step}stop``) under their step."""
         self.ran("every proposed call made, in order, with its proposed input")
         finished = any(isinstance(e, RunFinishedEvent) for e in events)
+        decisions = [e for e in events if isinstance(e, DecisionEvent)]
+        made: dict[int, list[StepCall]] = {}
+        for c in step_calls(events):
+            e = c.event
+            if "ok" in e.result and bool(e.result["ok"]) != e.ok:
+                self.find(
+                    "error",
+                    "calls",
+                    f"{e.call_id} ({e.tool}): recorded ok={e.ok} but its result says ok={e.result['ok']}",
+                    c.step,
+                )
+            if c.id_step is not None and c.id_step != c.step:
+                self.find("error", "calls", f"{e.call_id} ({e.tool}) recorded under step {c.step}", c.id_step)
+            if c.proposed is not None:
+                made.setdefault(c.step, []).append(c)
         last_step = 0
-        decision: DecisionEvent | None = None
-        made: list[ToolCallEvent] = []
-        steps = [e for e in events if isinstance(e, DecisionEvent)]
-
-        def close() -> None:
-            if decision is None:
-                return
-            proposed = decision.proposed_calls
-            got = {int(m["index"]): c for c in made if (m := CALL_ID.match(c.call_id)) and m["index"] is not None}
-            order = [int(m["index"]) for c in made if (m := CALL_ID.match(c.call_id)) and m["index"] is not None]
-            if order != sorted(order):
-                self.find("error", "calls", f"calls made out of the decision's order: {order}", decision.step)
-            for i, p in enumerate(proposed):
-                rec = got.get(i)
+        for d in decisions:
+            step = d.step or 0
+            if step == last_step:
+                self.find("warning", "calls", f"step {step} decided again (a resumed run)", step)
+            elif step != last_step + 1:
+                self.find("error", "calls", f"decision for step {step} follows step {last_step}", step)
+            last_step = step or last_step
+        for d in {d.step or 0: d for d in decisions}.values():  # the last decision of a step decided again
+            step, got = d.step or 0, made.pop(d.step or 0, [])
+            for i, p in enumerate(d.proposed_calls):
+                rec = next((c.event for c in got if c.proposed == i), None)
                 if rec is None:
-                    interrupted = not finished and decision is steps[-1]
-                    self.find("warning" if interrupted else "error", "calls",
-                              f"proposed call {i} ({p.tool}) has no tool_call s{decision.step}c{i}"
-                              + (" (the run stopped here)" if interrupted else ""), decision.step)  # fmt: skip
-                    continue
-                if rec.tool != p.tool:
-                    self.find("error", "calls", f"{rec.call_id}: tool {rec.tool!r}, the decision proposed {p.tool!r}",
-                              decision.step)  # fmt: skip
+                    interrupted = not finished and d is decisions[-1]
+                    self.find(
+                        "warning" if interrupted else "error",
+                        "calls",
+                        f"proposed call {i} of step {step} ({p.tool}) was not made"
+                        + (" (the run stopped here)" if interrupted else ""),
+                        step,
+                    )
+                elif rec.tool != p.tool:
+                    self.find(
+                        "error",
+                        "calls",
+                        f"{rec.call_id}: tool {rec.tool!r}, the decision proposed {p.tool!r}",
+                        step,
+                    )
                 elif "__raw_arguments__" not in p.input and rec.input != p.input:
-                    self.find("error", "calls", f"{rec.call_id} ({rec.tool}): input differs from the proposed one "
-                              f"({_first_difference(p.input, rec.input)})", decision.step)  # fmt: skip
-            for i in sorted(set(got) - set(range(len(proposed)))):
-                self.find("error", "calls", f"{got[i].call_id} ({got[i].tool}) was not proposed by the decision",
-                          decision.step)  # fmt: skip
-
-        for e in events:
-            if isinstance(e, DecisionEvent):
-                close()
-                if e.step == last_step:
-                    self.find("warning", "calls", f"step {e.step} decided again (a resumed run)", e.step)
-                elif e.step != last_step + 1:
-                    self.find("error", "calls", f"decision for step {e.step} follows step {last_step}", e.step)
-                last_step = e.step or last_step
-                decision, made = e, []
-            elif isinstance(e, ToolCallEvent):
-                m = CALL_ID.match(e.call_id)
-                if "ok" in e.result and bool(e.result["ok"]) != e.ok:
-                    self.find("error", "calls", f"{e.call_id} ({e.tool}): recorded ok={e.ok} but its result says "
-                              f"ok={e.result['ok']}", _step_of(e))  # fmt: skip
-                if m is None:
-                    self.find("info", "calls", f"tool call {e.call_id!r} ({e.tool}) has no step in its id")
-                    continue
-                step = int(m["step"])
-                if decision is None or step != decision.step:
-                    self.find("error", "calls", f"{e.call_id} ({e.tool}) recorded under step "
-                              f"{decision.step if decision else 'none'}", step)  # fmt: skip
-                elif m["index"] is not None:
-                    made.append(e)
-        close()
+                    self.find(
+                        "error",
+                        "calls",
+                        f"{rec.call_id} ({rec.tool}): input differs from the proposed one "
+                        f"({_first_difference(p.input, rec.input)})",
+                        step,
+                    )
+            for c in got:
+                if c.proposed >= len(d.proposed_calls):
+                    self.find(
+                        "error",
+                        "calls",
+                        f"{c.event.call_id} ({c.event.tool}) was not proposed by the decision",
+                        step,
+                    )
+        for step, extra in made.items():
+            self.find(
+                "error",
+                "calls",
+                f"{extra[0].event.call_id} ({extra[0].event.tool}) recorded with no decision",
+                step or None,
+            )
 
     # --- the state the trace implies ---------------------------------------------------------------------
 
@@ -195,28 +258,51 @@ class _Auditor:
         started = next(e for e in events if isinstance(e, RunStartedEvent))
         state = AgentState(run_id=started.run_id, task_path=started.task_path)
         holder = _TaskOnly(task)
-        by_step: dict[int, list[ToolCallEvent]] = {}
-        for e in events:
-            if isinstance(e, ToolCallEvent) and (m := CALL_ID.match(e.call_id)):
-                by_step.setdefault(int(m["step"]), []).append(e)
-        for d in (e for e in events if isinstance(e, DecisionEvent)):
-            calls = by_step.get(d.step or 0, [])
-            obs = [Observation(call_id=c.call_id, tool=c.tool, args=c.input, ok=c.ok, error=c.error, result=c.result,
-                               step=d.step or 0) for c in calls if CALL_ID.match(c.call_id)["index"] is not None]  # fmt: skip
-            state = state.model_copy(update={"step": d.step, "rationale": d.rationale, "stage": d.stage or "",
-                                             "annotations": d.annotations, "observations": obs})  # fmt: skip
+        by_step: dict[int, list[StepCall]] = {}
+        for c in step_calls(events):
+            by_step.setdefault(c.step, []).append(c)
+        for d in {d.step or 0: d for d in events if isinstance(d, DecisionEvent)}.values():
+            step = d.step or 0
+            calls = by_step.get(step, [])
+            obs = [
+                Observation(
+                    call_id=c.event.call_id,
+                    tool=c.event.tool,
+                    args=c.event.input,
+                    ok=c.event.ok,
+                    error=c.event.error,
+                    result=c.event.result,
+                    step=step,
+                )
+                for c in calls
+                if c.proposed is not None
+            ]
+            state = state.model_copy(
+                update={
+                    "step": step,
+                    "rationale": d.rationale,
+                    "stage": d.stage or "",
+                    "annotations": d.annotations,
+                    "observations": obs,
+                }
+            )
+            before = {t.id: dict(t.metrics) for t in state.trials}
             state = state.model_copy(update=apply_observations(state, holder))  # type: ignore[arg-type]
+            for t in state.trials:
+                for name, value in t.metrics.items():
+                    if before.get(t.id, {}).get(name) != value:
+                        self.measured_at[(t.id, name)] = step
             for c in calls:
-                m = CALL_ID.match(c.call_id)
-                if c.call_id.endswith("eval") and state.trials:
-                    if c.result.get("delta") is not None:
-                        self.eval_deltas[state.trials[-1].id] = float(c.result["delta"])
-                    state.trials[-1].accuracy = c.result.get("accuracy")
-                    state.trials[-1].accuracy_ok = bool(c.ok and c.result.get("within_tolerance"))
-                elif m["patch"] is not None and c.ok:
+                e = c.event
+                if c.graph == "eval" and state.trials:
+                    if e.result.get("delta") is not None:
+                        self.eval_deltas[state.trials[-1].id] = float(e.result["delta"])
+                    state.trials[-1].accuracy = e.result.get("accuracy")
+                    state.trials[-1].accuracy_ok = bool(e.ok and e.result.get("within_tolerance"))
+                elif c.patch is not None and e.ok:
                     for p in state.patches:
-                        if p.id == int(m["patch"]):
-                            p.status, p.commits = "committed", [r["sha"] for r in c.result.get("commits", [])]
+                        if p.id == c.patch:
+                            p.status, p.commits = "committed", [r["sha"] for r in e.result.get("commits", [])]
         return state
 
     def state(self, events: list[TraceEvent], task: TaskSpec | None, final: AgentState | None) -> None:
@@ -228,53 +314,87 @@ class _Auditor:
             return
         derived = self.rederive(events, task)
         if len(derived.trials) != len(final.trials):
-            self.find("error", "state", f"the checkpoint holds {len(final.trials)} trial(s), the recorded results "
-                      f"imply {len(derived.trials)}")  # fmt: skip
+            self.find(
+                "error",
+                "state",
+                f"the checkpoint holds {len(final.trials)} trial(s), the recorded results "
+                f"imply {len(derived.trials)}",
+            )
         for mine, theirs in zip(derived.trials, final.trials, strict=False):
             for field in ("id", "flags", "status", "diagnosis", "accuracy"):
                 if getattr(mine, field) != getattr(theirs, field):
-                    self.find("error", "state", f"trial {theirs.id}: {field} is {getattr(theirs, field)!r} in the "
-                              f"checkpoint, {getattr(mine, field)!r} in the recorded results", theirs.step)  # fmt: skip
+                    self.find(
+                        "error",
+                        "state",
+                        f"trial {theirs.id}: {field} is {getattr(theirs, field)!r} in the "
+                        f"checkpoint, {getattr(mine, field)!r} in the recorded results",
+                        theirs.step,
+                    )
             for name in set(mine.metrics) | set(theirs.metrics):
                 a, b = mine.metrics.get(name), theirs.metrics.get(name)
                 if a is None or b is None or not _close(a, b, REL_EXACT):
-                    self.find("error", "state", f"trial {theirs.id}: {name} is {b} in the checkpoint, {a} in the "
-                              "recorded results", theirs.step)  # fmt: skip
+                    self.find(
+                        "error",
+                        "state",
+                        f"trial {theirs.id}: {name} is {b} in the checkpoint, {a} in the recorded results",
+                        self.measured_at.get((theirs.id, name), theirs.step),
+                    )
         if [(p.id, sorted(p.files), p.title) for p in derived.patches] != [
             (p.id, sorted(p.files), p.title) for p in final.patches
         ]:
-            self.find("error", "state", f"patches {[(p.id, p.title) for p in final.patches]} in the checkpoint, "
-                      f"{[(p.id, p.title) for p in derived.patches]} from the recorded edits")  # fmt: skip
+            self.find(
+                "error",
+                "state",
+                f"patches {[(p.id, p.title) for p in final.patches]} in the checkpoint, "
+                f"{[(p.id, p.title) for p in derived.patches]} from the recorded edits",
+            )
         for mine, theirs in zip(derived.patches, final.patches, strict=False):
             if theirs.status == "committed" and mine.commits != theirs.commits:
-                self.find("error", "state", f"patch {theirs.id}: commits {theirs.commits} in the checkpoint, "
-                          f"{mine.commits} in the recorded commit call", theirs.step_applied)  # fmt: skip
+                self.find(
+                    "error",
+                    "state",
+                    f"patch {theirs.id}: commits {theirs.commits} in the checkpoint, "
+                    f"{mine.commits} in the recorded commit call",
+                    theirs.step_applied,
+                )
         self.bests(derived, final)
 
     def bests(self, derived: AgentState, final: AgentState) -> None:
-        """Each best's value is what its trial's recorded benchmark (or eval, for an accuracy target) measured."""
+        """Each best's value is what its trial's recorded benchmark (or eval, for an accuracy target)
+        measured."""
         self.ran("each best's value is its trial's recorded measurement")
         trials = {t.id: t for t in derived.trials}
         deltas = self.eval_deltas
         for name, best in final.bests.items():
             trial = trials.get(best.trial)
             if trial is None:
-                self.find("error", "bests", f"best {name} names trial {best.trial}, which the trace never launched")
+                self.find(
+                    "error", "bests", f"best {name} names trial {best.trial}, which the trace never launched"
+                )
                 continue
             measured = trial.metrics.get(name, deltas.get(best.trial))
             if measured is None or not _close(measured, best.value, REL_EXACT):
-                self.find("error", "bests", f"best {name} = {best.value:g} (trial {best.trial}), but the trial's "
-                          f"recorded result is {measured if measured is None else format(measured, 'g')}",
-                          trial.step)  # fmt: skip
+                self.find(
+                    "error",
+                    "bests",
+                    f"best {name} = {best.value:g} (trial {best.trial}), but the trial's "
+                    f"recorded result is {measured if measured is None else format(measured, 'g')}",
+                    self.measured_at.get((trial.id, name), trial.step),
+                )
             if best.flags != trial.flags:
-                self.find("error", "bests", f"best {name}: flags {best.flags} differ from trial {trial.id}'s "
-                          f"{trial.flags}", trial.step)  # fmt: skip
+                self.find(
+                    "error",
+                    "bests",
+                    f"best {name}: flags {best.flags} differ from trial {trial.id}'s {trial.flags}",
+                    trial.step,
+                )
 
     # --- commits --------------------------------------------------------------------------------------------
 
     def commits(self, events: list[TraceEvent], final: AgentState | None) -> None:
         self.ran("recorded commits exist on the run branch with their files")
         recorded: set[str] = set()
+        steps = {c.event.call_id: c.step for c in step_calls(events)}
         for e in events:
             if not isinstance(e, ToolCallEvent) or e.tool != "commit" or not e.ok:
                 continue
@@ -282,33 +402,57 @@ class _Auditor:
                 recorded.add(rec["sha"])
                 repo = self.run_dir / "workspace" / rec["source"]
                 if not (repo / ".git").exists():
-                    self.find("warning", "commits", f"{e.call_id}: no repository {repo} to check {rec['sha'][:10]} in",
-                              _step_of(e))  # fmt: skip
+                    self.find(
+                        "warning",
+                        "commits",
+                        f"{e.call_id}: no repository {repo} to check {rec['sha'][:10]} in",
+                        steps.get(e.call_id),
+                    )
                     continue
                 if _git(repo, "cat-file", "-e", f"{rec['sha']}^{{commit}}") is None:
-                    self.find("error", "commits", f"{e.call_id}: commit {rec['sha'][:10]} is not in {repo}",
-                              _step_of(e))  # fmt: skip
+                    self.find(
+                        "error",
+                        "commits",
+                        f"{e.call_id}: commit {rec['sha'][:10]} is not in {repo}",
+                        steps.get(e.call_id),
+                    )
                     continue
                 if _git(repo, "merge-base", "--is-ancestor", rec["sha"], rec["branch"]) is None:
-                    self.find("error", "commits", f"{e.call_id}: commit {rec['sha'][:10]} is not on branch "
-                              f"{rec['branch']} of {repo.name}", _step_of(e))  # fmt: skip
+                    self.find(
+                        "error",
+                        "commits",
+                        f"{e.call_id}: commit {rec['sha'][:10]} is not on branch "
+                        f"{rec['branch']} of {repo.name}",
+                        steps.get(e.call_id),
+                    )
                 files = _git(repo, "diff-tree", "--no-commit-id", "--name-only", "-r", "--root", rec["sha"])
                 if files is not None and sorted(files.split()) != sorted(rec.get("files", [])):
-                    self.find("error", "commits", f"{e.call_id}: commit {rec['sha'][:10]} changes {sorted(files.split())}"
-                              f", the trace says {sorted(rec.get('files', []))}", _step_of(e))  # fmt: skip
+                    self.find(
+                        "error",
+                        "commits",
+                        f"{e.call_id}: commit {rec['sha'][:10]} changes {sorted(files.split())}"
+                        f", the trace says {sorted(rec.get('files', []))}",
+                        steps.get(e.call_id),
+                    )
         for p in final.patches if final else []:
             for sha in p.commits:
                 if sha not in recorded:
-                    self.find("error", "commits", f"patch {p.id} ({p.title}): commit {sha[:10]} in the checkpoint "
-                              "was never recorded by a commit call")  # fmt: skip
+                    self.find(
+                        "error",
+                        "commits",
+                        f"patch {p.id} ({p.title}): commit {sha[:10]} in the checkpoint "
+                        "was never recorded by a commit call",
+                    )
 
-    # --- summary.json ----------------------------------------------------------------------------------------
+    # --- summary.json ---------------------------------------------------------------------------------------
 
     def summary(self, events: list[TraceEvent], final: AgentState | None) -> None:
         finished = next((e for e in events if isinstance(e, RunFinishedEvent)), None)
         path = self.run_dir / "summary.json"
         if finished is None:
-            self.find("info", "summary", "the run has not finished (no run_finished event): summary not checked")
+            self.find(
+                "info", "summary", "the run has not finished (no run_finished event): summary not checked"
+            )
             return
         self.ran("summary.json agrees with run_finished and the final state")
         try:
@@ -318,38 +462,59 @@ class _Auditor:
             return
         if summary != finished.summary:
             key = _first_difference(finished.summary, summary)
-            self.find("error", "summary", f"summary.json differs from the run_finished event's summary ({key})")
+            self.find(
+                "error", "summary", f"summary.json differs from the run_finished event's summary ({key})"
+            )
         if final is None:
             return
         if summary.get("finish_reason") != final.finish_reason:
-            self.find("error", "summary", f"finish_reason {summary.get('finish_reason')!r} in summary.json, "
-                      f"{final.finish_reason!r} in the final state")  # fmt: skip
+            self.find(
+                "error",
+                "summary",
+                f"finish_reason {summary.get('finish_reason')!r} in summary.json, "
+                f"{final.finish_reason!r} in the final state",
+            )
         for name, t in (summary.get("targets") or {}).items():
             best = final.bests.get(name)
             achieved, trial = (best.value, best.trial) if best else (None, None)
             if t.get("achieved") != achieved or t.get("trial") != trial:
-                self.find("error", "summary", f"target {name}: summary.json says {t.get('achieved')} (trial "
-                          f"{t.get('trial')}), the final state {achieved} (trial {trial})")  # fmt: skip
+                self.find(
+                    "error",
+                    "summary",
+                    f"target {name}: summary.json says {t.get('achieved')} (trial "
+                    f"{t.get('trial')}), the final state {achieved} (trial {trial})",
+                )
         if summary.get("trials") != [t.model_dump(mode="json") for t in final.trials]:
             self.find("error", "summary", "summary.json's trials differ from the final state's")
-        committed = [{"patch": p.id, "title": p.title, "commits": p.commits, "files": p.files}
-                     for p in final.patches if p.status == "committed"]  # fmt: skip
+        committed = [
+            {"patch": p.id, "title": p.title, "commits": p.commits, "files": p.files}
+            for p in final.patches
+            if p.status == "committed"
+        ]
         if summary.get("commits") != committed:
-            self.find("error", "summary", "summary.json's commits differ from the final state's committed patches")
+            self.find(
+                "error", "summary", "summary.json's commits differ from the final state's committed patches"
+            )
 
-    # --- the task ----------------------------------------------------------------------------------------------
+    # --- the task -------------------------------------------------------------------------------------------
 
     def task(self, events: list[TraceEvent]) -> TaskSpec | None:
         self.ran("the task file is the one the run started with")
         started = next(e for e in events if isinstance(e, RunStartedEvent))
         path = self.task_path or Path(started.task_path)
         if not path.exists():
-            self.find("warning", "task", f"task file {path} not found: the results are not re-derived against it")
+            self.find(
+                "warning", "task", f"task file {path} not found: the results are not re-derived against it"
+            )
             return None
         sha = hashlib.sha256(path.read_bytes()).hexdigest()
         if sha != started.task_sha256:
-            self.find("warning", "task", f"task file {path} changed since the run (sha256 {sha[:12]}, recorded "
-                      f"{started.task_sha256[:12]}): re-derived figures use it as it is now")  # fmt: skip
+            self.find(
+                "warning",
+                "task",
+                f"task file {path} changed since the run (sha256 {sha[:12]}, recorded "
+                f"{started.task_sha256[:12]}): re-derived figures use it as it is now",
+            )
         try:
             return load_task(path)
         except Exception as exc:  # noqa: BLE001 - a task that no longer loads is a finding, not a crash
@@ -367,7 +532,9 @@ class _Auditor:
             self.find("error", "state", f"checkpoints.sqlite not readable: {exc}")
             return None
         if state is None:
-            self.find("error", "state", f"no checkpoint of run {run_id} in {self.run_dir / 'checkpoints.sqlite'}")
+            self.find(
+                "error", "state", f"no checkpoint of run {run_id} in {self.run_dir / 'checkpoints.sqlite'}"
+            )
         return state
 
 
@@ -387,12 +554,7 @@ def audit_run(run_dir: Path, task_path: Path | None = None) -> AuditReport:
     return auditor.report
 
 
-# --- helpers -------------------------------------------------------------------------------------------------
-
-
-def _step_of(e: ToolCallEvent) -> int | None:
-    m = CALL_ID.match(e.call_id)
-    return int(m["step"]) if m else e.step
+# --- helpers ------------------------------------------------------------------------------------------------
 
 
 def _close(a: float, b: float, rel: float) -> bool:
@@ -430,12 +592,20 @@ def render_audit(report: AuditReport) -> Group:
             table.add_column(col, overflow="fold")
         style = {"error": "red", "warning": "yellow", "info": "dim"}
         for f in report.findings:
-            table.add_row(f"[{style[f.severity]}]{f.severity}[/]", "" if f.step is None else str(f.step), f.check,
-                          escape(f.message))  # fmt: skip
+            table.add_row(
+                f"[{style[f.severity]}]{f.severity}[/]",
+                "" if f.step is None else str(f.step),
+                f.check,
+                escape(f.message),
+            )
         parts.append(table)
     errors, warnings = len(report.errors()), sum(f.severity == "warning" for f in report.findings)
     verdict = "[green]clean[/]" if report.ok else f"[red]{errors} error(s)[/]"
-    parts.append(Text.from_markup(f"audit of {escape(report.run_id)}: {verdict}"
-                                  + (f", {warnings} warning(s)" if warnings else "")
-                                  + f" ({len(report.checks)} checks, nothing executed)"))  # fmt: skip
+    parts.append(
+        Text.from_markup(
+            f"audit of {escape(report.run_id)}: {verdict}"
+            + (f", {warnings} warning(s)" if warnings else "")
+            + f" ({len(report.checks)} checks, nothing executed)"
+        )
+    )
     return Group(*parts)

@@ -3,9 +3,8 @@
 ``--execute`` starts a new run whose policy answers every step with the recorded decision (a fresh sandbox and
 workspace, the same tool calls), then compares each tool call's result with the recorded one and reports the
 first divergence beyond a relative tolerance: a call made or not made, ok/error, a crash diagnosis, a measured
-figure, a commit's files. ``--from-step N`` forks: a new run replays decisions 1..N (rebuilding the workspace and
-commits in its own sandbox), then the chosen policy continues from the recorded state at step N.
-"""
+figure, a commit's files. ``--from-step N`` forks: a new run replays decisions 1..N (rebuilding the workspace
+and commits in its own sandbox), then the chosen policy continues from the recorded state at step N."""
 
 from __future__ import annotations
 
@@ -18,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from .audit import StepCall, step_calls
 from .policies.replay import check_replay_trace
 from .run import ParentRef, Run, RunOptions
 from .state import AgentState
@@ -25,9 +25,10 @@ from .trace import DecisionEvent, ToolCallEvent, read_trace
 
 DEFAULT_TOLERANCE = 0.02  # relative: the noise allowed on a measured figure before it counts as a divergence
 # Fields of a result that differ between two executions of the same call by nature: timing, ports, log tails,
-# one-line summaries (their content is in the structured fields), commit hashes (they hash the run id and time)
-VOLATILE_KEYS = frozenset({"wall_seconds", "endpoint", "argv", "log_tail", "summary", "command", "output_tail",
-                           "sha"})  # fmt: skip
+# one-line summaries (their content is in the structured fields), commit hashes (they hash run id and time)
+VOLATILE_KEYS = frozenset(
+    {"wall_seconds", "endpoint", "argv", "log_tail", "summary", "command", "output_tail", "sha"}
+)
 _PORT = re.compile(r"(127\.0\.0\.1|localhost|0\.0\.0\.0):\d+")
 _LOG_TIME = re.compile(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d+)?")
 
@@ -60,9 +61,13 @@ class Divergence(BaseModel):
             return f"{at}: the re-execution made this call, the recorded run did not"
         if self.kind == "metric":
             rel = abs(self.recorded - self.replayed) / max(abs(self.recorded), abs(self.replayed), 1e-12)
-            return (f"{at}: {self.where} recorded {self.recorded:g}, re-executed {self.replayed:g} "
-                    f"({rel:.1%} apart, tolerance {tolerance:.1%})")  # fmt: skip
-        label = {"ok": "ok/error", "diagnosis": "crash diagnosis", "commit files": "committed files"}.get(self.kind)
+            return (
+                f"{at}: {self.where} recorded {self.recorded:g}, re-executed {self.replayed:g} "
+                f"({rel:.1%} apart, tolerance {tolerance:.1%})"
+            )
+        label = {"ok": "ok/error", "diagnosis": "crash diagnosis", "commit files": "committed files"}.get(
+            self.kind
+        )
         return f"{at}: {label or self.where} recorded {self.recorded!r}, re-executed {self.replayed!r}"
 
 
@@ -86,7 +91,7 @@ class ForkReport(BaseModel):
     finish_reason: str
 
 
-# --- setting up -------------------------------------------------------------------------------------------------
+# --- setting up ---------------------------------------------------------------------------------------------
 
 
 def recorded_options(run_dir: Path) -> RunOptions:
@@ -101,13 +106,15 @@ def recorded_options(run_dir: Path) -> RunOptions:
 
 
 def _task_for(run_dir: Path, recorded: RunOptions, task: Path | None, force: bool) -> tuple[Path, str | None]:
-    """The task file a new run re-executing ``run_dir`` uses (``task``, default the recorded one) and the note a
-    forced run records when it is not the file the run was recorded with; ReplayError when it is not and not
+    """The task file a new run re-executing ``run_dir`` uses (``task``, default the recorded one) and the note
+    a forced run records when it is not the file the run was recorded with; ReplayError when it is not and not
     ``force``."""
     path = task or Path(recorded.task_path)
     if not path.exists():
-        raise ReplayError(f"task file {path} not found (run {run_dir.name} was started with "
-                          f"{recorded.task_path}; pass --task)")  # fmt: skip
+        raise ReplayError(
+            f"task file {path} not found (run {run_dir.name} was started with "
+            f"{recorded.task_path}; pass --task)"
+        )
     try:
         note = check_replay_trace(run_dir / "trace.jsonl", path, force, subject=f"run {run_dir.name}")
     except ValueError as exc:
@@ -132,67 +139,88 @@ def _run_to_end(run: Run, on_step: OnStep | None) -> AgentState:
         run.close()
 
 
-# --- --execute --------------------------------------------------------------------------------------------------
+# --- --execute ----------------------------------------------------------------------------------------------
 
 
-def execute_recorded(run_dir: Path, runs_dir: Path, run_id: str | None = None, tolerance: float = DEFAULT_TOLERANCE,
-                     task: Path | None = None, force: bool = False, on_step: OnStep | None = None) -> ExecuteReport:  # fmt: skip
-    """Re-execute every recorded decision of the run in ``run_dir`` as a new run under ``runs_dir`` and compare
-    its tool results with the recorded ones."""
+def execute_recorded(
+    run_dir: Path,
+    runs_dir: Path,
+    run_id: str | None = None,
+    tolerance: float = DEFAULT_TOLERANCE,
+    task: Path | None = None,
+    force: bool = False,
+    on_step: OnStep | None = None,
+) -> ExecuteReport:
+    """Re-execute every recorded decision of the run in ``run_dir`` as a new run under ``runs_dir`` and
+    compare its tool results with the recorded ones."""
     if tolerance < 0:
         raise ReplayError(f"--tolerance {tolerance}: a relative tolerance is >= 0 (0.02 is 2 %)")
     recorded = recorded_options(run_dir)
     task_path, note = _task_for(run_dir, recorded, task, force)
-    options = RunOptions(run_id=_new_run_id(runs_dir, run_id, run_dir.name, "replay"), task_path=str(task_path),
-                         sandbox=recorded.sandbox, policy="replay", max_trials=recorded.max_trials,
-                         replay_trace=str((run_dir / "trace.jsonl").resolve()), replay_note=note,
-                         replay_of=run_dir.name, executor=recorded.executor,
-                         ray_address=recorded.ray_address)  # fmt: skip
+    options = RunOptions(
+        run_id=_new_run_id(runs_dir, run_id, run_dir.name, "replay"),
+        task_path=str(task_path),
+        sandbox=recorded.sandbox,
+        policy="replay",
+        max_trials=recorded.max_trials,
+        replay_trace=str((run_dir / "trace.jsonl").resolve()),
+        replay_note=note,
+        replay_of=run_dir.name,
+        executor=recorded.executor,
+        ray_address=recorded.ray_address,
+    )
     run = Run.create(options, runs_dir)
     final = _run_to_end(run, on_step)
     compared, divergence = compare_traces(run_dir / "trace.jsonl", run.run_dir / "trace.jsonl", tolerance)
-    return ExecuteReport(run_id=run_dir.name, replay_run_id=run.run_id, tolerance=tolerance, compared=compared,
-                         divergence=divergence, finish_reason=final.finish_reason)  # fmt: skip
+    return ExecuteReport(
+        run_id=run_dir.name,
+        replay_run_id=run.run_id,
+        tolerance=tolerance,
+        compared=compared,
+        divergence=divergence,
+        finish_reason=final.finish_reason,
+    )
 
 
 def compare_traces(recorded: Path, replayed: Path, tolerance: float) -> tuple[int, Divergence | None]:
-    """How many tool calls the two traces share, and the first one (in the recorded order) whose results differ
-    beyond ``tolerance`` (relative, on numbers; strings, flags and file lists exactly, once run ids, run folders,
-    ports and log timestamps are set aside)."""
+    """How many tool calls the two traces share, and the first one (in the recorded order) whose results
+    differ beyond ``tolerance`` (relative, on numbers; strings, flags and file lists exactly, once run ids,
+    run folders, ports and log timestamps are set aside). Calls are matched by step and position
+    (``s{step}c{i}``, whatever id the recording policy gave them) and the graph's own calls by id
+    (``s{step}eval``, ...)."""
     old_events, new_events = read_trace(recorded), read_trace(replayed)
-    old_calls = [e for e in old_events if isinstance(e, ToolCallEvent)]
-    new_calls = {e.call_id: e for e in new_events if isinstance(e, ToolCallEvent)}
+    old_calls = step_calls(old_events)
+    new_calls = {_key(c): c for c in step_calls(new_events)}
     norm_old, norm_new = _normalizer(recorded.parent, old_events), _normalizer(replayed.parent, new_events)
-    steps = _steps_of(old_events)
     compared = 0
     for old in old_calls:
-        new = new_calls.pop(old.call_id, None)
-        step = steps.get(old.call_id)
+        new = new_calls.pop(_key(old), None)
+        e = old.event
         if new is None:
-            return compared, Divergence(step=step, call_id=old.call_id, tool=old.tool, kind="missing call", where="")
+            return compared, Divergence(
+                step=old.step, call_id=_key(old), tool=e.tool, kind="missing call", where=""
+            )
         compared += 1
-        found = _compare_call(old, new, tolerance, norm_old, norm_new)
+        found = _compare_call(e, new.event, tolerance, norm_old, norm_new)
         if found is not None:
             kind, where, a, b = found
-            return compared, Divergence(step=step, call_id=old.call_id, tool=old.tool, kind=kind, where=where,
-                                        recorded=a, replayed=b)  # fmt: skip
+            return compared, Divergence(
+                step=old.step, call_id=_key(old), tool=e.tool, kind=kind, where=where, recorded=a, replayed=b
+            )
     if new_calls:
         extra = next(iter(new_calls.values()))
-        return compared, Divergence(step=_steps_of(new_events).get(extra.call_id), call_id=extra.call_id,
-                                    tool=extra.tool, kind="extra call", where="")  # fmt: skip
+        return compared, Divergence(
+            step=extra.step, call_id=_key(extra), tool=extra.event.tool, kind="extra call", where=""
+        )
     return compared, None
 
 
-def _steps_of(events: list) -> dict[str, int]:
-    """call id -> the step of the decision it was recorded under."""
-    steps: dict[str, int] = {}
-    step = 0
-    for e in events:
-        if isinstance(e, DecisionEvent):
-            step = e.step or step
-        elif isinstance(e, ToolCallEvent):
-            steps[e.call_id] = step
-    return steps
+def _key(call: StepCall) -> str:
+    """``s{step}c{i}`` for a decision's i-th call, the id of the graph's own calls; ``stop`` for stopping the
+    server at the end (the step a run ends on is not a result: a replay may end one step later)."""
+    if call.graph == "stop":
+        return "stop"
+    return call.event.call_id if call.proposed is None else f"s{call.step}c{call.proposed}"
 
 
 def _normalizer(run_dir: Path, events: list) -> Callable[[str], str]:
@@ -214,7 +242,7 @@ def _normalizer(run_dir: Path, events: list) -> Callable[[str], str]:
 
 
 def _compare_call(old: ToolCallEvent, new: ToolCallEvent, tolerance: float, norm_old, norm_new):
-    """(kind, where, recorded, replayed) of the first difference between two executions of one call, or None."""
+    """(kind, where, recorded, replayed) of the first difference between two runs of one call, or None."""
     if old.tool != new.tool:
         return "result", "tool", old.tool, new.tool
     if old.ok != new.ok:
@@ -263,12 +291,21 @@ def _compare_values(tool: str, a: Any, b: Any, where: str, tol: float, norm_a, n
     return None if a == b else (_kind(tool, where), where, a, b)
 
 
-# --- --from-step ------------------------------------------------------------------------------------------------
+# --- --from-step --------------------------------------------------------------------------------------------
 
 
-def fork_run(run_dir: Path, runs_dir: Path, step: int, policy: str, run_id: str | None = None,
-             task: Path | None = None, force: bool = False, llm_model: str | None = None,
-             llm_base_url: str | None = None, on_step: OnStep | None = None) -> ForkReport:  # fmt: skip
+def fork_run(
+    run_dir: Path,
+    runs_dir: Path,
+    step: int,
+    policy: str,
+    run_id: str | None = None,
+    task: Path | None = None,
+    force: bool = False,
+    llm_model: str | None = None,
+    llm_base_url: str | None = None,
+    on_step: OnStep | None = None,
+) -> ForkReport:
     """A new run that replays the recorded run's decisions 1..``step`` in its own sandbox, then continues with
     ``policy`` from the state the recorded run had after ``step``; its run.json names the parent and step."""
     from .graph import saved_state
@@ -277,8 +314,10 @@ def fork_run(run_dir: Path, runs_dir: Path, step: int, policy: str, run_id: str 
     decisions = [e for e in read_trace(run_dir / "trace.jsonl") if isinstance(e, DecisionEvent)]
     last = max((d.step or 0 for d in decisions), default=0)
     if step < 0 or step > last:
-        raise ReplayError(f"--from-step {step}: run {run_dir.name} recorded steps 1..{last}"
-                          + (" (none)" if not last else ""))  # fmt: skip
+        raise ReplayError(
+            f"--from-step {step}: run {run_dir.name} recorded steps 1..{last}"
+            + (" (none)" if not last else "")
+        )
     if policy not in ("playbook", "llm"):
         raise ReplayError(f"--policy {policy!r}: a fork continues with playbook or llm")
     same_llm = recorded.policy == "llm" or (recorded.policy == "auto" and recorded.llm_model is not None)
@@ -290,13 +329,25 @@ def fork_run(run_dir: Path, runs_dir: Path, step: int, policy: str, run_id: str 
     if step and saved_state(run_dir, parent_id, step) is None:
         raise ReplayError(f"run {run_dir.name} has no checkpoint of step {step} to fork from")
     task_path, note = _task_for(run_dir, recorded, task, force)
-    parent = ParentRef(run_id=parent_id, step=step, run_dir=str(run_dir.resolve()),
-                       trace=str((run_dir / "trace.jsonl").resolve()))  # fmt: skip
-    options = RunOptions(run_id=_new_run_id(runs_dir, run_id, run_dir.name, f"fork{step}"), task_path=str(task_path),
-                         sandbox=recorded.sandbox, policy=policy,
-                         llm_model=llm_model, llm_base_url=llm_base_url,
-                         max_trials=recorded.max_trials, replay_note=note, parent=parent,
-                         executor=recorded.executor, ray_address=recorded.ray_address)  # fmt: skip
+    parent = ParentRef(
+        run_id=parent_id,
+        step=step,
+        run_dir=str(run_dir.resolve()),
+        trace=str((run_dir / "trace.jsonl").resolve()),
+    )
+    options = RunOptions(
+        run_id=_new_run_id(runs_dir, run_id, run_dir.name, f"fork{step}"),
+        task_path=str(task_path),
+        sandbox=recorded.sandbox,
+        policy=policy,
+        llm_model=llm_model,
+        llm_base_url=llm_base_url,
+        max_trials=recorded.max_trials,
+        replay_note=note,
+        parent=parent,
+        executor=recorded.executor,
+        ray_address=recorded.ray_address,
+    )
     run = Run.create(options, runs_dir)
     final = _run_to_end(run, on_step)
     return ForkReport(parent=parent, run_id=run.run_id, policy=policy, finish_reason=final.finish_reason)

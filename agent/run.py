@@ -33,7 +33,8 @@ RUNS_DIR = Path("runs")
 
 
 class ParentRef(BaseModel):
-    """The run a fork branched from: its decisions 1..``step`` are replayed, then the fork's policy decides."""
+    """The run a fork branched from: its decisions 1..``step`` are replayed, then the fork's policy
+    decides."""
 
     run_id: str
     step: int
@@ -160,8 +161,8 @@ class Run:
             if options.replay_note:
                 trace.emit("note", level="warning", message=options.replay_note)
             if options.replay_of:
-                trace.emit("note", level="info", message=f"re-execution of run {options.replay_of}'s recorded "
-                           "decisions (agent replay --execute)")  # fmt: skip
+                what = f"re-execution of run {options.replay_of}'s recorded decisions (agent replay --execute)"
+                trace.emit("note", level="info", message=what)
             if options.parent is not None:
                 p = options.parent
                 trace.emit("note", level="info", message=f"forked from run {p.run_id} at step {p.step}: its "
@@ -253,7 +254,24 @@ def summarize(run: Run, state: AgentState) -> dict[str, Any]:
         "best_config": best,
         # features the policy could not bring up: why, the configuration that showed it, what it did not retry
         "blocked": dict(state.memo.get("blocked", {})),
+        "after_targets": _after_targets(run, state),
     }
+
+
+def _after_targets(run: Run, state: AgentState) -> dict[str, Any] | None:
+    """What the budget spent after the targets were met bought (None: they were not met)."""
+    met, b = state.targets_met, state.budget
+    if met is None:
+        return None
+    return {
+        "met_at_step": met.step,
+        "budget_node_hours": run.task.budgets.after_targets_node_hours(),
+        "spent": {"node_hours": round(b.node_hours - met.node_hours, 4),
+                  "benchmark_runs": b.benchmark_runs - met.benchmark_runs, "trials": b.trials - met.trials},
+        "bought": {name: {"at_targets_met": met.values.get(name), "final": best.value}
+                   for name, best in state.bests.items()},
+        "stopped_because": state.stopped_because,
+    }  # fmt: skip
 
 
 def _winning(run: Run, state: AgentState) -> dict[str, Any] | None:

@@ -20,7 +20,9 @@ if TYPE_CHECKING:
     from agent.run import ParentRef
 
 
-def check_replay_trace(trace_path: Path, task_path: Path, force: bool = False, subject: str | None = None) -> str | None:
+def check_replay_trace(
+    trace_path: Path, task_path: Path, force: bool = False, subject: str | None = None
+) -> str | None:
     """Refuse a trace recorded for another task: its decisions name another model's files, flags and
     numbers, and re-running them here would commit another task's patches. Returns the note a forced replay
     records, None when the trace is this task's; raises ValueError with one line otherwise. ``subject`` names
@@ -102,12 +104,13 @@ def handover_note(state: AgentState, recorded: AgentState, policy: str) -> tuple
     theirs = [(t.id, t.status, t.flags) for t in recorded.trials]
     if mine != theirs:
         differences.append(f"trials {len(mine)} vs {len(theirs)} recorded")
-    if [(p.id, p.title, p.status) for p in state.patches] != [(p.id, p.title, p.status) for p in recorded.patches]:
+    patches = [(p.id, p.title, p.status) for p in state.patches]
+    if patches != [(p.id, p.title, p.status) for p in recorded.patches]:
         differences.append("patches differ")
     if {k: b.value for k, b in state.bests.items()} != {k: b.value for k, b in recorded.bests.items()}:
         differences.append("bests differ")
+    at = f"handover to {policy} at step {state.step}"
     if differences:
-        return "warning", (f"handover to {policy} at step {state.step}: the replay did not reach the recorded "
-                           f"state ({'; '.join(differences)})")
-    return "info", (f"handover to {policy} at step {state.step}: replayed state matches the recorded one "
-                    f"({len(state.trials)} trial(s), {len(state.patches)} patch(es), {len(state.bests)} best(s))")
+        return "warning", f"{at}: the replay did not reach the recorded state ({'; '.join(differences)})"
+    counts = f"{len(state.trials)} trial(s), {len(state.patches)} patch(es), {len(state.bests)} best(s)"
+    return "info", f"{at}: replayed state matches the recorded one ({counts})"
