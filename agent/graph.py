@@ -20,9 +20,9 @@ from langgraph.graph import END, START, StateGraph
 
 from tools.git_ops import Evidence
 
-from .outcomes import apply_observations, bests_met, budget_exhausted
+from .outcomes import after_targets_spent, apply_observations, bests_met, budget_exhausted
 from .run import Run
-from .state import AgentState, Best, Observation
+from .state import AgentState, Best, Observation, TargetsMet
 
 RECURSION_LIMIT = 100_000
 
@@ -104,7 +104,14 @@ def build_graph(run: Run):
         update.update(candidates=candidates, bests=bests, trials=trials)
         merged = state.model_copy(update=update)
         if not merged.done and bests_met(merged, run.task):
-            update.update(done=True, finish_reason="all targets met")
+            if merged.targets_met is None:  # the targets are a floor: note what reaching them cost, go on
+                b = merged.budget
+                met = TargetsMet(step=merged.step, node_hours=b.node_hours, benchmark_runs=b.benchmark_runs,
+                                 trials=b.trials, values={k: v.value for k, v in merged.bests.items()})  # fmt: skip
+                update["targets_met"] = met
+                merged = merged.model_copy(update={"targets_met": met})
+            if spent := after_targets_spent(merged, run.task):
+                update.update(done=True, finish_reason="all targets met", stopped_because=spent)
         return update
 
     def commit(state: AgentState) -> dict[str, Any]:
@@ -123,8 +130,13 @@ def build_graph(run: Run):
         return {"patches": patches}
 
     def finish(state: AgentState) -> dict[str, Any]:
+        update: dict[str, Any] = {"done": True}
+        if bests_met(state, run.task) and state.finish_reason != "all targets met":
+            # met, then kept improving until the policy or the after-targets budget stopped
+            update.update(finish_reason="all targets met", stopped_because=state.finish_reason)
+            state = state.model_copy(update=update)
         run.finish(state)
-        return {"done": True}
+        return update
 
     g = StateGraph(AgentState)
     for name, fn in (("decide", decide), ("act", act), ("assess", assess), ("verify", verify),
@@ -147,7 +159,7 @@ def checkpointer(run_dir: Path) -> SqliteSaver:
     return SqliteSaver(conn)
 
 
-_STATE_TYPES = ("AgentState", "Budget", "Best", "Call", "Observation", "Patch", "Trial")
+_STATE_TYPES = ("AgentState", "Budget", "Best", "Call", "Observation", "Patch", "TargetsMet", "Trial")
 
 
 def saved_states(run_dir: Path, run_id: str) -> list[AgentState]:

@@ -51,6 +51,7 @@ def apply_observations(state: AgentState, run: Run) -> dict[str, Any]:
             "node_hours": budget.node_hours + (cost.get("node_hours") or 0.0),
             "simulated_seconds": budget.simulated_seconds + (cost.get("simulated_seconds") or 0.0),
             "tool_calls": budget.tool_calls + 1,
+            "benchmark_runs": budget.benchmark_runs + benchmark_runs(obs),
         })  # fmt: skip
         history.append(Observation(call_id=obs.call_id, tool=obs.tool, args=obs.args, ok=obs.ok, error=obs.error,
                                    result={"summary": obs.result.get("summary", "")}, step=obs.step))  # fmt: skip
@@ -96,6 +97,14 @@ def apply_observations(state: AgentState, run: Run) -> dict[str, Any]:
             "server_flags": server_flags, "server_env": server_env}  # fmt: skip
 
 
+def benchmark_runs(obs: Observation) -> int:
+    """How many benchmark runs a tool call made (a sweep's trials each report their own)."""
+    if obs.tool == "run_trials":
+        return sum(int(o.get("benchmark_runs") or 0) for o in obs.result.get("outcomes", []))
+    runs = obs.result.get("runs")
+    return len(runs) if isinstance(runs, list) else 0
+
+
 def crash_excerpt(diagnosis: dict[str, Any]) -> list[str]:
     """The lines of a crash a reviewer needs: where it raised (the innermost frame) and what it said."""
     lines: list[str] = []
@@ -138,6 +147,19 @@ def bests_met(state: AgentState, task: TaskSpec) -> bool:
     return True
 
 
+def after_targets_spent(state: AgentState, task: TaskSpec) -> str | None:
+    """Why the run stops improving once its targets are met (None while the after-targets budget lasts)."""
+    met, b, after = state.targets_met, state.budget, task.budgets.after_targets
+    if met is None:
+        return None
+    hours = task.budgets.after_targets_node_hours()
+    if b.node_hours - met.node_hours >= hours:
+        return f"the after-targets budget is spent ({b.node_hours - met.node_hours:.2f} of {hours:g} node-hours)"
+    if after.benchmark_runs is not None and b.benchmark_runs - met.benchmark_runs >= after.benchmark_runs:
+        return f"the after-targets budget is spent ({b.benchmark_runs - met.benchmark_runs} of {after.benchmark_runs} benchmark runs)"
+    return None
+
+
 def budget_exhausted(state: AgentState, run: Run) -> str | None:
     b, limits = state.budget, run.task.budgets
     max_trials = run.options.max_trials or limits.trials
@@ -149,4 +171,4 @@ def budget_exhausted(state: AgentState, run: Run) -> str | None:
         return f"node-hour budget spent ({b.node_hours:.2f} of {limits.node_hours})"
     if limits.llm_tokens and b.llm_tokens >= limits.llm_tokens:
         return f"LLM token budget spent ({b.llm_tokens} of {limits.llm_tokens})"
-    return None
+    return after_targets_spent(state, run.task)

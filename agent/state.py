@@ -88,6 +88,18 @@ class Budget(BaseModel):
     simulated_seconds: float = 0.0
     llm_tokens: int = 0
     tool_calls: int = 0
+    benchmark_runs: int = 0  # bench_serving runs, screening and knee searches included
+
+
+class TargetsMet(BaseModel):
+    """When every target was first met: what had been spent, and the values then (what the rest bought is the
+    difference to the end)."""
+
+    step: int
+    node_hours: float
+    benchmark_runs: int
+    trials: int
+    values: dict[str, float]  # target name -> its best then
 
 
 class AgentState(BaseModel):
@@ -106,8 +118,10 @@ class AgentState(BaseModel):
     memo: dict[str, Any] = Field(default_factory=dict)  # the policy's own working state
     rationale: str = ""
     annotations: dict[str, Any] = Field(default_factory=dict)  # of the last decision
+    targets_met: TargetsMet | None = None  # set once, when every target is first met
     done: bool = False
     finish_reason: str = ""
+    stopped_because: str = ""  # a run that met its targets: what ended the improving after them
     server_flags: dict[str, Any] | None = None  # configuration of the server that is up, if any
     server_env: dict[str, str] = Field(default_factory=dict)
 

@@ -154,11 +154,28 @@ class SearchSpace(Strict):
         return v
 
 
+class AfterTargets(Strict):
+    """What a run may still spend once every target is met: the targets are a floor, and the run keeps improving
+    until this is spent (or the policy has nothing left to try)."""
+
+    node_hours: float | None = Field(None, ge=0, description=(
+        "node-hours to spend after the targets are met; default: a tenth of budgets.node_hours; 0 stops at once"))
+    benchmark_runs: int | None = Field(None, ge=0, description=(
+        "benchmark runs to spend after the targets are met; default: no limit by count"))
+
+
 class Budgets(Strict):
     trials: int = Field(60, gt=0)
     wall_minutes: float = Field(30, gt=0)
     node_hours: float = Field(24, gt=0, description="simulated on the twin, real on a node")
     llm_tokens: int = Field(2_000_000, ge=0)
+    after_targets: AfterTargets = Field(default_factory=AfterTargets, description=(
+        "the share of the budget that buys improvements beyond the targets"))
+
+    def after_targets_node_hours(self) -> float:
+        """Node-hours a run may spend after its targets are met."""
+        n = self.after_targets.node_hours
+        return self.node_hours / 10 if n is None else n
 
 
 class ReportSpec(Strict):

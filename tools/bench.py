@@ -181,6 +181,8 @@ class KneeInput(ToolInput):
     start_rate: float = Field(1.0, gt=0)
     max_rate: float = Field(16.0, gt=0)
     resolution: float = Field(0.1, gt=0, description="stop when the bracket is this narrow (requests/s)")
+    growth: float = Field(1.5, gt=1, description=(
+        "the rate grows by this factor until it fails; small when start_rate is already a good estimate"))
     duration_s: float | None = Field(None, gt=0, description="shorter runs for a cheap, coarser search")
     seeds: list[int] | None = Field(None, min_length=1, description=(
         "benchmark seeds every sustained rate must pass with (default: the workload's knee_seeds); a screening "
@@ -241,7 +243,7 @@ def find_knee(ctx: ToolContext, args: KneeInput) -> KneeResult:
         if verdict is None:
             return failed()
         if verdict:
-            lo, rate = rate, rate * 1.5
+            lo, rate = rate, rate * args.growth
         else:
             hi = rate
             break

@@ -56,6 +56,7 @@ class TrialOutcome(BaseModel):
     value: float = 0.0  # throughput at the knee, or the benchmark's output throughput
     knee_rate: float | None = None
     request_throughput: float | None = None  # a benchmark's completed requests/s (a burst's: the rate it served)
+    benchmark_runs: int = 0  # how many benchmark runs the measurement made
     summary: str = ""
     gpus: int = 1
     cost: Cost = Cost()
@@ -156,7 +157,8 @@ def _run_trial(job: TrialJob, task, gpu_ids: list[int] | None) -> TrialOutcome:
                     simulated_seconds=(cost.simulated_seconds or 0.0) + (m.cost.simulated_seconds or 0.0),
                     node_hours=cost.node_hours + m.cost.node_hours)  # fmt: skip
         return TrialOutcome(job_id=job.job_id, spec=spec, status="up", value=value, knee_rate=rate, summary=m.summary,
-                            request_throughput=served, gpus=gpus_of(spec.flags), cost=cost)  # fmt: skip
+                            request_throughput=served, benchmark_runs=len(m.runs), gpus=gpus_of(spec.flags),
+                            cost=cost)  # fmt: skip
     finally:
         sandbox.close()
 

@@ -33,6 +33,7 @@ MAX_FIXES_PER_CONFIG = 6
 # knee of each of the best few is then measured at full length, starting just below the rate its burst served.
 SCREEN_PROMPTS_PER_GPU = 128
 CONFIRM_TOP = 2
+NEAR_GROWTH = 1.1  # a knee search that starts near the knee (a prediction, or a probe that passed) steps up by 10 %
 # CUDA headers and the HIP headers that declare the same API (hipify's mapping)
 HIP_COUNTERPARTS = {
     "cuda_runtime.h": "hip/hip_runtime.h", "cuda_runtime_api.h": "hip/hip_runtime_api.h", "cuda.h": "hip/hip_runtime.h",
@@ -368,7 +369,8 @@ class PlaybookPolicy:
                 limit = self._knee_target(task)[1]
                 if obs.ok and run.get("median_ttft_ms", limit + 1) <= limit and run.get("success_rate", 0) >= 0.99:
                     return [Call(tool="find_knee", args={"workload": self._knee_target(task)[0],
-                                                         "start_rate": obs.args["request_rate"], "resolution": 0.1})], \
+                                                         "start_rate": obs.args["request_rate"], "resolution": 0.1,
+                                                         "growth": NEAR_GROWTH})], \
                         f"{cur['label']} sustains {obs.args['request_rate']} req/s: find its knee"  # fmt: skip
                 obs = obs.model_copy(update={"tool": "find_knee", "result": {"throughput_at_knee": 0.0}})
             value = self._value(obs)
@@ -422,7 +424,8 @@ class PlaybookPolicy:
         workload, _ = self._knee_target(task)
         if cur["measure"] == "knee_full":  # a full-length knee, starting just below the rate screening predicts
             start = cur.get("start_rate") or max(0.25, round((memo.get("knee_rate") or 1.0) - 0.2, 3))
-            return [Call(tool="find_knee", args={"workload": workload, "start_rate": start, "resolution": 0.1})]
+            return [Call(tool="find_knee", args={"workload": workload, "start_rate": start, "resolution": 0.1,
+                                                 "growth": NEAR_GROWTH})]
         if memo.get("knee_rate") and memo["best"].get("throughput"):
             cur["probe"] = True
             rate = round(memo["knee_rate"] + 0.1, 3)

@@ -74,6 +74,14 @@ def test_agent_run_meets_the_targets(finished_run_root, tmp_path):
     assert "simulated" in stdout and "yes" in stdout
     summary = check_finished_run(root / "runs" / "e2e")
     assert summary["finish_reason"] == "all targets met"
+    # the targets are a floor: the run went on improving until the after-targets budget was spent
+    after = summary["after_targets"]
+    assert after["spent"]["node_hours"] >= after["budget_node_hours"] > 0 and after["spent"]["benchmark_runs"] > 0
+    assert after["stopped_because"].startswith("the after-targets budget is spent")
+    for name in ("throughput", "single_stream"):
+        bought = after["bought"][name]
+        assert bought["final"] == summary["targets"][name]["achieved"] >= bought["at_targets_met"] >= \
+            summary["targets"][name]["target"]  # fmt: skip
     events = read_trace(root / "runs" / "e2e" / "trace.jsonl")
     kinds = Counter(e.kind for e in events)
     assert kinds["run_started"] == 1 and kinds["run_finished"] == 1 and kinds["decision"] > 5
