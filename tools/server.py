@@ -55,6 +55,19 @@ class LaunchResult(ToolResult):
     suspects: Suspects | None = Field(None, description="for a weight-loading crash the log does not name: the "
                                                         "checkpoint tensors it can be, and how sure that is")  # fmt: skip
     moe_fallback_shapes: list[MoEShape] = []
+    serving_config: dict[str, Any] = Field(default_factory=dict, description=(
+        "the server arguments the engine runs with, as its /server_info reports them (defaults filled in, flags "
+        "it adjusted or dropped applied); where it listens and what it loads left out"))
+
+
+# /server_info keys that say where a server listens or what it loads, not how it serves
+_NOT_SERVING = {"host", "port", "model_path", "tokenizer_path", "sglang_root", "served_model_name", "version",
+                "simulated", "log_level"}  # fmt: skip
+
+
+def serving_config(info: dict[str, Any]) -> dict[str, Any]:
+    """How a server serves, from its /server_info: the scalar server arguments, minus address and paths."""
+    return {k: v for k, v in info.items() if k not in _NOT_SERVING and (v is None or isinstance(v, (str, int, float, bool)))}
 
 
 def _get_json(url: str) -> dict[str, Any]:
@@ -100,7 +113,7 @@ def launch_server(ctx: ToolContext, args: LaunchInput) -> LaunchResult:
         startup = twin.get("startup_seconds_simulated") if simulated else ready.wall_seconds
         return LaunchResult(
             status="up", endpoint=handle.base_url, startup_seconds=startup, simulated=simulated, argv=argv,
-            log_path=rel, log_tail=tail[-5:], moe_fallback_shapes=fallbacks,
+            log_path=rel, log_tail=tail[-5:], moe_fallback_shapes=fallbacks, serving_config=serving_config(info),
             summary=f"up at {handle.base_url} after {startup:.0f} s" + (" (simulated)" if simulated else "")
             + (f"; {len(fallbacks)} MoE shape(s) on the untuned fallback path" if fallbacks else ""),
             cost=_startup_cost(ctx, startup or 0.0, simulated, ready.wall_seconds),

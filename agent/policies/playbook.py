@@ -196,9 +196,16 @@ class PlaybookPolicy:
         if memo["queue"]:
             item = memo["queue"].pop(0)
             base = self._base(memo, item)
+            if item.get("widen"):  # a wider draft tree on the best speculative configuration so far
+                item = self._widened(task, base, item)
+                if item is None:
+                    return None
             flags, env = self._compose(memo, item)
             if item["from"] != "none" and flags == base["flags"] and env == base.get("env", {}):
                 return None  # nothing new to try
+            if same := self._already_served(base, item):
+                memo.setdefault("tried", []).append(f"{item['label']}: skipped, {same}")
+                return None
             memo["current"] = {"label": item["label"], "flags": flags, "env": env, "measure": item["measure"],
                                "keep_as": item["keep_as"], "group": item.get("group"),
                                "feature": item.get("feature"), "start_rate": item.get("start_rate"),
@@ -278,8 +285,44 @@ class PlaybookPolicy:
                                      "speculative-eagle-topk": 1, "speculative-num-draft-tokens": s + 1},
                              "measure": "single", "keep_as": "single", "group": "depth" if s > shallow else None,
                              "feature": "speculative decoding"})  # fmt: skip
+        # a wider draft tree at the best depth (top-k > 1 spends k draft tokens per level)
+        for k in sorted(v for v in _allowed(task, "speculative-eagle-topk") if v and v > 1):
+            plan.append({"label": f"draft tree top-{k}", "from": "single", "widen": k, "measure": "single",
+                         "keep_as": "single", "feature": "speculative decoding"})  # fmt: skip
         plan += self._knob_items(task, "single", "single")
         return plan
+
+    @staticmethod
+    def _widened(task: TaskSpec, base: dict, item: dict) -> dict | None:
+        """The item's top-k on the base's speculative configuration: as deep as the largest allowed draft tree
+        of k branches per level reaches, no deeper than the base (None: no speculation to widen, or no tree)."""
+        flags, k = base.get("flags", {}), item["widen"]
+        if not flags.get("speculative-algorithm") or flags.get("speculative-eagle-topk") == k:
+            return None
+        drafts = sorted(v for v in _allowed(task, "speculative-num-draft-tokens") if v)
+        steps = min(int(flags.get("speculative-num-steps") or 1), (drafts[-1] - 1) // k if drafts else 0)
+        if steps < 1 or k * steps + 1 not in drafts:
+            return None
+        label = f"{item['label']} at depth {steps} ({steps}/{k}/{k * steps + 1})"
+        return {**item, "label": label, "set": {"speculative-eagle-topk": k, "speculative-num-steps": steps,
+                                                "speculative-num-draft-tokens": k * steps + 1}}  # fmt: skip
+
+    @staticmethod
+    def _already_served(base: dict, item: dict) -> str | None:
+        """Why launching the item would change nothing: the base's server already runs with every value it sets
+        (an engine default, or a value set before), as its /server_info said."""
+        serving, sets = base.get("serving") or {}, item.get("set") or {}
+        if not sets or item.get("unset") or any(serving.get(k.replace("-", "_"), object()) != v for k, v in sets.items()):
+            return None
+        return "the engine already serves " + ", ".join(f"{k}={v}" for k, v in sets.items())
+
+    @staticmethod
+    def _served_key(cur: dict) -> str | None:
+        """What a measurement depends on: the kind of measure, the serving configuration and the environment."""
+        kind = {"single": "single", "knee": "knee", "knee_full": "knee"}.get(cur["measure"])
+        if kind is None or not cur.get("serving"):
+            return None
+        return json.dumps([kind, cur["serving"], cur["env"]], sort_keys=True, default=str)
 
     @staticmethod
     def _knob_items(task: TaskSpec, source: str, measure: str) -> list[dict]:
@@ -312,10 +355,19 @@ class PlaybookPolicy:
 
     def _knee_plan(self, task: TaskSpec, memo: dict) -> list[dict]:
         plan = self._knob_items(task, "throughput", "knee")
-        spec = {k: v for k, v in memo["best"].get("single", {}).get("flags", {}).items() if k in SPEC_KEYS}
-        if spec:
-            plan.append({"label": "speculative decoding under load", "from": "throughput", "set": spec,
-                         "measure": "knee", "keep_as": "throughput"})  # fmt: skip
+        single = memo["best"].get("single", {}).get("flags", {})
+        if single.get("speculative-algorithm"):
+            # under load a verify step costs the whole batch: shallower than single stream, shallowest first; a
+            # depth that does not pay ends the axis
+            deepest = int(single.get("speculative-num-steps") or 1)
+            for s in sorted(v for v in _allowed(task, "speculative-num-steps") if v and v <= deepest):
+                if s + 1 not in _allowed(task, "speculative-num-draft-tokens"):
+                    continue
+                plan.append({"label": f"speculative decoding under load {s}/1/{s + 1}", "from": "throughput",
+                             "set": {"speculative-algorithm": single["speculative-algorithm"],
+                                     "speculative-num-steps": s, "speculative-eagle-topk": 1,
+                                     "speculative-num-draft-tokens": s + 1},
+                             "measure": "knee", "keep_as": "throughput", "group": "load-depth"})  # fmt: skip
         for flag, label in (("mem-fraction-static", "static memory"), ("chunked-prefill-size", "prefill chunk"),
                             ("cuda-graph-max-bs", "graph batch"), ("max-running-requests", "running requests")):
             for v in _allowed(task, flag):
@@ -344,6 +396,14 @@ class PlaybookPolicy:
             if obs.ok:
                 if obs.result.get("moe_fallback_shapes") and not memo.get("tuning"):
                     memo["fallback_shapes"] = obs.result["moe_fallback_shapes"]
+                cur["serving"] = obs.result.get("serving_config") or {}
+                prior = memo.get("served", {}).get(self._served_key(cur))
+                if prior is not None:  # the engine serves what was measured already: the trace has the answer
+                    memo["current"] = None
+                    memo.setdefault("tried", []).append(
+                        f"{cur['label']}: serves the same configuration as {prior['label']} (its /server_info); "
+                        f"{prior['value']:.1f} from the trace")  # fmt: skip
+                    return None
                 cur["step"] = "measuring"
                 return self._measure(task, cur, memo), f"measure {cur['label']}"
             if cur.get("upstream"):  # the engine fix does not hold on its own: no config fix on top of it
@@ -379,8 +439,10 @@ class PlaybookPolicy:
                 return self._abandon(memo, cur, f"accuracy {trial.accuracy:.3f} is outside the tolerance")
             keep_as = cur["keep_as"]
             best = memo["best"].get(keep_as)
+            if cur.get("serving") and self._served_key(cur):
+                memo.setdefault("served", {})[self._served_key(cur)] = {"label": cur["label"], "value": value}
             if keep_as == "base" or best is None or value > best["value"]:
-                entry = {"flags": cur["flags"], "env": cur["env"], "value": value}
+                entry = {"flags": cur["flags"], "env": cur["env"], "value": value, "serving": cur.get("serving") or {}}
                 memo["best"][keep_as] = entry
                 if keep_as == "base":
                     memo["base"] = entry
@@ -422,11 +484,12 @@ class PlaybookPolicy:
             t = next(t for t in task.targets if t.metric == "decode_tok_s")
             return [Call(tool="run_benchmark", args={"workload": t.workload})]
         workload, _ = self._knee_target(task)
-        if cur["measure"] == "knee_full":  # a full-length knee, starting just below the rate screening predicts
+        known = memo.get("knee_rate") and memo["best"].get("throughput")
+        if cur["measure"] == "knee_full" and not known:  # a full-length knee, from just below the predicted rate
             start = cur.get("start_rate") or max(0.25, round((memo.get("knee_rate") or 1.0) - 0.2, 3))
             return [Call(tool="find_knee", args={"workload": workload, "start_rate": start, "resolution": 0.1,
                                                  "growth": NEAR_GROWTH})]
-        if memo.get("knee_rate") and memo["best"].get("throughput"):
+        if known:  # one run just above the best knee so far: only a configuration that sustains it gets a search
             cur["probe"] = True
             rate = round(memo["knee_rate"] + 0.1, 3)
             return [Call(tool="run_benchmark", args={"workload": workload, "request_rate": rate})]

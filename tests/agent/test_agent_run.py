@@ -85,6 +85,9 @@ def test_agent_run_meets_the_targets(finished_run_root, tmp_path):
     events = read_trace(root / "runs" / "e2e" / "trace.jsonl")
     kinds = Counter(e.kind for e in events)
     assert kinds["run_started"] == 1 and kinds["run_finished"] == 1 and kinds["decision"] > 5
+    # speculative decoding tuned per objective: the draft tree's width for one stream, a shallower depth under load
+    rationales = [e.rationale for e in events if e.kind == "decision"]
+    assert any("draft tree top-2" in r for r in rationales) and any("under load 1/1/2" in r for r in rationales)
     listing = agent(root, "runs")
     assert "e2e" in listing.stdout and "all targets met" in listing.stdout
 
