@@ -43,6 +43,15 @@ REL_EXACT = 1e-9  # figures re-derived from the same recorded numbers agree to r
 # ids the graph gives calls: the i-th call of a step's decision (unless the policy named it, as an LLM does),
 # and the graph's own calls: the accuracy check, a patch's commit, stopping the server at the end
 ACT_CALL = re.compile(r"^s(?P<step>\d+)c(?P<index>\d+)$")
+# figures a benchmark run reports as bench_serving recorded them (the trace's decode_tok_s is derived)
+BENCH_FIGURES = (
+    "output_throughput",
+    "request_throughput",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "median_tpot_ms",
+    "completed",
+)
 GRAPH_CALL = re.compile(r"^s(?P<step>\d+)(?P<what>eval|commit(?P<patch>\d+)|stop)$")
 
 
@@ -389,6 +398,39 @@ class _Auditor:
                     trial.step,
                 )
 
+    # --- benchmark records ----------------------------------------------------------------------------------
+
+    def bench(self, events: list[TraceEvent]) -> None:
+        """Every benchmark run a tool result reports agrees with the record the benchmark itself wrote
+        (``bench/NNN-<workload>.jsonl``, named by the run's ``--output-file``)."""
+        self.ran("benchmark figures in the trace agree with bench/*.jsonl")
+        for c in step_calls(events):
+            for run in _benchmark_runs(c.event.result):
+                name = _output_file(run)
+                if name is None:
+                    continue
+                path = self.run_dir / "bench" / name
+                try:
+                    record = json.loads(path.read_text().strip().splitlines()[-1])
+                except (OSError, ValueError, IndexError):
+                    self.find("warning", "bench", f"{c.event.call_id}: no readable record {path}", c.step)
+                    continue
+                for key in BENCH_FIGURES:
+                    a, b = run.get(key), record.get(key)
+                    if (
+                        isinstance(a, int | float)
+                        and isinstance(b, int | float)
+                        and not _close(a, b, REL_EXACT)
+                    ):
+                        self.find(
+                            "error",
+                            "bench",
+                            f"{c.event.call_id} ({c.event.tool}): {key} is {a:g} in the "
+                            f"trace, {b:g} in bench/{name}",
+                            c.step,
+                        )
+                        break
+
     # --- commits --------------------------------------------------------------------------------------------
 
     def commits(self, events: list[TraceEvent], final: AgentState | None) -> None:
@@ -549,6 +591,7 @@ def audit_run(run_dir: Path, task_path: Path | None = None) -> AuditReport:
     task = auditor.task(events)
     final = auditor.final_state(events)
     auditor.state(events, task, final)
+    auditor.bench(events)
     auditor.commits(events, final)
     auditor.summary(events, final)
     return auditor.report
@@ -575,6 +618,28 @@ def _first_difference(a: Any, b: Any, path: str = "") -> str:
             if x != y:
                 return _first_difference(x, y, f"{path}[{i}]")
     return path.lstrip(".") or "(value)"
+
+
+def _benchmark_runs(value: Any) -> list[dict[str, Any]]:
+    """The benchmark runs anywhere in a tool result: dicts with a command and an output_throughput."""
+    if isinstance(value, dict):
+        if "command" in value and "output_throughput" in value:
+            return [value]
+        return [r for v in value.values() for r in _benchmark_runs(v)]
+    if isinstance(value, list):
+        return [r for v in value for r in _benchmark_runs(v)]
+    return []
+
+
+def _output_file(run: dict[str, Any]) -> str | None:
+    """A benchmark run's record under ``bench/``: ``NNN-<workload>.jsonl``, from its command's
+    ``--output-file .../<run-id>-NNN-<workload>.jsonl``."""
+    command, workload = run.get("command") or [], run.get("workload")
+    if "--output-file" not in command[:-1] or not workload:
+        return None
+    name = Path(command[command.index("--output-file") + 1]).name
+    m = re.search(rf"(?<=-)(\d{{3,}}-{re.escape(workload)}\.jsonl)$", name)
+    return m.group(1) if m else None
 
 
 def _git(repo: Path, *args: str) -> str | None:

@@ -55,14 +55,24 @@ def _errors(run_dir: Path) -> list[str]:
     return [f"{f.check}@{f.step}: {f.message}" for f in audit_run(run_dir).errors()]
 
 
-def _best_benchmark(events: list[dict]) -> tuple[int, dict]:
-    """The index and event of the last successful run_benchmark call (a best was measured by it)."""
-    i = max(
+def _best_benchmark(events: list[dict], summary: dict) -> tuple[int, dict]:
+    """The index and event of the run_benchmark call that measured a best (its last run holds a target's
+    achieved value), else of the last successful run_benchmark call."""
+    achieved = [t["achieved"] for t in summary["targets"].values() if t["achieved"] is not None]
+    calls = [
         i
         for i, e in enumerate(events)
         if e["kind"] == "tool_call" and e["tool"] == "run_benchmark" and e["ok"]
-    )
-    return i, events[i]
+    ]
+    for i in calls:
+        run = events[i]["result"]["runs"][-1]
+        if any(
+            abs(run.get(k, 0) - v) <= 1e-9 * abs(v)
+            for k in ("decode_tok_s", "output_throughput")
+            for v in achieved
+        ):
+            return i, events[i]
+    return calls[-1], events[calls[-1]]
 
 
 def _step(call_id: str) -> int:
@@ -89,15 +99,25 @@ def test_a_finished_run_audits_clean_and_prints_its_timeline(records_copy):
 def test_an_edited_tool_result_is_flagged_at_its_step(records_copy):
     run_dir = records_copy / "runs" / FINISHED_RUN_ID
     events = _lines(run_dir)
-    i, bench = _best_benchmark(events)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    i, bench = _best_benchmark(events, summary)
+    measured_a_best = any(
+        abs(bench["result"]["runs"][-1]["decode_tok_s"] - t["achieved"]) <= 1e-6
+        for t in summary["targets"].values()
+        if t["achieved"] is not None
+    )
     bench["result"]["runs"][-1]["decode_tok_s"] *= 1.1
     bench["result"]["runs"][-1]["output_throughput"] *= 1.1
     _write(run_dir, events)
     report = audit_run(run_dir)
     assert not report.ok
-    steps = {f.step for f in report.errors()}
-    assert _step(bench["call_id"]) in steps, report.findings
-    assert any(f.check in ("state", "bests") for f in report.errors())
+    flagged = {(f.check, f.step) for f in report.errors()}
+    # the figure no longer matches what the benchmark wrote (bench/NNN-<workload>.jsonl) ...
+    assert ("bench", _step(bench["call_id"])) in flagged, report.findings
+    if measured_a_best:  # ... nor the trial's figure in the checkpoint, nor the best it became
+        assert ("state", _step(bench["call_id"])) in flagged and any(c == "bests" for c, _ in flagged), (
+            flagged
+        )
     proc = _agent(records_copy, "replay", FINISHED_RUN_ID)
     assert proc.returncode == 1 and "error(s)" in proc.stdout, proc.stdout[-2000:]
 
@@ -217,7 +237,7 @@ def test_execute_replays_the_twin_exactly_and_finds_a_tampered_figure(
     # a recorded figure 10 % off is found at its step; within a 20 % tolerance it is noise
     run_dir = copy_of_finished_run / "runs" / FINISHED_RUN_ID
     events = _lines(run_dir)
-    i, bench = _best_benchmark(events)
+    i, bench = _best_benchmark(events, json.loads((run_dir / "summary.json").read_text()))
     bench["result"]["runs"][-1]["output_throughput"] *= 1.1
     _write(run_dir, events)
     compared, divergence = compare_traces(run_dir / "trace.jsonl", again / "trace.jsonl", tolerance=0.02)
