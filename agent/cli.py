@@ -132,7 +132,7 @@ def resume(run_id: str = typer.Argument(..., help="a run under runs/")) -> None:
 @app.command()
 def show(run_id: str = typer.Argument(..., help="a run under runs/")) -> None:
     """Print a run's timeline from its trace: step, stage, decision, tool, result, cost. Runs nothing."""
-    from .timeline import read_timeline
+    from .timeline import read_timeline, render_timeline
 
     trace = RUNS / run_id / "trace.jsonl"
     if not trace.exists():
@@ -143,25 +143,108 @@ def show(run_id: str = typer.Argument(..., help="a run under runs/")) -> None:
     except ValueError as exc:
         _error(str(exc))
         raise typer.Exit(2) from None
-    title = f"{timeline.run_id}: {timeline.task}, policy {timeline.policy}, {timeline.finished or 'not finished'}"
-    table = Table(title=title, show_lines=False)
-    for col, style in (("step", "dim"), ("stage", "cyan"), ("decision", ""), ("tool", "bold"), ("result", ""),
-                       ("wall s", "dim"), ("node-h", "dim")):  # fmt: skip
-        table.add_column(col, style=style or None, overflow="fold")
-    for st in timeline.steps:
-        first = True
-        for c in st.calls or [None]:
-            head = (str(st.step) if st.step is not None else "", st.stage or "", escape(st.decision)) if first else ("", "", "")
-            call = (c.tool, escape(c.result) if c.ok else f"[red]{escape(c.result)}[/]", f"{c.wall_seconds:.1f}",
-                    f"{c.node_hours:.3f}") if c else ("", "", "", "")  # fmt: skip
-            table.add_row(*head, *call)
-            first = False
-        for n in st.notes:
-            table.add_row("", "", f"[yellow]{escape(n)}[/]", "", "", "", "")
-    console.print(table)
-    sim = "simulated " if timeline.simulated else ""
-    console.print(f"total: {timeline.wall_seconds:.1f} s in tools, {timeline.node_hours:.3f} {sim}node-hours"
-                  + (" (simulated: dayzero digital twin, not a real node)" if timeline.simulated else ""))
+    console.print(render_timeline(timeline))
+
+
+@app.command()
+def replay(
+    run_id: str = typer.Argument(..., help="a run under runs/"),
+    execute: bool = typer.Option(False, "--execute", help="re-run every recorded decision in a new run (fresh "
+                                 "sandbox) and report the first divergence beyond --tolerance"),
+    tolerance: float = typer.Option(0.02, help="with --execute: relative difference a measured figure may show"),
+    from_step: int = typer.Option(None, "--from-step", help="fork a new run: replay steps 1..N, then --policy"),
+    policy: str = typer.Option(None, help="with --from-step: playbook | llm"),
+    run_id_new: str = typer.Option(None, "--run-id", help="name the new run (--execute, --from-step)"),
+    task: Path = typer.Option(None, help="the task file (default: the run's); another one needs --force"),
+    force: bool = typer.Option(False, "--force", help="re-run decisions recorded for another task (or a changed "
+                               "task file); the new run's trace records it"),
+    llm_model: str = typer.Option(None, help="with --policy llm (default: the run's)"),
+    llm_base_url: str = typer.Option(None, help="with --policy llm (default: the run's)"),
+) -> None:
+    """Audit a run from its records (default; runs nothing), re-execute it (--execute), or fork it from a step
+    (--from-step N --policy P). Prints the run's timeline, as agent show does."""
+    from .audit import audit_run, render_audit
+    from .replay import ReplayError, describe_execute, execute_recorded, fork_run
+    from .timeline import read_timeline, render_timeline
+
+    run_dir = RUNS / run_id
+    if not (run_dir / "trace.jsonl").exists():
+        _error(f"no run {run_id!r} under {RUNS}/ (see: agent runs)")
+        raise typer.Exit(2)
+    if execute and from_step is not None:
+        _error("--execute and --from-step are two different replays: choose one")
+        raise typer.Exit(2)
+    if (from_step is None) != (policy is None):
+        _error("--from-step N and --policy playbook|llm go together")
+        raise typer.Exit(2)
+    if not execute and from_step is None:
+        try:
+            console.print(render_timeline(read_timeline(run_dir / "trace.jsonl")))
+        except ValueError as exc:
+            console.print(f"[yellow]no timeline:[/] {escape(str(exc))}", soft_wrap=True)
+        report = audit_run(run_dir, task)
+        console.print(render_audit(report))
+        raise typer.Exit(0 if report.ok else 1)
+    from sandboxes.base import SandboxError
+
+    try:
+        with console.status(f"replaying {run_id}") as status:
+            def on_step(state, elapsed: float) -> None:
+                status.update(f"step {state.step} ({state.stage}) - {len(state.trials)} trial(s) - {elapsed:.0f} s")
+
+            if execute:
+                result = execute_recorded(run_dir, RUNS, run_id_new, tolerance, task, force, on_step=on_step)
+            else:
+                fork = fork_run(run_dir, RUNS, from_step, policy, run_id_new, task, force, llm_model, llm_base_url,
+                                on_step=on_step)  # fmt: skip
+    except (ReplayError, SandboxError, ValueError) as exc:
+        _error(str(exc))
+        raise typer.Exit(2) from None
+    new_run = result.replay_run_id if execute else fork.run_id
+    console.print(render_timeline(read_timeline(RUNS / new_run / "trace.jsonl")))
+    if execute:
+        console.print(escape(describe_execute(result)), soft_wrap=True)
+        raise typer.Exit(0 if result.divergence is None else 1)
+    console.print(f"forked {run_id} at step {from_step} as {fork.run_id} (policy {fork.policy}): "
+                  f"{escape(fork.finish_reason)}", soft_wrap=True)  # fmt: skip
+    _print_summary(RUNS / fork.run_id)
+
+
+@app.command()
+def review(
+    run_id: str = typer.Argument(..., help="a run under runs/"),
+    out: Path = typer.Option(None, "--out", help="where to write (default: runs/<run-id>/review; replaced)"),
+    push: str = typer.Option(None, "--push", help="also push each tree's run branch to this git remote (URL or "
+                             "path) as dayzero/<run-id>/<tree>"),
+) -> None:
+    """PR material for the run's patches: git format-patch series per source tree, a PR.md per patch, the
+    run's summary PR.md and report; optionally push the run branches."""
+    from .review import ReviewError, write_review
+    from .review import push as push_branches
+
+    run_dir = RUNS / run_id
+    if not (run_dir / "run.json").exists():
+        _error(f"no run {run_id!r} under {RUNS}/ (see: agent runs)")
+        raise typer.Exit(2)
+    try:
+        result = write_review(run_dir, out)
+        pushed = push_branches(run_dir, push) if push else None
+    except ReviewError as exc:
+        _error(str(exc))
+        raise typer.Exit(2) from None
+    console.print(f"review of {result.run_id} -> {result.out_dir}", soft_wrap=True)
+    console.print(f"  summary PR: {result.summary_pr}", soft_wrap=True)
+    for patch, pr in zip(result.patch_files, result.pr_files, strict=True):
+        console.print(f"  {patch}  (PR: {pr.name})", soft_wrap=True)
+    for path in result.report_files:
+        console.print(f"  report: {path}", soft_wrap=True)
+    if result.report_error:
+        console.print(f"[yellow]no run report: {escape(result.report_error)}[/]", soft_wrap=True)
+    if pushed is not None:
+        for b in pushed.pushed:
+            console.print(f"pushed {b.tree} {b.sha[:10]} -> {pushed.remote} {b.remote_ref}", soft_wrap=True)
+        for tree in pushed.skipped:
+            console.print(f"not pushed: {tree} (no patches)", soft_wrap=True)
 
 
 @app.command("runs")
@@ -180,6 +263,32 @@ def list_runs() -> None:
             opts = json.loads((d / "run.json").read_text())
             table.add_row(d.name, Path(opts["task_path"]).stem, "[yellow]not finished (agent resume)[/]", "-")
     console.print(table)
+
+
+@app.command()
+def ui(
+    port: int = typer.Option(8765, help="TCP port (0: any free port)"),
+    host: str = typer.Option("127.0.0.1", help="address to bind; the default keeps the view on this machine"),
+    runs: Path = typer.Option(RUNS, "--runs", help="the runs folder to show"),
+) -> None:
+    """A local, read-only web view of the runs: list, timeline, patches with diff and evidence, plots."""
+    from .ui import serve
+
+    if not runs.is_dir():
+        _error(f"no runs folder {runs} (start a run with: agent run TASK)")
+        raise typer.Exit(2)
+    try:
+        server = serve(runs, host=host, port=port)
+    except OSError as exc:
+        _error(f"cannot serve on {host}:{port}: {exc.strerror or exc}")
+        raise typer.Exit(2) from None
+    console.print(f"dayzero runs in {runs}: [cyan]{server.url}[/] (Ctrl-C stops)", soft_wrap=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        console.print("stopped")
+    finally:
+        server.server_close()
 
 
 @twin_app.command("scenarios")
