@@ -1,9 +1,11 @@
 """The offline expert: a staged plan, and fixes reasoned from the diagnosis and the workspace.
 
 Stages: bring-up (the largest tensor-parallel layout, measured), kernel tuning (shapes the log says ran on a
-fallback path), single-stream decode (speculative decoding, then KV-cache dtype and all-reduce fusion, each kept
-only if it helps), throughput layout (each TP x DP split, and DP attention, by their knee), knee (throughput
-knobs one at a time on the best layout). Each stage starts from the best the previous one found.
+fallback path), single-stream decode (speculative depth, then the draft tree's width, KV-cache dtype and all-reduce
+fusion, each kept only if it helps), throughput layout (each TP x DP split, and DP attention, screened with one
+burst each; the best two measured at full length), knee (speculative decoding under load, shallowest first), then
+search (the shared search layer, ``agent/search.py``: the best's neighbours, its bottleneck's knobs first, then
+TPE) for as long as the budget lasts, targets met or not. Each stage starts from the best the previous one found.
 
 A crash is answered from its diagnosis: a weight shape mismatch on a module the checkpoint keeps unquantized
 means the exclude list names it differently from the engine, so the same entries are added under the
@@ -24,6 +26,7 @@ from agent.state import AgentState, Call, Observation
 from tasks.spec import TaskSpec
 from tools.source import unified_diff
 
+from ..search import Candidate, Measured, SearchSpace, next_candidate
 from .base import Decision, PolicyContext
 from .upstream_fixes import _map_mtp_exclude_entry, draft_class, map_draft_excludes
 
@@ -183,6 +186,8 @@ class PlaybookPolicy:
             up = [o for o in outcomes if o["status"] == "up" and o["value"] > 0]
             for o in outcomes:
                 memo.setdefault("tried", []).append(f"layout {o['spec']['flags']}: {o['status']} {o['value']:.0f}")
+                if o["status"] != "up":  # a crash region for the search (a burst's figure is not a knee's)
+                    self._record(memo, {"flags": o["spec"]["flags"], "env": o["spec"]["env"]}, 0.0, crashed=True)
             top = sorted(up, key=lambda o: o["value"], reverse=True)[:CONFIRM_TOP]
             memo["queue"] = [{"label": f"layout {o['spec']['flags']} at full length", "from": "none",
                               "set": o["spec"]["flags"], "env": o["spec"]["env"], "measure": "knee_full",
@@ -205,10 +210,13 @@ class PlaybookPolicy:
                 return None  # nothing new to try
             if same := self._already_served(base, item):
                 memo.setdefault("tried", []).append(f"{item['label']}: skipped, {same}")
+                if item.get("candidate"):  # the search learns it serves as the base does
+                    self._record(memo, item["candidate"], base.get("value", 0.0))
                 return None
             memo["current"] = {"label": item["label"], "flags": flags, "env": env, "measure": item["measure"],
                                "keep_as": item["keep_as"], "group": item.get("group"),
                                "feature": item.get("feature"), "start_rate": item.get("start_rate"),
+                               "candidate": item.get("candidate"),
                                "step": "launch", "fixes": 0, "seen": []}  # fmt: skip
             if item.get("upstream"):  # patch the engine, then launch with the config as released
                 memo["current"].update(step="upstream", upstream=item["upstream"], pristine=[item["upstream"]["config"]])
@@ -222,6 +230,8 @@ class PlaybookPolicy:
 
     def _compose(self, memo: dict, item: dict) -> tuple[dict, dict]:
         """An item's flags and environment: its base with the item's changes (None drops a flag)."""
+        if item.get("exact"):  # a search candidate: launched as proposed
+            return dict(item["set"]), dict(item.get("env", {}))
         base = self._base(memo, item)
         flags = {k: v for k, v in {**base["flags"], **item.get("set", {})}.items()
                  if v is not None and k not in item.get("unset", [])}  # fmt: skip
@@ -269,6 +279,13 @@ class PlaybookPolicy:
             if knee and "throughput" in memo["best"]:
                 memo["queue"] = self._knee_plan(task, memo)
             return None
+        if phase == "knee" and knee and "throughput" in memo["best"]:
+            memo["phase"] = "search"  # the plan is spent: the shared search layer proposes what to measure next
+        if memo["phase"] == "search":
+            item = self._search_item(task, memo)
+            if item is not None:
+                memo["queue"] = [item]
+                return None
         memo["phase"] = "done"
         return [], "plan complete: every stage searched within its candidates"
 
@@ -293,6 +310,37 @@ class PlaybookPolicy:
         return plan
 
     @staticmethod
+    def _record(memo: dict, config: dict, value: float, crashed: bool = False, category: str | None = None) -> None:
+        """What a configuration achieved on the knee target (0: it did not serve it), for the search layer."""
+        cand = Candidate(flags=config["flags"], env=config["env"])
+        memo.setdefault("measured", []).append(Measured(candidate=cand, value=value, crashed=crashed,
+                                                        crash_category=category).model_dump())  # fmt: skip
+
+    @staticmethod
+    def _time_shares(obs: Observation) -> dict[str, float] | None:
+        """Where the GPU time went in the run that measured a knee (None: the engine does not say)."""
+        runs = [r for r in obs.result.get("runs") or [] if r.get("request_rate") == obs.result.get("knee_rate")]
+        return min(runs, key=lambda r: r["output_throughput"]).get("gpu_time_share") if runs else None
+
+    @staticmethod
+    def _search_item(task: TaskSpec, memo: dict) -> dict | None:
+        """The search layer's next candidate as a plan item, launched exactly as proposed."""
+        space = SearchSpace(task)
+        history = [Measured.model_validate(m) for m in memo.get("measured", [])]
+        best = memo["best"]["throughput"]
+        current = space.canonical(Candidate(flags=best["flags"], env=best["env"]))
+        cand = next_candidate(space, history, current, best.get("shares"), seed=len(history))
+        if cand is None:
+            return None
+        base = current or Candidate()
+        what = [f"{k}={v}" for k, v in cand.flags.items() if base.flags.get(k) != v]
+        what += [f"no {k}" for k in base.flags if k not in cand.flags]
+        what += [f"{k}={cand.env.get(k) or '(unset)'}" for k in sorted({*cand.env, *base.env})
+                 if cand.env.get(k) != base.env.get(k)]  # fmt: skip
+        return {"label": f"search: {', '.join(what)}", "from": "throughput", "set": cand.flags, "env": cand.env,
+                "exact": True, "candidate": cand.model_dump(), "measure": "knee", "keep_as": "throughput"}  # fmt: skip
+
+    @staticmethod
     def _widened(task: TaskSpec, base: dict, item: dict) -> dict | None:
         """The item's top-k on the base's speculative configuration: as deep as the largest allowed draft tree
         of k branches per level reaches, no deeper than the base (None: no speculation to widen, or no tree)."""
@@ -312,7 +360,9 @@ class PlaybookPolicy:
         """Why launching the item would change nothing: the base's server already runs with every value it sets
         (an engine default, or a value set before), as its /server_info said."""
         serving, sets = base.get("serving") or {}, item.get("set") or {}
-        if not sets or item.get("unset") or any(serving.get(k.replace("-", "_"), object()) != v for k, v in sets.items()):
+        dropped = item.get("exact") and (any(k not in sets for k in base.get("flags", {}))
+                                         or item.get("env", {}) != base.get("env", {}))  # fmt: skip
+        if not sets or item.get("unset") or dropped or any(serving.get(k.replace("-", "_"), object()) != v for k, v in sets.items()):
             return None
         return "the engine already serves " + ", ".join(f"{k}={v}" for k, v in sets.items())
 
@@ -354,7 +404,9 @@ class PlaybookPolicy:
         return plan
 
     def _knee_plan(self, task: TaskSpec, memo: dict) -> list[dict]:
-        plan = self._knob_items(task, "throughput", "knee")
+        """Speculative decoding under load, the one axis the plan orders itself; the other knobs come from the
+        search layer, the best's bottleneck first (phase "search")."""
+        plan = []
         single = memo["best"].get("single", {}).get("flags", {})
         if single.get("speculative-algorithm"):
             # under load a verify step costs the whole batch: shallower than single stream, shallowest first; a
@@ -368,12 +420,6 @@ class PlaybookPolicy:
                                      "speculative-num-steps": s, "speculative-eagle-topk": 1,
                                      "speculative-num-draft-tokens": s + 1},
                              "measure": "knee", "keep_as": "throughput", "group": "load-depth"})  # fmt: skip
-        for flag, label in (("mem-fraction-static", "static memory"), ("chunked-prefill-size", "prefill chunk"),
-                            ("cuda-graph-max-bs", "graph batch"), ("max-running-requests", "running requests")):
-            for v in _allowed(task, flag):
-                if v is not None:
-                    plan.append({"label": f"{label} {v}", "from": "throughput", "set": {flag: v}, "measure": "knee",
-                                 "keep_as": "throughput"})  # fmt: skip
         return plan
 
     # --- one configuration: launch, fix, measure, keep ----------------------------------------------------------
@@ -400,6 +446,8 @@ class PlaybookPolicy:
                 prior = memo.get("served", {}).get(self._served_key(cur))
                 if prior is not None:  # the engine serves what was measured already: the trace has the answer
                     memo["current"] = None
+                    if cur["measure"] in ("knee", "knee_full"):
+                        self._record(memo, cur.get("candidate") or cur, prior["value"])
                     memo.setdefault("tried", []).append(
                         f"{cur['label']}: serves the same configuration as {prior['label']} (its /server_info); "
                         f"{prior['value']:.1f} from the trace")  # fmt: skip
@@ -408,6 +456,7 @@ class PlaybookPolicy:
                 return self._measure(task, cur, memo), f"measure {cur['label']}"
             if cur.get("upstream"):  # the engine fix does not hold on its own: no config fix on top of it
                 return self._abandon(memo, cur, f"with the engine fix, {(obs.result.get('diagnosis') or {}).get('summary', 'it crashed')}")
+            cur["crash_category"] = (obs.result.get("diagnosis") or {}).get("category")
             return self._fix(state, ctx, memo, cur, obs)
         if cur["step"] == "fixing":
             if obs is not None and not obs.ok:
@@ -441,8 +490,11 @@ class PlaybookPolicy:
             best = memo["best"].get(keep_as)
             if cur.get("serving") and self._served_key(cur):
                 memo.setdefault("served", {})[self._served_key(cur)] = {"label": cur["label"], "value": value}
+            if cur["measure"] in ("knee", "knee_full"):
+                self._record(memo, cur.get("candidate") or cur, value)
             if keep_as == "base" or best is None or value > best["value"]:
-                entry = {"flags": cur["flags"], "env": cur["env"], "value": value, "serving": cur.get("serving") or {}}
+                entry = {"flags": cur["flags"], "env": cur["env"], "value": value, "serving": cur.get("serving") or {},
+                         "shares": self._time_shares(obs)}
                 memo["best"][keep_as] = entry
                 if keep_as == "base":
                     memo["base"] = entry
@@ -510,6 +562,8 @@ class PlaybookPolicy:
     def _abandon(self, memo: dict, cur: dict, why: str) -> tuple[list[Call], str] | None:
         memo["current"] = None
         memo.setdefault("tried", []).append(f"{cur['label']}: abandoned ({why})")
+        if cur.get("measure") in ("knee", "knee_full"):
+            self._record(memo, cur.get("candidate") or cur, 0.0, crashed=True, category=cur.get("crash_category"))
         memo.pop("upstream_proposal", None)  # its config fix did not hold either
         if cur.get("upstream"):
             memo["discard"] = cur["upstream"]["files"]

@@ -1,0 +1,207 @@
+"""The search layer the policies share: the task's space with its constraints, what was learnt from the
+configurations measured so far, and the next candidate to measure.
+
+A policy hands in its history (every configuration it measured on the objective, and the ones that crashed)
+and the best so far with where its GPU time went; :func:`next_candidate` answers with a configuration that is
+valid on the node, not measured yet and outside the regions launches have shown to crash:
+
+1. first the best's one-knob neighbours, the knobs that act on its bottleneck first (prefill, decode,
+   communication, launch overhead), so the search starts where the time goes;
+2. then Optuna's TPE over the whole space, told every measurement (a crash counts as nothing served).
+
+State lives in the policy's memo, not here: the Optuna study is rebuilt from the history on every call, so a
+resumed run asks exactly what the killed one would have. Nothing here knows a model, a path or a figure.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import optuna
+from pydantic import BaseModel, Field
+
+from tasks.spec import TaskSpec
+
+SPECULATIVE = "speculative-algorithm"
+SPEC_DEPENDENT = ("speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens")
+LAYOUT = ("tp-size", "dp-size", "enable-dp-attention")
+# Knobs that act on each share of the GPU time (the twin's breakdown names; a real engine reports none, and then
+# the space's own order is kept). General serving knowledge, not a model's.
+KNOBS_FOR = {
+    "prefill_attention": ("chunked-prefill-size", "attention-backend", "dp-size", "enable-dp-attention",
+                          "mem-fraction-static"),
+    "prefill_moe": ("chunked-prefill-size", "dp-size", "tp-size"),
+    "prefill_dense": ("chunked-prefill-size", "dp-size", "tp-size"),
+    "decode": ("kv-cache-dtype", SPECULATIVE, *SPEC_DEPENDENT, "max-running-requests", "cuda-graph-max-bs",
+               "mem-fraction-static"),
+    "communication": ("enable-aiter-allreduce-fusion", "tp-size", "dp-size", "enable-dp-attention"),
+    "overhead": ("cuda-graph-max-bs", SPECULATIVE, *SPEC_DEPENDENT, "max-running-requests"),
+}  # fmt: skip
+MAX_ASKS = 200  # samples TPE may draw before the space counts as exhausted (invalid or measured ones are redrawn)
+
+optuna.logging.set_verbosity(logging.WARNING)
+
+
+class Candidate(BaseModel):
+    """A configuration: server flags (absent = the engine's default) and environment variables."""
+
+    flags: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+
+    def key(self) -> str:
+        return json.dumps([self.flags, self.env], sort_keys=True, default=str)
+
+
+class Measured(BaseModel):
+    """A candidate and what it achieved on the objective (0 when it did not serve it)."""
+
+    candidate: Candidate
+    value: float
+    crashed: bool = False
+    crash_category: str | None = None  # the diagnosis category of a crash (e.g. out_of_memory)
+
+
+class SearchSpace:
+    """The task's ``search_space`` on the task's node: which configurations exist and are valid."""
+
+    def __init__(self, task: TaskSpec):
+        self.flags = {k: list(v) for k, v in task.search_space.flags.items()}
+        self.env = {k: list(v) for k, v in task.search_space.env.items()}
+        self.gpus = task.hardware.gpus
+
+    def canonical(self, candidate: Candidate) -> Candidate | None:
+        """The candidate as the engine would run it (None: not valid on this node). Unset and default-like
+        values are dropped, speculative settings without an algorithm are dropped, a top-1 draft tree has one
+        token per step plus the root (SGLang adjusts it so)."""
+        flags = {k: v for k, v in candidate.flags.items() if v is not None and v is not False}
+        env = {k: v for k, v in candidate.env.items() if v}
+        tp, dp = int(flags.get("tp-size", 1)), int(flags.get("dp-size", 1))
+        if dp == 1:
+            flags.pop("dp-size", None)
+            flags.pop("enable-dp-attention", None)
+        if flags.get("enable-dp-attention"):
+            if tp > self.gpus or dp > tp or tp % dp:
+                return None
+        elif tp * dp > self.gpus:
+            return None
+        if not flags.get(SPECULATIVE):
+            for k in SPEC_DEPENDENT:
+                flags.pop(k, None)
+        else:
+            # the engine wants all three once an algorithm is set
+            steps, topk = int(flags.get("speculative-num-steps", 1)), int(flags.get("speculative-eagle-topk", 1))
+            draft = steps + 1 if topk == 1 else int(flags.get("speculative-num-draft-tokens", steps + 1))
+            if draft > topk * steps + 1:
+                return None
+            flags.update({"speculative-num-steps": steps, "speculative-eagle-topk": topk,
+                          "speculative-num-draft-tokens": draft})  # fmt: skip
+        return Candidate(flags=flags, env=env)
+
+    def neighbours(self, best: Candidate, shares: dict[str, float] | None = None) -> list[Candidate]:
+        """The best's valid one-knob changes, the knobs on its largest time shares first."""
+        order = list(self.flags)
+        if shares:
+            ranked: list[str] = []
+            for part, _ in sorted(shares.items(), key=lambda kv: -kv[1]):
+                ranked += [k for k in KNOBS_FOR.get(part, ()) if k in self.flags and k not in ranked]
+            order = ranked + [k for k in order if k not in ranked]
+        per_knob: list[list[Candidate]] = []
+        for name in order:
+            changes = [Candidate(flags={**best.flags, name: v}, env=best.env) for v in self.flags[name]]
+            per_knob.append([c for c in map(self.canonical, changes) if c is not None and c.key() != best.key()])
+        for name, values in self.env.items():
+            changes = [Candidate(flags=best.flags, env={**best.env, name: v}) for v in values]
+            per_knob.append([c for c in map(self.canonical, changes) if c is not None and c.key() != best.key()])
+        # one value of each knob in turn, so the first knobs of the ranking each get a try early
+        out: list[Candidate] = []
+        for i in range(max(map(len, per_knob), default=0)):
+            out += [values[i] for values in per_knob if i < len(values)]
+        return out
+
+    # --- Optuna -----------------------------------------------------------------------------------------------
+
+    def _distributions(self) -> dict[str, optuna.distributions.CategoricalDistribution]:
+        d = {f"flag:{k}": optuna.distributions.CategoricalDistribution(v) for k, v in self.flags.items()}
+        d.update({f"env:{k}": optuna.distributions.CategoricalDistribution(v) for k, v in self.env.items()})
+        return d
+
+    def _params(self, cand: Candidate) -> dict[str, Any] | None:
+        """A measured candidate as the study's parameters (None: it lies outside the space)."""
+        params: dict[str, Any] = {}
+        for k, values in self.flags.items():
+            if k in SPEC_DEPENDENT and not cand.flags.get(SPECULATIVE):
+                continue
+            v = cand.flags.get(k)
+            v = v if v is not None or None in values else (False if False in values else None)
+            if v not in values:
+                return None
+            params[f"flag:{k}"] = v
+        for k, values in self.env.items():
+            v = cand.env.get(k, "")
+            if v not in values:
+                return None
+            params[f"env:{k}"] = v
+        return params
+
+    def _sample(self, trial: optuna.Trial) -> Candidate:
+        flags: dict[str, Any] = {}
+        for k, values in self.flags.items():
+            if k in SPEC_DEPENDENT and not flags.get(SPECULATIVE):
+                continue
+            flags[k] = trial.suggest_categorical(f"flag:{k}", values)
+        env = {k: trial.suggest_categorical(f"env:{k}", values) for k, values in self.env.items()}
+        return Candidate(flags=flags, env=env)
+
+    def study(self, history: list[Measured], seed: int) -> optuna.Study:
+        """A TPE study that has been told every measurement of ``history`` inside the space."""
+        study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
+        dists = self._distributions()
+        for m in history:
+            params = self._params(m.candidate)
+            if params is None:
+                continue
+            study.add_trial(optuna.trial.create_trial(params=params, value=m.value,
+                                                      distributions={k: dists[k] for k in params}))  # fmt: skip
+        return study
+
+
+def in_crash_region(cand: Candidate, history: list[Measured]) -> bool:
+    """Whether a launch like one that crashed would crash too: the same configuration, or, after running out of
+    memory, the same layout with as much static memory or more."""
+    for m in history:
+        if not m.crashed:
+            continue
+        if m.candidate.key() == cand.key():
+            return True
+        same_layout = all(m.candidate.flags.get(k) == cand.flags.get(k) for k in LAYOUT)
+        if m.crash_category == "out_of_memory" and same_layout:
+            crashed_mem = m.candidate.flags.get("mem-fraction-static")
+            mem = cand.flags.get("mem-fraction-static")
+            if crashed_mem is None or (mem is not None and mem >= crashed_mem):
+                return True
+    return False
+
+
+def next_candidate(space: SearchSpace, history: list[Measured], best: Candidate | None,
+                   shares: dict[str, float] | None = None, seed: int = 0) -> Candidate | None:  # fmt: skip
+    """The next configuration to measure: the best's untried neighbours (its bottleneck's knobs first), then
+    TPE's proposals; None when the space holds nothing new."""
+    # as the engine would run them: a recorded launch may spell a default out or keep a dropped flag
+    history = [m.model_copy(update={"candidate": space.canonical(m.candidate) or m.candidate}) for m in history]
+    seen = {m.candidate.key() for m in history}
+    if best is not None:
+        for cand in space.neighbours(best, shares):
+            if cand.key() not in seen and not in_crash_region(cand, history):
+                return cand
+    study = space.study(history, seed)
+    for _ in range(MAX_ASKS):
+        trial = study.ask()
+        cand = space.canonical(space._sample(trial))
+        if cand is None or cand.key() in seen or in_crash_region(cand, history):
+            # invalid, measured or predicted to crash: tell TPE nothing was served there, and draw again
+            study.tell(trial, 0.0)
+            continue
+        return cand
+    return None
