@@ -566,7 +566,9 @@ def _curve(role: str, trial: TrialRow, workload: str, runs: list[BenchRun], fact
 def _curves(report_targets: list[TargetResult], winner: TrialRow | None, winner_target: str | None,
             trials: list[TrialRow], runs: list[BenchRun], facts: _TraceFacts,
             task: TaskSpec) -> tuple[str | None, float | None, list[RateCurve], list[str]]:  # fmt: skip
-    """The throughput workload's curves for the baseline (the first configuration measured on it) and the winner."""
+    """The throughput workload's curves for the baseline and the winner. The baseline is the bring-up
+    configuration (the first that came up) where it was swept over rates, else the first other configuration
+    swept, else the first measured on the workload (then without a curve, and the report says why)."""
     rate_metrics = ("throughput_at_knee", "output_throughput")
     target = next((t for t in report_targets if t.name == winner_target and t.metric in rate_metrics and t.workload),
                   next((t for t in report_targets if t.metric in rate_metrics and t.workload), None))  # fmt: skip
@@ -584,7 +586,11 @@ def _curves(report_targets: list[TargetResult], winner: TrialRow | None, winner_
             [],
             [f"no configuration was benchmarked on the {workload} workload: no rate curves"],
         )
-    base = measured[0]
+    winner_id = winner.id if winner is not None else None
+    swept = [t for t in measured if t.id != winner_id and len(_curve("baseline", t, workload, runs, facts, limit).points) >= 2]
+    bringup = next((t for t in trials if t.status == "up"), None)
+    alike = [t for t in swept if bringup is not None and (t.flags, t.env) == (bringup.flags, bringup.env)]
+    base = (alike or swept or measured)[0]
     base_curve = _curve("baseline", base, workload, runs, facts, limit)
     if winner is not None and winner.id == base.id:
         notes.append(f"the winning configuration (trial {base.id}) is the first one measured on {workload}: "

@@ -36,6 +36,7 @@ MAX_FIXES_PER_CONFIG = 6
 # knee of each of the best few is then measured at full length, starting just below the rate its burst served.
 SCREEN_PROMPTS_PER_GPU = 128
 CONFIRM_TOP = 2
+KNEE_MEASURES = ("knee", "knee_full", "baseline")  # measurements whose value is a throughput at the knee
 NEAR_GROWTH = 1.1  # a knee search that starts near the knee (a prediction, or a probe that passed) steps up by 10 %
 # CUDA headers and the HIP headers that declare the same API (hipify's mapping)
 HIP_COUNTERPARTS = {
@@ -357,8 +358,11 @@ class PlaybookPolicy:
 
     @staticmethod
     def _already_served(base: dict, item: dict) -> str | None:
-        """Why launching the item would change nothing: the base's server already runs with every value it sets
-        (an engine default, or a value set before), as its /server_info said."""
+        """Why launching the item would change nothing: the base (the best of the objective the item measures)
+        already runs with every value it sets (an engine default, or a value set before), as its /server_info
+        said."""
+        if item.get("from") != item.get("keep_as"):  # the base was measured for another objective
+            return None
         serving, sets = base.get("serving") or {}, item.get("set") or {}
         dropped = item.get("exact") and (any(k not in sets for k in base.get("flags", {}))
                                          or item.get("env", {}) != base.get("env", {}))  # fmt: skip
@@ -369,7 +373,7 @@ class PlaybookPolicy:
     @staticmethod
     def _served_key(cur: dict) -> str | None:
         """What a measurement depends on: the kind of measure, the serving configuration and the environment."""
-        kind = {"single": "single", "knee": "knee", "knee_full": "knee"}.get(cur["measure"])
+        kind = {"single": "single", "knee": "knee", "knee_full": "knee", "baseline": "knee"}.get(cur["measure"])
         if kind is None or not cur.get("serving"):
             return None
         return json.dumps([kind, cur["serving"], cur["env"]], sort_keys=True, default=str)
@@ -407,6 +411,11 @@ class PlaybookPolicy:
         """Speculative decoding under load, the one axis the plan orders itself; the other knobs come from the
         search layer, the best's bottleneck first (phase "search")."""
         plan = []
+        base = memo.get("base")
+        if base is not None:  # the bring-up configuration as it came up: the reference the gains are measured from
+            plan.append({"label": "baseline: the bring-up configuration's knee", "from": "none", "exact": True,
+                         "set": base["flags"], "env": base.get("env", {}), "measure": "baseline",
+                         "keep_as": "baseline"})  # fmt: skip
         single = memo["best"].get("single", {}).get("flags", {})
         if single.get("speculative-algorithm"):
             # under load a verify step costs the whole batch: shallower than single stream, shallowest first; a
@@ -446,7 +455,7 @@ class PlaybookPolicy:
                 prior = memo.get("served", {}).get(self._served_key(cur))
                 if prior is not None:  # the engine serves what was measured already: the trace has the answer
                     memo["current"] = None
-                    if cur["measure"] in ("knee", "knee_full"):
+                    if cur["measure"] in KNEE_MEASURES:
                         self._record(memo, cur.get("candidate") or cur, prior["value"])
                     memo.setdefault("tried", []).append(
                         f"{cur['label']}: serves the same configuration as {prior['label']} (its /server_info); "
@@ -490,7 +499,7 @@ class PlaybookPolicy:
             best = memo["best"].get(keep_as)
             if cur.get("serving") and self._served_key(cur):
                 memo.setdefault("served", {})[self._served_key(cur)] = {"label": cur["label"], "value": value}
-            if cur["measure"] in ("knee", "knee_full"):
+            if cur["measure"] in KNEE_MEASURES:
                 self._record(memo, cur.get("candidate") or cur, value)
             if keep_as == "base" or best is None or value > best["value"]:
                 entry = {"flags": cur["flags"], "env": cur["env"], "value": value, "serving": cur.get("serving") or {},
@@ -536,6 +545,10 @@ class PlaybookPolicy:
             t = next(t for t in task.targets if t.metric == "decode_tok_s")
             return [Call(tool="run_benchmark", args={"workload": t.workload})]
         workload, _ = self._knee_target(task)
+        if cur["measure"] == "baseline":  # a reference curve, not a claim: one seed, a coarser bracket
+            seeds = task.workloads[workload].knee_seeds[:1]
+            return [Call(tool="find_knee", args={"workload": workload, "start_rate": cur.get("start_rate") or 1.0,
+                                                 "resolution": 0.25, "seeds": seeds})]  # fmt: skip
         known = memo.get("knee_rate") and memo["best"].get("throughput")
         if cur["measure"] == "knee_full" and not known:  # a full-length knee, from just below the predicted rate
             start = cur.get("start_rate") or max(0.25, round((memo.get("knee_rate") or 1.0) - 0.2, 3))
@@ -562,7 +575,7 @@ class PlaybookPolicy:
     def _abandon(self, memo: dict, cur: dict, why: str) -> tuple[list[Call], str] | None:
         memo["current"] = None
         memo.setdefault("tried", []).append(f"{cur['label']}: abandoned ({why})")
-        if cur.get("measure") in ("knee", "knee_full"):
+        if cur.get("measure") in KNEE_MEASURES:
             self._record(memo, cur.get("candidate") or cur, 0.0, crashed=True, category=cur.get("crash_category"))
         memo.pop("upstream_proposal", None)  # its config fix did not hold either
         if cur.get("upstream"):

@@ -32,12 +32,16 @@ def test_nothing_to_widen_without_speculation():
 def test_a_value_the_engine_already_serves_is_not_launched():
     serving = {"chunked_prefill_size": 16384, "kv_cache_dtype": "bfloat16", "cuda_graph_max_bs": 512}
     base = {"flags": {"tp-size": 8}, "serving": serving}
-    why = PlaybookPolicy._already_served(base, {"set": {"chunked-prefill-size": 16384}})
+    knob = {"from": "throughput", "keep_as": "throughput"}
+    why = PlaybookPolicy._already_served(base, {**knob, "set": {"chunked-prefill-size": 16384}})
     assert why == "the engine already serves chunked-prefill-size=16384"
-    assert PlaybookPolicy._already_served(base, {"set": {"chunked-prefill-size": 8192}}) is None
-    assert PlaybookPolicy._already_served(base, {"set": {"kv-cache-dtype": "fp8_e4m3"}}) is None
-    assert PlaybookPolicy._already_served(base, {"set": {"max-running-requests": 64}}) is None  # not reported
-    assert PlaybookPolicy._already_served({"flags": {}}, {"set": {"chunked-prefill-size": 16384}}) is None
+    assert PlaybookPolicy._already_served(base, {**knob, "set": {"chunked-prefill-size": 8192}}) is None
+    assert PlaybookPolicy._already_served(base, {**knob, "set": {"kv-cache-dtype": "fp8_e4m3"}}) is None
+    assert PlaybookPolicy._already_served(base, {**knob, "set": {"max-running-requests": 64}}) is None  # not reported
+    assert PlaybookPolicy._already_served({"flags": {}}, {**knob, "set": {"chunked-prefill-size": 16384}}) is None
+    # a base measured for another objective (single stream) says nothing about this one (throughput)
+    other = {"from": "none", "keep_as": "throughput", "set": {"chunked-prefill-size": 16384}}
+    assert PlaybookPolicy._already_served(base, other) is None
 
 
 def test_two_launches_that_serve_alike_share_one_measurement():

@@ -160,18 +160,11 @@ def test_curves_are_the_bench_records(written):
     target = summary["targets"][summary["best_config"]["target"]]
     winner, baseline = report.curve("winner"), report.curve("baseline")
     assert winner is not None and winner.trial == winner_trial
-    # the baseline: the first trial benchmarked on the throughput workload; drawn only if swept over rates
-    _, first = _trace_trials(run_dir)
-    assert first is not None and first != winner_trial
-    first_runs = [r for r in report.bench_runs if r.trial == first and r.workload == "throughput"]
-    assert first_runs and all(
-        _record(run_dir / r.file)["request_rate"] in (r.request_rate, float("inf")) for r in first_runs
-    )
-    if len({r.request_rate for r in first_runs if r.request_rate is not None}) >= 2:
-        assert baseline is not None and baseline.trial == first
-    else:
-        assert baseline is None
-        assert any(f"trial {first}" in n and "never swept" in n for n in report.curve_notes)
+    # the baseline: the bring-up configuration (the first that came up), which the run swept over rates
+    bringup = next(t for t in summary["trials"] if t["status"] == "up")
+    assert baseline is not None and baseline.trial != winner_trial
+    assert (baseline.flags, baseline.env) == (bringup["flags"], bringup["env"])
+    assert all(_record(run_dir / f)["request_rate"] for p in baseline.points for f in p.files)
     for curve in [c for c in (baseline, winner) if c is not None]:
         assert len(curve.points) >= 2
         assert [p.request_rate for p in curve.points] == sorted({p.request_rate for p in curve.points})
@@ -262,13 +255,15 @@ def test_cost_without_a_price_says_it_needs_one(written):
 
 def test_baseline_never_swept_is_said_not_drawn(copy_of_finished_run, tmp_path):
     run_dir = copy_of_finished_run / "runs" / FINISHED_RUN_ID
-    _, first = _trace_trials(run_dir)
-    runs = [r for r in build_report(run_dir).bench_runs if r.trial == first]
-    for r in runs[1:]:  # leave the baseline configuration one run
-        (run_dir / r.file).unlink()
+    report = build_report(run_dir)
+    winner = report.curve("winner").trial
+    for trial in {r.trial for r in report.bench_runs if r.trial != winner}:  # no other configuration keeps a sweep
+        runs = [r for r in report.bench_runs if r.trial == trial]
+        for r in runs[1:]:
+            (run_dir / r.file).unlink()
     report = build_report(run_dir)
     assert report.curve("baseline") is None and report.curve("winner") is not None
-    assert any(f"trial {first}" in n and "never swept" in n for n in report.curve_notes)
+    assert any("never swept" in n for n in report.curve_notes)
     md = write_report(run_dir, tmp_path / "out")[0].read_text()
     assert "never swept" in _section(md, "Throughput and TTFT") and "**baseline:" not in md
 
