@@ -311,3 +311,33 @@ def test_an_unreadable_trace_is_an_audit_error_not_a_crash(tmp_path, bad):
     assert proc.returncode in (1, 2) and "Traceback" not in proc.stdout + proc.stderr, (
         proc.stdout + proc.stderr
     )
+
+
+def test_a_fork_hands_over_to_an_llm(records_copy):
+    from tests.agent.llm_server import ScriptedLLM
+
+    run_dir = records_copy / "runs" / FINISHED_RUN_ID
+    first_commit = next(e for e in read_trace(run_dir / "trace.jsonl") if e.kind == "tool_call" and e.tool == "commit")
+    step = _step(first_commit.call_id)
+    env = {**os.environ, "OPENAI_API_KEY": "sk-test-fork-0123456789", "PYTHONPATH": str(REPO)}
+    env.pop("OPENAI_BASE_URL", None)
+    with ScriptedLLM([{"tool_calls": [("run_benchmark", {"workload": "single_stream"})]}]) as llm:
+        proc = subprocess.run([sys.executable, "-c", "from agent.cli import app; app()", "replay", FINISHED_RUN_ID,
+                               "--from-step", str(step), "--policy", "llm", "--llm-model", "scripted",
+                               "--llm-base-url", llm.base_url, "--run-id", "llm-fork"],
+                              cwd=records_copy, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+        requests = list(llm.requests)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "sk-test-fork" not in proc.stdout + proc.stderr
+    fork = records_copy / "runs" / "llm-fork"
+    options = json.loads((fork / "run.json").read_text())
+    assert (options["parent"]["run_id"], options["parent"]["step"], options["policy"]) == (FINISHED_RUN_ID, step, "llm")
+    events = read_trace(fork / "trace.jsonl")
+    decisions = [(e.step, e.policy) for e in events if e.kind == "decision"]
+    assert all(p == "replay" for s, p in decisions if s <= step) and all(p == "llm" for s, p in decisions if s > step)
+    # the model was asked after the fork point, and its call ran in the forked run
+    assert len(requests) >= 2 and all(r["model"] == "scripted" for r in requests)
+    first_llm = next(i for i, e in enumerate(events) if e.kind == "decision" and e.policy == "llm")
+    llm_calls = [e for e in events[first_llm:] if e.kind == "tool_call" and e.tool == "run_benchmark"]
+    assert llm_calls, [(e.tool, e.call_id) for e in events if e.kind == "tool_call"]
+    assert events[-1].kind == "run_finished"
