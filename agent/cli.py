@@ -73,6 +73,12 @@ def _print_summary(run_dir: Path) -> None:
     console.print(table)
     for c in summary["commits"]:
         console.print(f"commit {', '.join(s[:10] for s in c['commits'])}  {c['title']}")
+    for name, e in (summary.get("explain") or {}).items():  # what each change from the bring-up bought
+        start = "not measured" if e["bring_up"] is None else f"{e['bring_up']:.1f}"
+        console.print(f"{name}: {start} at bring-up -> {e['best']:.1f}", soft_wrap=True)
+        for c in e["changes"]:
+            moved = f"{c['effect']:+.1f}" if c["effect"] is not None else "not isolated by a measurement"
+            console.print(f"  {escape(c['name'])}: {escape(c['before'])} -> {escape(c['after'])}: {moved}", soft_wrap=True)
     hours = summary.get("simulated_node_hours", summary.get("node_hours"))
     console.print(f"branch {summary['branch']} | {'simulated ' if summary['simulated'] else ''}node-hours {hours}")
     console.print(f"winning launch command: {run_dir / 'launch.sh'}")

@@ -255,7 +255,21 @@ def summarize(run: Run, state: AgentState) -> dict[str, Any]:
         # features the policy could not bring up: why, the configuration that showed it, what it did not retry
         "blocked": dict(state.memo.get("blocked", {})),
         "after_targets": _after_targets(run, state),
+        "explain": _explain(run, state),
     }
+
+
+def _explain(run: Run, state: AgentState) -> dict[str, Any]:
+    """Per target with a best: each change from the bring-up configuration and what it moved, where measured."""
+    from .ablation import explain_best
+
+    out = {}
+    for t in run.task.targets:
+        if t.metric == "accuracy_delta" or (e := explain_best(state, run.task, t.name)) is None:
+            continue
+        out[t.name] = {"bring_up": e.baseline, "best": e.best, "unexplained": e.unexplained,
+                       "changes": [c.model_dump(mode="json") for c in e.changes]}  # fmt: skip
+    return out
 
 
 def _after_targets(run: Run, state: AgentState) -> dict[str, Any] | None:

@@ -26,6 +26,7 @@ from agent.state import AgentState, Call, Observation
 from tasks.spec import TaskSpec
 from tools.source import unified_diff
 
+from ..ablation import explain_best
 from ..search import Candidate, Measured, SearchSpace, next_candidate
 from .base import Decision, PolicyContext
 from .upstream_fixes import _map_mtp_exclude_entry, draft_class, map_draft_excludes
@@ -202,6 +203,9 @@ class PlaybookPolicy:
         if memo["queue"]:
             item = memo["queue"].pop(0)
             base = self._base(memo, item)
+            if item.get("ablate"):  # the best without each change no measured pair isolates yet
+                memo["queue"][:0] = self._ablation_items(state, task, item)
+                return None
             if item.get("widen"):  # a wider draft tree on the best speculative configuration so far
                 item = self._widened(task, base, item)
                 if item is None:
@@ -227,7 +231,7 @@ class PlaybookPolicy:
     @staticmethod
     def _base(memo: dict, item: dict) -> dict:
         """The configuration a plan item starts from: the best of its stage so far, else the bring-up one."""
-        return memo["best"].get(item["from"], memo.get("base", {"flags": {}, "env": {}}))
+        return memo["best"].get(item.get("from", "none"), memo.get("base", {"flags": {}, "env": {}}))
 
     def _compose(self, memo: dict, item: dict) -> tuple[dict, dict]:
         """An item's flags and environment: its base with the item's changes (None drops a flag)."""
@@ -308,6 +312,7 @@ class PlaybookPolicy:
             plan.append({"label": f"draft tree top-{k}", "from": "single", "widen": k, "measure": "single",
                          "keep_as": "single", "feature": "speculative decoding"})  # fmt: skip
         plan += self._knob_items(task, "single", "single")
+        plan.append({"label": "ablation of the single-stream best", "ablate": "single"})
         return plan
 
     @staticmethod
@@ -340,6 +345,20 @@ class PlaybookPolicy:
                  if cand.env.get(k) != base.env.get(k)]  # fmt: skip
         return {"label": f"search: {', '.join(what)}", "from": "throughput", "set": cand.flags, "env": cand.env,
                 "exact": True, "candidate": cand.model_dump(), "measure": "knee", "keep_as": "throughput"}  # fmt: skip
+
+    @staticmethod
+    def _ablation_items(state: AgentState, task: TaskSpec, item: dict) -> list[dict]:
+        """Plan items measuring the best without each change from the bring-up configuration that no measured
+        pair isolates yet (``agent/ablation.py``); a knee at reference precision, or one single-stream run."""
+        knee = item["ablate"] == "throughput"
+        metric = "throughput_at_knee" if knee else "decode_tok_s"
+        target = next((t for t in task.targets if t.metric == metric), None)
+        explanation = explain_best(state, task, target.name) if target else None
+        if explanation is None:
+            return []
+        return [{"label": f"ablation: the best without {c.name}", "from": "none", "exact": True,
+                 "set": c.without.flags, "env": c.without.env, "measure": "baseline" if knee else "single",
+                 "keep_as": f"ablation {item['ablate']}"} for c in explanation.changes if c.effect is None]  # fmt: skip
 
     @staticmethod
     def _widened(task: TaskSpec, base: dict, item: dict) -> dict | None:
@@ -408,14 +427,10 @@ class PlaybookPolicy:
         return plan
 
     def _knee_plan(self, task: TaskSpec, memo: dict) -> list[dict]:
-        """Speculative decoding under load, the one axis the plan orders itself; the other knobs come from the
-        search layer, the best's bottleneck first (phase "search")."""
+        """Speculative decoding under load (the one axis the plan orders itself), then the bring-up configuration's
+        knee and the ablation of the best (what each change bought); the other knobs come from the search layer,
+        the best's bottleneck first (phase "search")."""
         plan = []
-        base = memo.get("base")
-        if base is not None:  # the bring-up configuration as it came up: the reference the gains are measured from
-            plan.append({"label": "baseline: the bring-up configuration's knee", "from": "none", "exact": True,
-                         "set": base["flags"], "env": base.get("env", {}), "measure": "baseline",
-                         "keep_as": "baseline"})  # fmt: skip
         single = memo["best"].get("single", {}).get("flags", {})
         if single.get("speculative-algorithm"):
             # under load a verify step costs the whole batch: shallower than single stream, shallowest first; a
@@ -429,6 +444,12 @@ class PlaybookPolicy:
                                      "speculative-num-steps": s, "speculative-eagle-topk": 1,
                                      "speculative-num-draft-tokens": s + 1},
                              "measure": "knee", "keep_as": "throughput", "group": "load-depth"})  # fmt: skip
+        base = memo.get("base")
+        if base is not None:  # the bring-up configuration as it came up: the reference the gains are measured from
+            plan.append({"label": "baseline: the bring-up configuration's knee", "from": "none", "exact": True,
+                         "set": base["flags"], "env": base.get("env", {}), "measure": "baseline",
+                         "keep_as": "baseline"})  # fmt: skip
+            plan.append({"label": "ablation of the throughput best", "ablate": "throughput"})
         return plan
 
     # --- one configuration: launch, fix, measure, keep ----------------------------------------------------------
@@ -545,10 +566,11 @@ class PlaybookPolicy:
             t = next(t for t in task.targets if t.metric == "decode_tok_s")
             return [Call(tool="run_benchmark", args={"workload": t.workload})]
         workload, _ = self._knee_target(task)
-        if cur["measure"] == "baseline":  # a reference curve, not a claim: one seed, a coarser bracket
+        if cur["measure"] == "baseline":  # a reference, not a claim: one seed, a coarser bracket
             seeds = task.workloads[workload].knee_seeds[:1]
-            return [Call(tool="find_knee", args={"workload": workload, "start_rate": cur.get("start_rate") or 1.0,
-                                                 "resolution": 0.25, "seeds": seeds})]  # fmt: skip
+            start = cur.get("start_rate") or round(0.7 * (memo.get("knee_rate") or 1.0 / 0.7), 3)
+            return [Call(tool="find_knee", args={"workload": workload, "start_rate": start, "resolution": 0.25,
+                                                 "seeds": seeds})]  # fmt: skip
         known = memo.get("knee_rate") and memo["best"].get("throughput")
         if cur["measure"] == "knee_full" and not known:  # a full-length knee, from just below the predicted rate
             start = cur.get("start_rate") or max(0.25, round((memo.get("knee_rate") or 1.0) - 0.2, 3))

@@ -85,6 +85,11 @@ def test_agent_run_meets_the_targets(finished_run_root, tmp_path):
     events = read_trace(root / "runs" / "e2e" / "trace.jsonl")
     kinds = Counter(e.kind for e in events)
     assert kinds["run_started"] == 1 and kinds["run_finished"] == 1 and kinds["decision"] > 5
+    # the win explained: every change from the bring-up configuration, each isolated by a measured pair
+    for name in ("throughput", "single_stream"):
+        why = summary["explain"][name]
+        assert why["bring_up"] is not None and why["best"] == summary["targets"][name]["achieved"]
+        assert why["changes"] and all(c["effect"] is not None for c in why["changes"]), why
     # speculative decoding tuned per objective: the draft tree's width for one stream, a shallower depth under load
     rationales = [e.rationale for e in events if e.kind == "decision"]
     assert any("draft tree top-2" in r for r in rationales) and any("under load 1/1/2" in r for r in rationales)
@@ -181,6 +186,13 @@ def test_bad_task_file_is_one_line(tmp_path):
     assert agent(tmp_path, "resume", "nope").returncode == 2
 
 
+def stopping_at_the_targets(tmp_path: Path, task: Path) -> Path:
+    """The task with no budget after its targets: for tests of bring-up, fixes and resume, not of the search."""
+    variant = tmp_path / f"{task.stem}_to_targets.yaml"
+    variant.write_text(f"extends: {task}\nbudgets:\n  after_targets: {{node_hours: 0}}\n")
+    return variant
+
+
 def _server_pids(workspace: Path) -> set[int]:
     """Twin servers running on this workspace."""
     out = subprocess.run(["pgrep", "-f", f"launch_server --model-path {workspace}"], capture_output=True, text=True)
@@ -189,7 +201,8 @@ def _server_pids(workspace: Path) -> set[int]:
 
 @pytest.mark.parametrize("kill_after_calls", [12])  # the engine fix's server is up, launched with pristine files
 def test_sigkill_mid_trial_then_resume(tmp_path, kill_after_calls):
-    proc = subprocess.Popen([sys.executable, "-c", "from agent.cli import app; app()", "run", str(TASK), "--policy",
+    task = stopping_at_the_targets(tmp_path, TASK)
+    proc = subprocess.Popen([sys.executable, "-c", "from agent.cli import app; app()", "run", str(task), "--policy",
                              "playbook", "--run-id", "killed"], cwd=tmp_path, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     trace = tmp_path / "runs" / "killed" / "trace.jsonl"
@@ -224,10 +237,12 @@ def test_playbook_solves_unseen_scenarios_unchanged(tmp_path, task):
     """Other model names, layer counts, MTP prefixes, unguarded headers in other kernel files, other MoE shapes
     (and for Orion, another layer class failing, on other hardware): the same playbook fixes both defects and
     meets the targets."""
-    proc = agent(tmp_path, "run", str(REPO / "tasks" / f"{task}.yaml"), "--policy", "playbook", "--run-id", task)
+    variant = stopping_at_the_targets(tmp_path, REPO / "tasks" / f"{task}.yaml")
+    proc = agent(tmp_path, "run", str(variant), "--policy", "playbook", "--run-id", task)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     summary = json.loads((tmp_path / "runs" / task / "summary.json").read_text())
     assert summary["finish_reason"] == "all targets met", summary["targets"]
+    assert summary["after_targets"]["spent"]["benchmark_runs"] == 0  # a zero budget stops at the targets
     titles = " | ".join(c["title"] for c in summary["commits"])
     assert "Exclude" in titles and "Guard the CUDA-only include" in titles
 
