@@ -82,6 +82,8 @@ class Point(BaseModel):
 
     spend: Spend
     best: dict[str, float] = Field(default_factory=dict)  # target name -> best so far (0: nothing yet)
+    config: Candidate | None = None  # a black-box trial: the configuration it launched
+    values: dict[str, float] = Field(default_factory=dict)  # a black-box trial: what it measured (0: crashed)
 
 
 class MethodRun(BaseModel):
@@ -122,8 +124,9 @@ def seeded_task(task_path: Path, seed: int, out: Path) -> Path:
     """A copy of the task whose knee-measured workloads use benchmark seeds ``2s+1, 2s+2``."""
     task = load_task(task_path)
     knee = {t.workload for t in task.targets if t.metric == "throughput_at_knee"}
-    lines = [f"# search_efficiency seed {seed} ({SIMULATED})", f"extends: {task_path.resolve()}", "workloads:"]
-    lines += [f"  {w}: {{knee_seeds: [{2 * seed + 1}, {2 * seed + 2}]}}" for w in sorted(knee)]
+    lines = [f"# search_efficiency seed {seed} ({SIMULATED})", f"extends: {task_path.resolve()}"]
+    if knee:
+        lines += ["workloads:"] + [f"  {w}: {{knee_seeds: [{2 * seed + 1}, {2 * seed + 2}]}}" for w in sorted(knee)]
     path = out / "tasks" / f"{task.name}-s{seed}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
@@ -286,7 +289,7 @@ def black_box(method: str, task_copy: Path, task: TaskSpec, seed: int, agent_run
             for n, minimum in mins.items():
                 if result.met_at.get(n) is None and best[n] >= minimum:
                     result.met_at[n] = spent
-            result.points.append(Point(spend=spent, best=dict(best)))
+            result.points.append(Point(spend=spent, best=dict(best), config=cand, values=values))
             shown = ", ".join(f"{n} {values[n]:.0f}" for n in targets)
             console.print(f"  {method} s{seed} #{i + 1}/{trials}: {shown}  (best {', '.join(f'{best[n]:.0f}' for n in best)})",
                           highlight=False)  # fmt: skip
@@ -327,7 +330,7 @@ def of_best_known(results: Results) -> dict[tuple[str, str, int, str], float]:
 def table(results: Results) -> Table:
     """Method x task: per target the median [range] over seeds of the spend until met, and the end value."""
     share = of_best_known(results)
-    t = Table(title=f"Search efficiency ({SIMULATED}); median [min-max] over seeds; not met = the whole budget",
+    t = Table(title=f"Search efficiency ({SIMULATED}); median \\[min-max] over seeds; not met = the whole budget",
               show_lines=True)  # fmt: skip
     for col in ("task", "method", "seeds", "target", "met", "runs until met", "launches until met",
                 "node-h until met", "best at end", "of best known"):  # fmt: skip
