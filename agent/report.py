@@ -221,6 +221,17 @@ class CommitRow(BaseModel):
     trial: int | None = None  # the trial that verified it
 
 
+class ExplainRow(BaseModel):
+    """One change from the bring-up configuration to a target's best, and what it moved (``agent/ablation.py``)."""
+
+    target: str
+    change: str
+    before: str
+    after: str
+    effect: float | None = None  # None: no measured pair isolates it
+    measured_between: tuple[float, float] | None = None  # (without, with)
+
+
 class RunReport(BaseModel):
     """Everything the report shows, independent of how it is rendered."""
 
@@ -252,6 +263,7 @@ class RunReport(BaseModel):
     commits: list[CommitRow]
     bench_runs: list[BenchRun]
     notes: list[str] = Field(default_factory=list)  # what the report could not attribute or check
+    explain: list[ExplainRow] = Field(default_factory=list)  # why the best won, per target (empty: older runs)
 
     def curve(self, role: str) -> RateCurve | None:
         return next((c for c in self.curves if c.role == role), None)
@@ -803,6 +815,9 @@ def build_report(run_dir: Path, gpu_hour_usd: float | None = None) -> RunReport:
         curve_notes=curve_notes, best_so_far=_best_so_far(targets, runs, task), breakdown=breakdown,
         winner_trial=winner_id, winner_target=best_config.get("target"), trials=trials, accuracy=accuracy,
         cost=_cost(price, winner, win_curve, runs, task, simulated), commits=commits, bench_runs=runs, notes=notes,
+        explain=[ExplainRow(target=name, change=c["name"], before=c["before"], after=c["after"], effect=c["effect"],
+                            measured_between=c.get("measured_between"))
+                 for name, e in (summary.get("explain") or {}).items() for c in e["changes"]],
     )  # fmt: skip
 
 

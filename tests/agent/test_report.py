@@ -311,3 +311,15 @@ def test_a_run_that_measured_nothing_says_so(tmp_path):
     assert "no GPU time breakdown" in _section(md, "Where the winner's GPU time went")
     for p in paths[2:]:
         assert p.read_bytes().startswith(PNG_MAGIC) and matplotlib.image.imread(p).std() > 0.01
+
+
+def test_why_the_best_won_lists_every_change_with_its_measured_effect(written):
+    _, summary, paths = written
+    why = _section(paths[0].read_text(), "Why the best won")
+    rows = [line for line in why.splitlines() if line.startswith("| ") and not line.startswith("| target")]
+    expected = [(name, c) for name, e in summary["explain"].items() for c in e["changes"]]
+    assert expected and len(rows) == len(expected)
+    for row, (name, c) in zip(rows, expected, strict=True):
+        assert row.startswith(f"| {name} | {c['name']} |")
+        assert (f"{c['effect']:+.1f}" if c["effect"] is not None else "not isolated") in row
+    assert "Why the best won" in paths[1].read_text()
