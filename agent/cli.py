@@ -99,6 +99,8 @@ def run(
                                "(the run's trace records that it was forced)"),
     executor: str = typer.Option("inline", help="inline | ray: where independent trials of a sweep run"),
     ray_address: str = typer.Option(None, help="with --executor ray: auto or HOST:PORT (default: a local Ray)"),
+    prior: list[str] = typer.Option(None, "--prior", help="an earlier run of this task (a run id under runs/, or "
+                                    "its folder) whose measurements warm-start the search; repeatable"),
 ) -> None:
     """Bring the task's model up, fix what breaks, tune to the targets; everything lands in runs/<run-id>/."""
     from sandboxes.base import SandboxError
@@ -106,15 +108,19 @@ def run(
 
     from .policies.factory import PolicyError
     from .policies.replay import check_replay_trace
+    from .prior import load_prior
     from .run import Run, RunOptions, new_run_id
 
     try:
         spec = load_task(task)
         note = check_replay_trace(replay, task, force) if replay else None
+        priors = [str(RUNS / p) if (RUNS / p).is_dir() else p for p in prior or []]
+        for p in priors:  # checked before the run exists: a bad prior leaves nothing behind
+            load_prior(Path(p), spec, task)
         options = RunOptions(run_id=run_id or new_run_id(spec), task_path=str(task), sandbox=sandbox, policy=policy,
                              llm_model=llm_model, llm_base_url=llm_base_url, max_trials=max_trials,
                              replay_trace=str(replay) if replay else None, replay_note=note, executor=executor,
-                             ray_address=ray_address)  # fmt: skip
+                             ray_address=ray_address, prior=[str(Path(p).resolve()) for p in priors])  # fmt: skip
         if (RUNS / options.run_id).exists():
             raise typer.BadParameter(f"run {options.run_id} exists; use: agent resume {options.run_id}")
         the_run = Run.create(options, RUNS)

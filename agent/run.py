@@ -58,6 +58,7 @@ class RunOptions(BaseModel):
     parent: ParentRef | None = None  # agent replay RUN --from-step N: the run and step this one forked from
     executor: str = "inline"
     ray_address: str | None = None
+    prior: list[str] = []  # --prior: earlier runs of the task whose measurements warm-start the search
     created: str = ""
 
 
@@ -153,13 +154,19 @@ class Run:
             from .policies.replay import ForkPolicy
 
             policy = ForkPolicy.from_parent(options.parent, then=policy)
+        from .prior import load_prior
+
+        # a resumed run whose memo already holds them does not need its priors any more; one still there is read
+        prior = [load_prior(Path(p), task, task_path) for p in options.prior if fresh or Path(p).exists()]
         pctx = PolicyContext(task=task, workspace=_View(sandbox), tool_schemas=runner.schemas(), run_id=options.run_id,
-                             trace=trace)  # fmt: skip
+                             trace=trace, prior=prior)  # fmt: skip
         if fresh:
             trace.emit("run_started", task=task.name, task_path=str(task_path), task_sha256=_sha256(task_path),
                        policy=policy.name, sandbox=choice.kind, engine=choice.engine, choice_reason=choice.reason)  # fmt: skip
             if options.replay_note:
                 trace.emit("note", level="warning", message=options.replay_note)
+            for p in prior:
+                trace.emit("note", level="info", message=p.describe())
             if options.replay_of:
                 what = f"re-execution of run {options.replay_of}'s recorded decisions (agent replay --execute)"
                 trace.emit("note", level="info", message=what)

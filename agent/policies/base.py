@@ -38,6 +38,7 @@ class PolicyContext:
     tool_schemas: list[dict[str, Any]]
     run_id: str
     trace: Any = None  # the run's TraceWriter: LLM requests and responses are recorded through it
+    prior: list[Any] = field(default_factory=list)  # agent.prior.PriorRun: earlier runs' measurements (--prior)
 
 
 class Policy(Protocol):

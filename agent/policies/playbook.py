@@ -162,7 +162,7 @@ class PlaybookPolicy:
     name = "playbook"
 
     def decide(self, state: AgentState, ctx: PolicyContext) -> Decision:
-        memo = copy.deepcopy(state.memo) or {"phase": "bringup", "queue": [], "current": None, "best": {}}
+        memo = copy.deepcopy(state.memo) or self._fresh_memo(ctx)
         for obs in state.observations:
             if obs.tool == "tune_moe" and obs.ok:
                 memo.setdefault("env", {}).update(obs.result.get("env", {}))
@@ -174,6 +174,17 @@ class PlaybookPolicy:
                 return Decision(calls=calls, rationale=rationale, stage=memo["phase"], memo=memo, done=not calls,
                                 annotations={"patch": note} if note else {})  # fmt: skip
         return Decision(calls=[], rationale="the plan made no progress", stage=memo["phase"], memo=memo, done=True)
+
+    @staticmethod
+    def _fresh_memo(ctx: PolicyContext) -> dict:
+        """The memo of a new run: earlier runs' measurements (--prior) seed the search's history, and their best
+        configurations are the first candidates it measures."""
+        memo: dict = {"phase": "bringup", "queue": [], "current": None, "best": {}}
+        for p in ctx.prior:
+            memo.setdefault("measured", []).extend(m.model_dump() for m in p.measured)
+            if p.best is not None:
+                memo.setdefault("prior_best", []).append({"run": p.run_id, **p.best.model_dump()})
+        return memo
 
     # --- the plan ----------------------------------------------------------------------------------------------
 
@@ -335,7 +346,14 @@ class PlaybookPolicy:
         history = [Measured.model_validate(m) for m in memo.get("measured", [])]
         best = memo["best"]["throughput"]
         current = space.canonical(Candidate(flags=best["flags"], env=best["env"]))
-        cand = next_candidate(space, history, current, best.get("shares"), seed=len(history))
+        cand = None
+        while memo.get("prior_best") and cand is None:  # an earlier run's best, measured again here first
+            prior = memo["prior_best"].pop(0)
+            mine = Candidate.model_validate(prior["candidate"])
+            cand = space.canonical(mine) or mine
+            if current is not None and cand.key() == current.key():
+                cand = None  # this run reached it already
+        cand = cand or next_candidate(space, history, current, best.get("shares"), seed=len(history))
         if cand is None:
             return None
         base = current or Candidate()
