@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from tasks.spec import TaskSpec
 
-from .search import LAYOUT, SPEC_DEPENDENT, SPECULATIVE, Candidate, Measured, SearchSpace
+from .search import LAYOUT, SPEC_DEPENDENT, SPECULATIVE, Candidate, Measured, SearchSpace, measured_on
 from .state import AgentState
 
 GROUPS = {"layout": LAYOUT, "speculative decoding": (SPECULATIVE, *SPEC_DEPENDENT)}
@@ -115,10 +115,9 @@ def explain_best(state: AgentState, task: TaskSpec, target: str) -> Explanation 
         return None
     space = SearchSpace(task)
 
-    def canonical(flags: dict, env: dict) -> Candidate:
-        cand = Candidate(flags=flags, env=env)
+    def canonical(cand: Candidate) -> Candidate:
         return space.canonical(cand) or cand
 
-    measured = [Measured(candidate=canonical(t.flags, t.env), value=t.metrics[target]) for t in state.trials
-                if target in t.metrics]  # fmt: skip
-    return explain(canonical(bringup.flags, bringup.env), canonical(best.flags, best.env), best.value, measured)
+    measured = [m.model_copy(update={"candidate": canonical(m.candidate)}) for m in measured_on(state.trials, target)]
+    return explain(canonical(Candidate(flags=bringup.flags, env=bringup.env)),
+                   canonical(Candidate(flags=best.flags, env=best.env)), best.value, measured)  # fmt: skip

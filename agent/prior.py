@@ -15,7 +15,8 @@ from pydantic import BaseModel
 
 from tasks.spec import TaskSpec
 
-from .search import Candidate, Measured
+from .search import Candidate, Measured, measured_on
+from .state import Trial
 from .trace import read_trace
 
 
@@ -53,16 +54,14 @@ def load_prior(run_dir: Path, task: TaskSpec, task_path: Path) -> PriorRun:
     target = next((t.name for t in task.targets if t.metric == "throughput_at_knee"), None)
     if target is None:
         raise PriorError(f"--prior {run_dir}: the task has no knee target to warm-start the search of")
-    measured = []
-    for t in summary.get("trials", []):
-        cand = Candidate(flags=t.get("flags", {}), env=t.get("env", {}))
-        if t.get("status") != "up":
-            measured.append(Measured(candidate=cand, value=0.0, crashed=True))
-        elif target in (t.get("metrics") or {}):
-            measured.append(Measured(candidate=cand, value=float(t["metrics"][target])))
+    try:
+        trials = [Trial.model_validate(t) for t in summary.get("trials", [])]
+    except ValueError as exc:
+        raise PriorError(f"--prior {run_dir}: its summary's trials do not read ({exc})") from None
+    measured = measured_on(trials, target)
     won = summary.get("targets", {}).get(target) or {}
-    trial = next((t for t in summary.get("trials", []) if t.get("id") == won.get("trial")), None)
+    trial = next((t for t in trials if t.id == won.get("trial")), None)
     best = None
     if trial is not None and won.get("achieved") is not None:
-        best = Measured(candidate=Candidate(flags=trial["flags"], env=trial.get("env", {})), value=won["achieved"])
+        best = Measured(candidate=Candidate(flags=trial.flags, env=trial.env), value=won["achieved"])
     return PriorRun(run_id=summary.get("run_id", run_dir.name), target=target, measured=measured, best=best)

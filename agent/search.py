@@ -24,6 +24,8 @@ from pydantic import BaseModel, Field
 
 from tasks.spec import TaskSpec
 
+from .state import Trial
+
 SPECULATIVE = "speculative-algorithm"
 SPEC_DEPENDENT = ("speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens")
 LAYOUT = ("tp-size", "dp-size", "enable-dp-attention")
@@ -165,6 +167,19 @@ class SearchSpace:
             study.add_trial(optuna.trial.create_trial(params=params, value=m.value,
                                                       distributions={k: dists[k] for k in params}))  # fmt: skip
         return study
+
+
+def measured_on(trials: list[Trial], target: str) -> list[Measured]:
+    """A run's trials as the search reads them: each one that measured ``target`` with its figure, and each launch
+    that crashed (0, a crash region)."""
+    out = []
+    for t in trials:
+        cand = Candidate(flags=t.flags, env=t.env)
+        if t.status != "up":
+            out.append(Measured(candidate=cand, value=0.0, crashed=True))
+        elif target in t.metrics:
+            out.append(Measured(candidate=cand, value=t.metrics[target]))
+    return out
 
 
 def in_crash_region(cand: Candidate, history: list[Measured]) -> bool:
