@@ -27,7 +27,7 @@ from tasks.spec import TaskSpec
 from tools.source import unified_diff
 
 from ..ablation import explain_best
-from ..search import Candidate, Measured, SearchSpace, next_candidate
+from ..search import SPEC_DEPENDENT, SPECULATIVE, Candidate, Measured, SearchSpace, next_candidate
 from .base import Decision, PolicyContext
 from .upstream_fixes import _map_mtp_exclude_entry, draft_class, map_draft_excludes
 
@@ -45,7 +45,7 @@ HIP_COUNTERPARTS = {
     "cuda_fp16.h": "hip/hip_fp16.h", "cuda_bf16.h": "hip/hip_bf16.h", "cuda_fp8.h": "hip/hip_fp8.h",
     "cooperative_groups.h": "hip/hip_cooperative_groups.h", "cub/cub.cuh": "hipcub/hipcub.hpp",
 }
-SPEC_KEYS = ("speculative-algorithm", "speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens")
+SPEC_KEYS = (SPECULATIVE, *SPEC_DEPENDENT)  # the speculative-decoding flags, as the search layer names them
 
 
 def _allowed(task: TaskSpec, flag: str) -> list[Any]:
@@ -410,7 +410,7 @@ class PlaybookPolicy:
     @staticmethod
     def _served_key(cur: dict) -> str | None:
         """What a measurement depends on: the kind of measure, the serving configuration and the environment."""
-        kind = {"single": "single", "knee": "knee", "knee_full": "knee", "baseline": "knee"}.get(cur["measure"])
+        kind = "knee" if cur["measure"] in KNEE_MEASURES else "single" if cur["measure"] == "single" else None
         if kind is None or not cur.get("serving"):
             return None
         return json.dumps([kind, cur["serving"], cur["env"]], sort_keys=True, default=str)
@@ -536,8 +536,8 @@ class PlaybookPolicy:
                 return self._abandon(memo, cur, f"accuracy {trial.accuracy:.3f} is outside the tolerance")
             keep_as = cur["keep_as"]
             best = memo["best"].get(keep_as)
-            if cur.get("serving") and self._served_key(cur):
-                memo.setdefault("served", {})[self._served_key(cur)] = {"label": cur["label"], "value": value}
+            if key := self._served_key(cur):
+                memo.setdefault("served", {})[key] = {"label": cur["label"], "value": value}
             if cur["measure"] in KNEE_MEASURES:
                 self._record(memo, cur.get("candidate") or cur, value)
             if keep_as == "base" or best is None or value > best["value"]:
@@ -586,7 +586,7 @@ class PlaybookPolicy:
         workload, _ = self._knee_target(task)
         if cur["measure"] == "baseline":  # a reference, not a claim: one seed, a coarser bracket
             seeds = task.workloads[workload].knee_seeds[:1]
-            start = cur.get("start_rate") or round(0.7 * (memo.get("knee_rate") or 1.0 / 0.7), 3)
+            start = cur.get("start_rate") or (round(0.7 * memo["knee_rate"], 3) if memo.get("knee_rate") else 1.0)
             return [Call(tool="find_knee", args={"workload": workload, "start_rate": start, "resolution": 0.25,
                                                  "seeds": seeds})]  # fmt: skip
         known = memo.get("knee_rate") and memo["best"].get("throughput")
