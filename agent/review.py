@@ -35,7 +35,7 @@ from tools.context import ENGINE_LOCALE
 from tools.git_ops import run_branch
 from tools.server import flags_to_argv
 
-from .report import ReportError, write_report
+from .report import UNITS, ReportError, TargetResult, write_report
 from .trace import ToolCallEvent, TraceError, is_secret_key, read_trace
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -106,15 +106,6 @@ class TreeReview(BaseModel):
     head: str
     upstream: list[str] = Field(default_factory=list, description="the pristine commit's Upstream-* trailers")
     patches: list[PatchReview] = Field(default_factory=list)
-
-
-class TargetResult(BaseModel):
-    name: str
-    metric: str
-    goal: float
-    achieved: float | None = None
-    met: bool = False
-    trial: int | None = None
 
 
 class ReviewResult(BaseModel):
@@ -545,8 +536,9 @@ def _format_patches(repo: git.Repo, tree: TreeReview, dest: Path) -> list[Path]:
 
 
 def _targets(summary: dict[str, Any]) -> list[TargetResult]:
-    return [TargetResult(name=name, metric=t.get("metric", ""), goal=t.get("target", 0.0), achieved=t.get("achieved"),
-                         met=bool(t.get("met")), trial=t.get("trial"))
+    return [TargetResult(name=name, metric=t.get("metric", ""), unit=UNITS.get(t.get("metric", ""), ""),
+                         goal=t.get("target", 0.0), achieved=t.get("achieved"), met=bool(t.get("met")),
+                         trial=t.get("trial"))
             for name, t in summary.get("targets", {}).items()]  # fmt: skip
 
 
