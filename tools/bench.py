@@ -180,13 +180,17 @@ class KneeInput(ToolInput):
     ttft_limit_ms: float | None = Field(None, gt=0, description="default: the workload's ttft_limit_ms")
     start_rate: float = Field(1.0, gt=0)
     max_rate: float = Field(16.0, gt=0)
-    resolution: float = Field(0.1, gt=0, description="stop when the bracket is this narrow (requests/s)")
+    resolution: float = Field(0.1, ge=0.01, description=(
+        "stop when the bracket is this narrow (requests/s); rates are kept to 3 decimals, so no finer than 0.01"))
     growth: float = Field(1.5, gt=1, description=(
         "the rate grows by this factor until it fails; small when start_rate is already a good estimate"))
     duration_s: float | None = Field(None, gt=0, description="shorter runs for a cheap, coarser search")
     seeds: list[int] | None = Field(None, min_length=1, description=(
         "benchmark seeds every sustained rate must pass with (default: the workload's knee_seeds); a screening "
         "pass may use one"))
+    max_node_hours: float | None = Field(None, gt=0, description=(
+        "node-hours this search may spend: it stops before a run that would pass them (estimated from the last "
+        "run) and reports the best rate every seed sustained so far; default: no limit"))
 
 
 class KneeResult(ToolResult):
@@ -196,14 +200,20 @@ class KneeResult(ToolResult):
     ttft_p99_ms: float | None = Field(None, description="at the knee, the highest of the seeds' TTFT p99")
     seeds: list[int] = []
     first_failing_rate: float | None = None
+    stopped_by_budget: bool = Field(False, description="max_node_hours ran out before the bracket closed")
     runs: list[BenchMetrics] = []
+
+
+class _OutOfBudget(Exception):
+    """The next benchmark run would pass the search's node-hour allowance."""
 
 
 @tool
 def find_knee(ctx: ToolContext, args: KneeInput) -> KneeResult:
     """Find the highest request rate whose TTFT p50 stays within the limit for every benchmark seed: grow the
     rate until it fails, then bisect the bracket to the resolution. Reports the output throughput at that rate
-    (the lowest of the seeds') with TTFT p50 and p99."""
+    (the lowest of the seeds') with TTFT p50 and p99. With ``max_node_hours`` it stops before the run that would
+    pass the allowance and reports the best rate every seed sustained so far."""
     if err := _need_server(ctx, args.workload):
         return KneeResult(ok=False, summary=err)
     workload = ctx.task.workloads[args.workload]
@@ -213,19 +223,23 @@ def find_knee(ctx: ToolContext, args: KneeInput) -> KneeResult:
     seeds = list(args.seeds or workload.knee_seeds)
     results: dict[tuple[float, int], BenchMetrics] = {}
     cost = Cost()
+    last_run_hours = 0.0
 
     def ok(rate: float, with_seeds: list[int]) -> bool | None:
         """Whether every one of ``with_seeds`` sustains ``rate`` (None: a run failed); stops at the first seed
         that does not."""
-        nonlocal cost
+        nonlocal cost, last_run_hours
         rate = round(rate, 3)
         for seed in with_seeds:
             if (rate, seed) not in results:
+                if args.max_node_hours is not None and results and cost.node_hours + last_run_hours > args.max_node_hours:
+                    raise _OutOfBudget
                 metrics, _err, c = run_one(ctx, args.workload, rate, args.duration_s, seed)
                 cost = _add(cost, c)
                 if metrics is None:
                     return None
                 results[(rate, seed)] = metrics
+                last_run_hours = c.node_hours
             m = results[(rate, seed)]
             if not (m.median_ttft_ms <= limit and m.success_rate >= 0.99):
                 return False
@@ -234,54 +248,95 @@ def find_knee(ctx: ToolContext, args: KneeInput) -> KneeResult:
     def failed() -> KneeResult:
         return KneeResult(ok=False, runs=list(results.values()), cost=cost, seeds=seeds, summary="a benchmark run failed")
 
-    # bracket and bisect with the first seed; then the other seeds confirm the knee, which steps down (and the
-    # bisection resumes with every seed) while one of them does not sustain it
+    try:
+        lo, hi = _search(args, seeds, ok, lambda: sorted(r for (r, s) in results if s == seeds[0]))
+    except _RunFailed:
+        return failed()
+    except _OutOfBudget:
+        return _budget_limited(seeds, results, cost, limit)
+    return _knee_result(lo, hi, seeds, results, cost, limit)
+
+
+class _RunFailed(Exception):
+    """A benchmark run failed (no figures)."""
+
+
+def _search(args: KneeInput, seeds: list[int], ok, tried) -> tuple[float | None, float | None]:
+    """Bracket and bisect with the first seed; then the other seeds confirm the knee, which steps down (and the
+    bisection resumes with every seed) while one of them does not sustain it. Returns (knee or None, the lowest
+    rate seen failing). ``tried()`` lists the rates the first seed has run."""
+
+    def check(rate: float, with_seeds: list[int]) -> bool:
+        verdict = ok(rate, with_seeds)
+        if verdict is None:
+            raise _RunFailed
+        return verdict
+
     lo, hi = None, None
     rate = args.start_rate
     while rate <= args.max_rate:
-        verdict = ok(rate, seeds[:1])
-        if verdict is None:
-            return failed()
-        if verdict:
-            lo, rate = rate, rate * args.growth
-        else:
+        if not check(rate, seeds[:1]):
             hi = rate
             break
+        lo, rate = rate, rate * args.growth
     if lo is None and hi is not None:  # even the first rate fails: search downwards
         rate = hi / 2
         while rate >= args.resolution:
-            verdict = ok(rate, seeds[:1])
-            if verdict is None:
-                return failed()
-            if verdict:
+            if check(rate, seeds[:1]):
                 lo = rate
                 break
             hi, rate = rate, rate / 2
+    # with an allowance, the bracket's low end is confirmed by every seed before bisecting, so that a search
+    # stopped half-way still has a rate to report
+    early = args.max_node_hours is not None
     confirmed, bisect_with = False, seeds[:1]
     while lo is not None and not confirmed:
-        while hi is not None and hi - lo > args.resolution:
-            mid = round((lo + hi) / 2, 3)
-            verdict = ok(mid, bisect_with)
-            if verdict is None:
-                return failed()
-            lo, hi = (mid, hi) if verdict else (lo, mid)
-        verdict = ok(lo, seeds)
-        if verdict is None:
-            return failed()
-        confirmed = verdict
-        if not verdict:  # a seed does not sustain it: the knee is below, and every seed now bisects
+        if early and hi is not None and hi - lo > args.resolution and not check(lo, seeds):
+            confirmed = False
+        else:
+            while hi is not None and hi - lo > args.resolution:
+                mid = round((lo + hi) / 2, 3)
+                lo, hi = (mid, hi) if check(mid, bisect_with) else (lo, mid)
+            confirmed = check(lo, seeds)
+        if not confirmed:  # a seed does not sustain it: the knee is below, and every seed now bisects
             hi, bisect_with = lo, seeds
-            lower = [r for (r, s) in results if s == seeds[0] and r < lo and ok(r, seeds[:1])]
+            lower = [r for r in tried() if r < lo and check(r, seeds[:1])]
             lo = max(lower) if lower else None
+    return lo, hi
+
+
+def _sustained(results: dict[tuple[float, int], BenchMetrics], seeds: list[int], limit: float) -> list[float]:
+    """Rates every seed has run and sustained."""
+    def good(m: BenchMetrics) -> bool:
+        return m.median_ttft_ms <= limit and m.success_rate >= 0.99
+
+    rates = {r for r, _ in results}
+    return sorted(r for r in rates if all((r, s) in results and good(results[(r, s)]) for s in seeds))
+
+
+def _knee_result(lo: float | None, hi: float | None, seeds: list[int], results: dict, cost: Cost, limit: float,
+                 stopped_by_budget: bool = False) -> KneeResult:
     runs = [results[k] for k in sorted(results)]
     if lo is None:
+        why = (f"the node-hour allowance ran out before any rate was sustained by every seed ({len(runs)} runs)"
+               if stopped_by_budget else f"TTFT p50 exceeds {limit:.0f} ms even at {hi} req/s")
         return KneeResult(ok=False, first_failing_rate=hi, runs=runs, cost=cost, seeds=seeds,
-                          summary=f"TTFT p50 exceeds {limit:.0f} ms even at {hi} req/s")  # fmt: skip
+                          stopped_by_budget=stopped_by_budget, summary=why)  # fmt: skip
     at_knee = [results[(round(lo, 3), s)] for s in seeds]
     worst = min(at_knee, key=lambda m: m.output_throughput)
     p50, p99 = max(m.median_ttft_ms for m in at_knee), max(m.p99_ttft_ms for m in at_knee)
+    limited = " (stopped by its node-hour allowance: the knee may lie higher)" if stopped_by_budget else ""
     return KneeResult(knee_rate=lo, throughput_at_knee=worst.output_throughput, ttft_p50_ms=p50, ttft_p99_ms=p99,
-                      seeds=seeds, first_failing_rate=hi, runs=runs, cost=cost,
+                      seeds=seeds, first_failing_rate=hi, runs=runs, cost=cost, stopped_by_budget=stopped_by_budget,
                       summary=f"knee at {lo:g} req/s (every one of {len(seeds)} seed(s)): "
                       f"{worst.output_throughput:.0f} tok/s, TTFT p50 {p50:.0f} ms, p99 {p99:.0f} ms "
-                      f"({len(runs)} runs)")  # fmt: skip
+                      f"({len(runs)} runs){limited}")  # fmt: skip
+
+
+def _budget_limited(seeds: list[int], results: dict, cost: Cost, limit: float) -> KneeResult:
+    """What a search stopped by its allowance can still claim: the highest rate every seed sustained."""
+    sustained = _sustained(results, seeds, limit)
+    failing = sorted(r for (r, s) in results if r not in sustained)
+    lo = sustained[-1] if sustained else None
+    hi = next((r for r in failing if lo is None or r > lo), None)
+    return _knee_result(lo, hi, seeds, results, cost, limit, stopped_by_budget=True)

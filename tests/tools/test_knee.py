@@ -73,3 +73,41 @@ def test_no_sustained_rate_is_an_error_not_a_knee(served):
     served.capacity.update({1: 0.05, 2: 0.05})
     r = find_knee(fake_ctx(), KneeInput(workload="tp", start_rate=1.0, resolution=0.1))
     assert not r.ok and r.knee_rate is None and "exceeds" in r.summary
+
+
+def test_an_allowance_stops_the_search_before_the_run_that_would_pass_it(served):
+    served.capacity.update({1: 2.7, 2: 2.7})
+    unlimited = find_knee(fake_ctx(), KneeInput(workload="tp", start_rate=1.0, resolution=0.05))
+    full_runs = len(served.calls)
+    served.calls.clear()
+    r = find_knee(fake_ctx(), KneeInput(workload="tp", start_rate=1.0, resolution=0.05, max_node_hours=0.45))
+    # each run costs 0.1 node-hours: the fifth would pass 0.45, so four run
+    assert len(served.calls) == 4 < full_runs and r.cost.node_hours <= 0.45
+    assert r.stopped_by_budget and not unlimited.stopped_by_budget
+    # what it claims is only what every seed sustained: no rate had both seeds, so no knee
+    assert not r.ok and r.knee_rate is None and "allowance" in r.summary
+
+
+def test_a_stopped_search_reports_the_best_rate_every_seed_sustained(served):
+    served.capacity.update({1: 2.7, 2: 2.45})  # seed 2 saturates earlier
+    # with an allowance the bracket's low end is confirmed by both seeds first, so a stop mid-way still has a claim
+    r = find_knee(fake_ctx(), KneeInput(workload="tp", start_rate=2.0, growth=1.1, resolution=0.02,
+                                        max_node_hours=0.75))
+    assert r.stopped_by_budget and r.ok
+    both = {rate for rate, seed in served.calls if seed == 2 and rate <= 2.45}
+    assert both and r.knee_rate == max(both)  # the highest rate both seeds ran and sustained
+    assert r.first_failing_rate is not None and r.first_failing_rate > r.knee_rate
+    assert "allowance" in r.summary
+
+
+def test_an_ample_allowance_finds_the_same_knee(served):
+    served.capacity.update({1: 2.7, 2: 2.45})
+    free = find_knee(fake_ctx(), KneeInput(workload="tp", start_rate=2.0, growth=1.1, resolution=0.02))
+    ample = find_knee(fake_ctx(), KneeInput(workload="tp", start_rate=2.0, growth=1.1, resolution=0.02,
+                                            max_node_hours=100))
+    assert ample.ok and not ample.stopped_by_budget and ample.knee_rate == free.knee_rate
+
+
+def test_the_resolution_cannot_be_finer_than_the_rates_are_kept():
+    with pytest.raises(ValueError):
+        KneeInput(workload="tp", resolution=0.0005)
