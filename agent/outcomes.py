@@ -160,6 +160,16 @@ def after_targets_spent(state: AgentState, task: TaskSpec) -> str | None:
     return None
 
 
+def node_hours_left(state: AgentState, task: TaskSpec) -> float:
+    """Node-hours the run may still spend: what is left of its budget and, once the targets are met, of the
+    after-targets budget (a long measurement, e.g. a knee search, is given this as its allowance)."""
+    left = task.budgets.node_hours - state.budget.node_hours
+    if state.targets_met is not None:
+        spent_after = state.budget.node_hours - state.targets_met.node_hours
+        left = min(left, task.budgets.after_targets_node_hours() - spent_after)
+    return max(left, 0.0)
+
+
 def budget_exhausted(state: AgentState, run: Run) -> str | None:
     b, limits = state.budget, run.task.budgets
     max_trials = run.options.max_trials or limits.trials
