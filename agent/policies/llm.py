@@ -22,14 +22,29 @@ Malformed tool calls never raise: arguments that are not a JSON object travel as
 from __future__ import annotations
 
 import copy
+import email.utils
 import json
 import os
 import time
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
+import jinja2
+
+from agent.search import (
+    KNOBS_FOR,
+    SPECULATIVE,
+    Candidate,
+    SearchSpace,
+    in_crash_region,
+    measured_on,
+    next_candidate,
+)
 from agent.state import AgentState, Call, Observation
 from agent.trace import redact
+from tasks.spec import TaskSpec
 
 from .base import Decision, PolicyContext
 
@@ -53,10 +68,12 @@ RATIONALE_CHARS = 2000
 TRIALS_SHOWN = 12
 MAX_ERRORS = 3
 MAX_IDLE = 2
-KICKOFF = ("Begin. Bring the model up on this hardware, fix what breaks, tune to the targets and keep accuracy "
-           "within the gate. Act only through the tools.")  # fmt: skip
-NUDGE = ("You replied without calling a tool. Act through the tools, or call finish(reason) if the targets are "
-         "met or nothing more can be done.")  # fmt: skip
+MAX_CALLS_PER_TURN = 8  # calls beyond it are answered with an error, not run
+MAX_REPEATS = 3  # an identical call (same tool, arguments, server and trial) runs at most this many times
+ECHO_LIMIT = 2  # the same calls again right after their results, this many times: the model does not see results
+MAX_REPLY_CHARS = 8000  # of a reply's text (and of one call's arguments) taken into the history
+MAX_WAITS = 20  # rate-limit waits within one decision
+PROMPTS = Path(__file__).resolve().parents[1] / "prompts"
 NOT_RUN = "no result: this call was not executed (the run moved on without it)"
 
 
@@ -153,96 +170,175 @@ def _fmt_flags(flags: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in flags.items()) or "(defaults)"
 
 
-def system_message(state: AgentState, ctx: PolicyContext) -> str:
-    """The system prompt: the task, what has been achieved and spent, recent trials, and how to act."""
-    task = ctx.task
-    b, used = task.budgets, state.budget
-    lines = [
-        "You are dayzero, an agent that brings a new model up on new accelerators at state-of-the-art speed.",
-        "",
-        f"# Task: {task.name}",
-    ]
-    if task.description:
-        lines.append(task.description)
-    lines += [
-        f"Model: {task.model.name} ({task.model.architecture}, {task.model.quantization} weights)",
-        f"Hardware: {task.hardware.gpus}x {task.hardware.accelerator}"
-        + (f" ({task.hardware.gpu_memory_gb:g} GB each)" if task.hardware.gpu_memory_gb else ""),
-        "",
-        "## Workloads (benchmark them by name)",
-    ]
+def _fmt_config(flags: dict[str, Any], env: dict[str, str] | None = None) -> str:
+    return _fmt_flags(flags) + (f" env: {_fmt_flags(env)}" if env else "")
+
+
+# ------------------------------------------------------------------------------------------ prompts
+
+
+def prompt_dirs(task_path: str | Path | None, task_name: str, extra: str | Path | None = None) -> list[Path]:
+    """Where the prompt templates are looked up, first match wins: ``extra`` (the policy's ``prompt_dir``), then
+    beside the task (``<task dir>/prompts/<task name>/``, ``<task dir>/prompts/``), then the package default."""
+    dirs = [Path(extra)] if extra else []
+    if task_path:
+        here = Path(task_path).resolve().parent / "prompts"
+        dirs += [here / task_name, here]
+    return [*[d for d in dirs if d.is_dir()], PROMPTS]
+
+
+def render_prompt(name: str, dirs: list[Path] | None = None, **variables: Any) -> str:
+    """Render the template ``<name>.md.j2`` (``system``, ``kickoff``, ``nudge``) from ``dirs`` (default: the
+    package's ``agent/prompts``); an undefined variable raises, so a template and its caller cannot drift."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader([str(d) for d in (dirs or [PROMPTS])]),
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                             autoescape=False)  # fmt: skip
+    return env.get_template(f"{name}.md.j2").render(**variables).strip()
+
+
+# -------------------------------------------------------------------------------------- search view
+
+
+def time_shares(obs: Observation) -> dict[str, float] | None:
+    """Where the GPU time went in a benchmark's result (the knee's run for find_knee), None when not reported."""
+    runs = [r for r in (obs.result or {}).get("runs") or [] if isinstance(r, dict) and r.get("gpu_time_share")]
+    if not runs:
+        return None
+    knee = [r for r in runs if r.get("request_rate") == obs.result.get("knee_rate")]
+    return (knee or runs)[-1]["gpu_time_share"]
+
+
+def _config_key(flags: dict[str, Any] | None, env: dict[str, str] | None = None) -> str:
+    return json.dumps([flags or {}, env or {}], sort_keys=True, default=str)
+
+
+def _change(cand: Candidate, base: Candidate | None) -> list[str]:
+    base = base or Candidate()
+    what = [f"{k}={v}" for k, v in cand.flags.items() if base.flags.get(k) != v]
+    what += [f"no {k}" for k in base.flags if k not in cand.flags]
+    what += [f"env {k}={cand.env.get(k) or '(unset)'}" for k in sorted({*cand.env, *base.env})
+             if cand.env.get(k) != base.env.get(k)]  # fmt: skip
+    return what
+
+
+def _why_neighbour(cand: Candidate, best: Candidate, shares: dict[str, float] | None) -> str:
+    knobs = [k for k in {*cand.flags, *best.flags} if cand.flags.get(k) != best.flags.get(k)]
+    knobs += [f"env {k}" for k in {*cand.env, *best.env} if cand.env.get(k) != best.env.get(k)]
+    knob = next((k for k in knobs if k == SPECULATIVE), None) or (sorted(knobs)[0] if knobs else "?")
+    why = f"neighbour of the best on {knob}"
+    for part, share in sorted((shares or {}).items(), key=lambda kv: -kv[1]):
+        if knob in KNOBS_FOR.get(part, ()):
+            return f"{why}; {knob} acts on the {part} share, {share * 100:.0f} % of GPU time"
+    return why
+
+
+def search_view(state: AgentState, task: TaskSpec, shares: dict[str, dict[str, float]] | None = None,
+                crash_categories: dict[str, str] | None = None, per_objective: int = 3,
+                measured_shown: int = 8) -> list[dict[str, Any]]:  # fmt: skip
+    """The search layer's view of the run (``agent/search.py``), per objective (each target measured on a
+    workload): the best, the configurations measured with their figures, the crash regions, and the next
+    candidates with why (the best's one-knob neighbours on its bottleneck's knobs first, else TPE's proposal).
+    ``shares`` maps a configuration (:func:`_config_key`) to where its GPU time went; ``crash_categories`` a
+    crashed configuration to its diagnosis category. Built only from the state: nothing is measured here."""
+    space = SearchSpace(task)
+    out = []
+    for target in task.targets:
+        if not target.workload or target.metric == "accuracy_delta":
+            continue
+        history = measured_on(state.trials, target.name)
+        for m in history:
+            if m.crashed:
+                m.crash_category = (crash_categories or {}).get(_config_key(m.candidate.flags, m.candidate.env))
+        history = [m.model_copy(update={"candidate": space.canonical(m.candidate) or m.candidate}) for m in history]
+        best_rec = state.bests.get(target.name) or state.candidates.get(target.name)
+        best = None
+        best_shares = None
+        if best_rec is not None:
+            raw = Candidate(flags=best_rec.flags, env=best_rec.env)
+            best = space.canonical(raw) or raw
+            best_shares = (shares or {}).get(_config_key(best_rec.flags, best_rec.env))
+        seen = {m.candidate.key() for m in history}
+        suggestions: list[dict[str, Any]] = []
+        if best is not None:
+            for cand in space.neighbours(best, best_shares):
+                if cand.key() in seen or in_crash_region(cand, history):
+                    continue
+                suggestions.append({"config": _fmt_config(cand.flags, cand.env), "change": ", ".join(_change(cand, best)),
+                                    "why": _why_neighbour(cand, best, best_shares)})  # fmt: skip
+                if len(suggestions) >= per_objective:
+                    break
+        if not suggestions:
+            cand = next_candidate(space, history, best, best_shares, seed=len(history))
+            if cand is not None:
+                why = ("TPE's proposal over the whole space: every neighbour of the best is measured or in a crash "
+                       "region" if best is not None else "TPE's proposal over the whole space: nothing measured "
+                       "on this objective yet")  # fmt: skip
+                suggestions.append({"config": _fmt_config(cand.flags, cand.env),
+                                    "change": ", ".join(_change(cand, best)) or "nothing", "why": why})  # fmt: skip
+        measured = sorted((m for m in history if not m.crashed), key=lambda m: -m.value)[:measured_shown]
+        crashes = list({m.candidate.key(): m for m in history if m.crashed}.values())[-measured_shown:]
+        out.append({
+            "target": target.name, "metric": target.metric,
+            "best": {"value": best_rec.value, "config": _fmt_config(best_rec.flags, best_rec.env)} if best_rec else None,
+            "shares": ", ".join(f"{k} {v * 100:.0f} %" for k, v in sorted(best_shares.items(), key=lambda kv: -kv[1]))
+            if best_shares else "",
+            "measured": [{"config": _fmt_config(m.candidate.flags, m.candidate.env), "value": m.value} for m in measured],
+            "crashes": [{"config": _fmt_config(m.candidate.flags, m.candidate.env), "category": m.crash_category}
+                        for m in crashes],
+            "suggestions": suggestions,
+        })  # fmt: skip
+    return out
+
+
+def _trial_line(t: Any) -> str:
+    parts = [f"#{t.id} {t.status}: {_fmt_flags(t.flags)}"]
+    if t.env:
+        parts.append(f"env {_fmt_flags(t.env)}")
+    if t.diagnosis:
+        parts.append(f"diagnosis: {t.diagnosis[:300]}")
+    if t.metrics:
+        parts.append("metrics: " + ", ".join(f"{k}={v:.1f}" for k, v in t.metrics.items()))
+    if t.accuracy is not None:
+        parts.append(f"accuracy {t.accuracy:.3f} ({'ok' if t.accuracy_ok else 'FAILED gate'})")
+    return "; ".join(parts)
+
+
+def prompt_variables(state: AgentState, ctx: PolicyContext, memo: dict[str, Any] | None = None,
+                     max_calls: int = 8, max_repeats: int = 3) -> dict[str, Any]:  # fmt: skip
+    """Everything the system template may use, from the task, the state and the policy's memo."""
+    task, memo = ctx.task, memo or {}
+    workloads = []
     for name, w in task.workloads.items():
         extra = {k: v for k, v in (("request_rate", w.request_rate), ("max_concurrency", w.max_concurrency),
                                    ("duration_s", w.duration_s), ("ttft_limit_ms", w.ttft_limit_ms)) if v is not None}  # fmt: skip
-        params = ", ".join(f"{k}={v}" for k, v in {**w.params, **extra}.items())
-        lines.append(f"- {name}: {w.description} [dataset={w.dataset}; {params}]")
-    lines += ["", "## Targets (each must reach its min)"]
-    for t in task.targets:
-        lines.append(f"- {t.name}: {t.metric}" + (f" on workload {t.workload}" if t.workload else "") + f" >= {t.min:g}")
-    if task.accuracy:
-        a = task.accuracy
-        lines.append(f"Accuracy gate: suite {a.suite}, baseline {a.baseline}, max drop {a.max_drop:g}. A result counts "
-                     "only once the accuracy check passes on that same configuration (candidates wait for it).")  # fmt: skip
-    if task.search_space.flags or task.search_space.env:
-        lines += ["", "## Search space (server flags; null = leave the flag out)"]
-        for name, values in task.search_space.flags.items():
-            lines.append(f"- --{name}: {json.dumps(values)}")
-        for name, values in task.search_space.env.items():
-            lines.append(f"- env {name}: {json.dumps(values)}")
-    lines += [
-        "",
-        "## Budget used",
-        f"trials {used.trials}/{b.trials}, wall {used.wall_seconds / 60:.1f}/{b.wall_minutes:g} min, "
-        f"node-hours {used.node_hours:.2f}/{b.node_hours:g}, LLM tokens {used.llm_tokens}/{b.llm_tokens}, "
-        f"tool calls {used.tool_calls}",
-        "",
-        "## Achieved",
-    ]
-    if state.bests:
-        for name, best in state.bests.items():
-            mark = "verified" if best.verified else "unverified"
-            lines.append(f"- best {name}: {best.value:g} (trial {best.trial}, {mark}) flags: {_fmt_flags(best.flags)}"
-                         + (f" env: {_fmt_flags(best.env)}" if best.env else ""))  # fmt: skip
-    if state.candidates:
-        for name, cand in state.candidates.items():
-            lines.append(f"- candidate {name}: {cand.value:g} (trial {cand.trial}, awaiting the accuracy check)")
-    if not state.bests and not state.candidates:
-        lines.append("- nothing yet")
-    lines.append(f"Server: up with {_fmt_flags(state.server_flags)}" if state.server_flags is not None
-                 else "Server: none running")  # fmt: skip
-    if state.patches:
-        lines += ["", "## Patches"]
-        for p in state.patches[-8:]:
-            lines.append(f"- #{p.id} [{p.status}] {', '.join(p.files)}: {p.reason[:200]}")
-    lines += ["", f"## Trials (last {min(TRIALS_SHOWN, len(state.trials))} of {len(state.trials)})"]
-    if not state.trials:
-        lines.append("- none yet")
-    for t in state.trials[-TRIALS_SHOWN:]:
-        parts = [f"- #{t.id} {t.status}: {_fmt_flags(t.flags)}"]
-        if t.env:
-            parts.append(f"env {_fmt_flags(t.env)}")
-        if t.diagnosis:
-            parts.append(f"diagnosis: {t.diagnosis[:300]}")
-        if t.metrics:
-            parts.append("metrics: " + ", ".join(f"{k}={v:.1f}" for k, v in t.metrics.items()))
-        if t.accuracy is not None:
-            parts.append(f"accuracy {t.accuracy:.3f} ({'ok' if t.accuracy_ok else 'FAILED gate'})")
-        lines.append("; ".join(parts))
-    lines += [
-        "",
-        "## How to work",
-        "- You act only through the tools; every call's result comes back to you. Call several independent "
-        "tools in one turn when that helps.",
-        "- Launch the server with flags from the search space. If it crashes, find out why with diagnose_crash "
-        "and read_log; locate the cause with search_source / read_file; fix it with edit_file or apply_patch; "
-        "relaunch to confirm the fix.",
-        "- Benchmark each target's workload (find_knee for throughput at the knee, run_benchmark otherwise) and "
-        "tune (e.g. tune_moe for MoE kernel selection) to beat the targets.",
-        "- Accuracy gate: a faster configuration counts only if run_eval shows accuracy within the allowed drop.",
-        "- Stay within the budgets. Do not repeat a configuration that already failed without changing something.",
-        "- Call finish(reason) when every target is met and verified, or when nothing more can be done.",
-    ]
-    return "\n".join(lines)
+        workloads.append({"name": name, "description": w.description, "dataset": w.dataset,
+                          "params": ", ".join(f"{k}={v}" for k, v in {**w.params, **extra}.items())})  # fmt: skip
+    llm_wall = float(memo.get("wall_s", 0.0))
+    tool_names = [s["function"]["name"] for s in ctx.tool_schemas if s.get("function")]
+    return {
+        "task": task, "used": state.budget, "limits": task.budgets, "workloads": workloads, "targets": task.targets,
+        "accuracy": task.accuracy,
+        "wall_min": (state.budget.wall_seconds + llm_wall) / 60, "llm_wall_min": llm_wall / 60,
+        "space_flags": [(k, json.dumps(v)) for k, v in task.search_space.flags.items()],
+        "space_env": [(k, json.dumps(v)) for k, v in task.search_space.env.items()],
+        "bests": [{"name": n, "value": b.value, "trial": b.trial, "verified": b.verified, "flags": _fmt_flags(b.flags),
+                   "env": _fmt_flags(b.env) if b.env else ""} for n, b in state.bests.items()],
+        "candidates": [{"name": n, "value": c.value, "trial": c.trial} for n, c in state.candidates.items()],
+        "server": _fmt_flags(state.server_flags) if state.server_flags is not None else None,
+        "patches": state.patches[-8:],
+        "trials": [_trial_line(t) for t in state.trials[-TRIALS_SHOWN:]], "trials_total": len(state.trials),
+        "search": search_view(state, task, memo.get("shares"), memo.get("crash_categories")),
+        "expert_tools": [n for n in tool_names if n.startswith("propose_")],
+        "max_calls": max_calls, "max_repeats": max_repeats,
+    }  # fmt: skip
+
+
+def system_message(state: AgentState, ctx: PolicyContext, memo: dict[str, Any] | None = None,
+                   dirs: list[Path] | None = None, **limits: Any) -> str:  # fmt: skip
+    """The system prompt (template ``system.md.j2``): the task, what has been achieved and spent, recent
+    trials, the search layer's view, and how to act."""
+    dirs = dirs or prompt_dirs(state.task_path, ctx.task.name)
+    return render_prompt("system", dirs, **prompt_variables(state, ctx, memo, **limits))
 
 
 def _calls_summary(calls: list[Call]) -> str:
@@ -268,8 +364,48 @@ def _public_url(url: str) -> str:
 # ---------------------------------------------------------------------------------------------- policy
 
 
+def retry_after_seconds(headers: Any) -> float | None:
+    """The wait a response asks for: ``retry-after-ms``, else ``retry-after`` in seconds or as an HTTP date."""
+    if headers is None:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _call_key(name: str, args: dict[str, Any], *context: Any) -> str:
+    return json.dumps([name, args, *context], sort_keys=True, default=str)
+
+
 class LLMPolicy:
-    """Ask an OpenAI-compatible chat model (native function calling) for the next tool calls."""
+    """Ask an OpenAI-compatible chat model (native function calling) for the next tool calls.
+
+    Options for servers and their habits (all keyword arguments, each with a default that suits the OpenAI API):
+
+    - ``timeout_s``: one request's timeout (a hung endpoint fails after it, then the SDK's ``max_retries``);
+    - ``extra_body``: fields merged into every request body (server-specific: ``{"top_k": 20}``,
+      ``{"chat_template_kwargs": {...}}``, a grammar...);
+    - ``tool_results_as``: ``"tool"`` sends results as ``role: "tool"`` messages; ``"user"`` as one user message
+      per turn, for a chat format that drops tool messages from the prompt;
+    - ``max_calls_per_turn``, ``max_repeats``, ``max_reply_chars``: bounds on what a model can make the run do;
+    - ``prompt_dir``: templates that override the package's ``agent/prompts`` (see :func:`prompt_dirs`);
+    - ``sleep``: how a rate-limit wait is spent (tests pass a recorder); the wait counts as LLM time.
+    """
 
     name = "llm"
 
@@ -283,6 +419,13 @@ class LLMPolicy:
         timeout_s: float = 120,
         temperature: float = 0.0,
         max_history: int = 30,
+        extra_body: dict[str, Any] | None = None,
+        tool_results_as: Literal["tool", "user"] = "tool",
+        max_calls_per_turn: int = MAX_CALLS_PER_TURN,
+        max_repeats: int = MAX_REPEATS,
+        max_reply_chars: int = MAX_REPLY_CHARS,
+        prompt_dir: str | Path | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         import openai  # imported here: the other policies do not need the SDK
 
@@ -291,6 +434,15 @@ class LLMPolicy:
         self.max_retries = max_retries
         self.timeout_s = timeout_s
         self.max_history = max_history
+        self.extra_body = dict(extra_body or {})
+        if tool_results_as not in ("tool", "user"):
+            raise ValueError(f"LLMPolicy: tool_results_as must be 'tool' or 'user', not {tool_results_as!r}")
+        self.tool_results_as = tool_results_as
+        self.max_calls_per_turn = max(1, max_calls_per_turn)
+        self.max_repeats = max(1, max_repeats)
+        self.max_reply_chars = max(200, max_reply_chars)
+        self.prompt_dir = prompt_dir
+        self._sleep = sleep
         key = api_key or os.environ.get(api_key_env)
         if not key:
             effective = base_url or os.environ.get("OPENAI_BASE_URL") or ""
@@ -312,6 +464,22 @@ class LLMPolicy:
             secrets.append(self._api_key)
         return secrets
 
+    def _learn(self, memo: dict[str, Any], state: AgentState) -> None:
+        """What the search view needs from the last observations: where each configuration's GPU time went,
+        and why a configuration crashed."""
+        for obs in state.observations:
+            result = obs.result or {}
+            if obs.tool in ("find_knee", "run_benchmark") and state.server_flags is not None:
+                shares = time_shares(obs)
+                if shares:
+                    memo.setdefault("shares", {})[_config_key(state.server_flags, state.server_env)] = shares
+            if obs.tool == "launch_server" and result.get("status") in ("crashed", "timeout"):
+                category = (result.get("diagnosis") or {}).get("category")
+                flags = obs.args.get("flags") if isinstance(obs.args.get("flags"), dict) else {}
+                env = obs.args.get("env") if isinstance(obs.args.get("env"), dict) else {}
+                if category:
+                    memo.setdefault("crash_categories", {})[_config_key(flags, env)] = category
+
     def _answer_pending(self, memo: dict[str, Any], state: AgentState, ctx: PolicyContext) -> None:
         """Append one ``role: "tool"`` reply for every tool call of the previous assistant turn."""
         pending: list[str] = memo.get("pending", [])
@@ -330,11 +498,26 @@ class LLMPolicy:
             memo["messages"].append({"role": "tool", "tool_call_id": call_id, "content": content})
         memo["pending"], memo["synthetic"] = [], {}
 
+    def _dirs(self, state: AgentState, ctx: PolicyContext) -> list[Path]:
+        return prompt_dirs(state.task_path, ctx.task.name, self.prompt_dir)
+
     def _request_messages(self, memo: dict[str, Any], state: AgentState, ctx: PolicyContext) -> list[dict[str, Any]]:
+        dirs = self._dirs(state, ctx)
         history = memo["messages"]
         if not history or history[0].get("role") != "user":
-            history = [{"role": "user", "content": KICKOFF}, *history]
-        return [{"role": "system", "content": system_message(state, ctx)}, *history]
+            kickoff = render_prompt("kickoff", dirs, task=ctx.task, targets=[t.name for t in ctx.task.targets])
+            history = [{"role": "user", "content": kickoff}, *history]
+        system = system_message(state, ctx, memo, dirs, max_calls=self.max_calls_per_turn,
+                                max_repeats=self.max_repeats)  # fmt: skip
+        return [{"role": "system", "content": system}, *wire_messages(history, self.tool_results_as)]
+
+    def _remaining_wall(self, state: AgentState, ctx: PolicyContext, memo: dict[str, Any]) -> float:
+        """Seconds left of the run's wall budget, the time spent waiting on the LLM included."""
+        return ctx.task.budgets.wall_minutes * 60 - state.budget.wall_seconds - memo["wall_s"]
+
+    def _note(self, ctx: PolicyContext, step: int, message: str, level: str = "warning") -> None:
+        if ctx.trace is not None:
+            ctx.trace.emit("note", step=step, level=level, message=message)
 
     # -- one decision
 
@@ -343,20 +526,29 @@ class LLMPolicy:
         memo.setdefault("messages", [])
         memo.setdefault("pending", [])
         memo.setdefault("synthetic", {})
-        for counter in ("errors", "idle", "requests", "tokens"):
+        memo.setdefault("seen_calls", {})
+        for counter in ("errors", "idle", "requests", "tokens", "echo", "waits"):
             memo.setdefault(counter, 0)
+        memo.setdefault("wall_s", 0.0)
         step = state.step + 1
 
         def decision(calls: list[Call], rationale: str, done: bool = False, tokens: int = 0) -> Decision:
             return Decision(calls=calls, rationale=rationale[:RATIONALE_CHARS], stage="llm",
                             memo={**state.memo, "llm": memo}, done=done, llm_tokens=tokens)  # fmt: skip
 
+        self._learn(memo, state)
         self._answer_pending(memo, state, ctx)
+        if self._remaining_wall(state, ctx, memo) <= 0:
+            return decision([], f"wall-time budget spent ({(state.budget.wall_seconds + memo['wall_s']) / 60:.1f} of "
+                                f"{ctx.task.budgets.wall_minutes:g} min, {memo['wall_s'] / 60:.1f} of them waiting "
+                                "on the LLM)", done=True)  # fmt: skip
         memo["messages"] = trim_history(memo["messages"], memo.get("keep", self.max_history))
         messages = self._request_messages(memo, state, ctx)
         tools = [*ctx.tool_schemas, FINISH_SCHEMA]
         params = {"temperature": self.temperature, "tool_choice": "auto", "max_retries": self.max_retries,
-                  "timeout_s": self.timeout_s}  # fmt: skip
+                  "timeout_s": self.timeout_s, "tool_results_as": self.tool_results_as}  # fmt: skip
+        if self.extra_body:
+            params["extra_body"] = self.extra_body
         memo["requests"] += 1
         llm_call_id = f"llm-{step}-{memo['requests']}"
         if ctx.trace is not None:
@@ -366,26 +558,56 @@ class LLMPolicy:
                            messages=messages, tools=[t["function"]["name"] for t in tools], params=params)  # fmt: skip
 
         t0 = time.monotonic()
-        try:
-            completion = self.client.chat.completions.create(
-                model=self.model, messages=messages, tools=tools, tool_choice="auto", temperature=self.temperature
-            )
-            if not completion.choices:
-                raise ValueError("the response has no choices")
-            message = completion.choices[0].message
-        except Exception as exc:  # noqa: BLE001 - after the SDK's retries: reported to the run, never raised
-            wall = time.monotonic() - t0
-            error = f"{type(exc).__name__}: {exc}"
-            memo["errors"] += 1
-            memo["last_error"] = error[:500]
-            if getattr(exc, "status_code", None) == 400:  # perhaps the context is too long: send less next time
-                memo["keep"] = max(6, memo.get("keep", self.max_history) // 2)
-            if ctx.trace is not None:
-                ctx.trace.emit("llm_response", step=step, call_id=llm_call_id, message={}, wall_seconds=wall,
-                               error=error)  # fmt: skip
-            done = memo["errors"] >= MAX_ERRORS
-            why = f"LLM request failed ({memo['errors']} in a row): {error}"
-            return decision([], why + ("; giving up" if done else ""), done=done)
+        waits = 0
+        while True:
+            t_req = time.monotonic()
+            try:
+                completion = self.client.chat.completions.create(
+                    model=self.model, messages=messages, tools=tools, tool_choice="auto",
+                    temperature=self.temperature, extra_body=self.extra_body or None,
+                    timeout=max(1.0, min(self.timeout_s, self._remaining_wall(state, ctx, memo))),
+                )  # fmt: skip
+                memo["wall_s"] += time.monotonic() - t_req
+                if not completion.choices:
+                    raise ValueError("the response has no choices")
+                message = completion.choices[0].message
+                break
+            except Exception as exc:  # noqa: BLE001 - after the SDK's retries: reported to the run, never raised
+                if not isinstance(exc, ValueError):
+                    memo["wall_s"] += time.monotonic() - t_req
+                status = getattr(exc, "status_code", None)
+                wait = retry_after_seconds(getattr(getattr(exc, "response", None), "headers", None))
+                remaining = self._remaining_wall(state, ctx, memo)
+                if status in (429, 503) and wait is not None and waits < MAX_WAITS:
+                    if wait < remaining:  # the endpoint says when: wait for it, the wait counts as LLM time
+                        waits += 1
+                        memo["waits"] += 1
+                        self._note(ctx, step, f"LLM endpoint answered {status}: waiting {wait:.0f} s as its "
+                                              f"retry-after asks ({remaining / 60:.1f} min of wall budget left)",
+                                   level="info")  # fmt: skip
+                        self._sleep(wait)
+                        memo["wall_s"] += wait
+                        continue
+                    why = (f"LLM endpoint rate-limited ({status}) and asks to wait {wait:.0f} s, more than the "
+                           f"{max(remaining, 0):.0f} s left of the wall budget")  # fmt: skip
+                    self._note(ctx, step, why, level="error")
+                    if ctx.trace is not None:
+                        ctx.trace.emit("llm_response", step=step, call_id=llm_call_id, message={},
+                                       wall_seconds=time.monotonic() - t0, error=why)  # fmt: skip
+                    memo["last_error"] = why
+                    return decision([], why + "; giving up", done=True)
+                wall = time.monotonic() - t0
+                error = f"{type(exc).__name__}: {exc}"
+                memo["errors"] += 1
+                memo["last_error"] = error[:500]
+                if status == 400:  # perhaps the context is too long: send less next time
+                    memo["keep"] = max(6, memo.get("keep", self.max_history) // 2)
+                if ctx.trace is not None:
+                    ctx.trace.emit("llm_response", step=step, call_id=llm_call_id, message={}, wall_seconds=wall,
+                                   error=error)  # fmt: skip
+                done = memo["errors"] >= MAX_ERRORS
+                why = f"LLM request failed ({memo['errors']} in a row): {error}"
+                return decision([], why + ("; giving up" if done else ""), done=done)
         wall = time.monotonic() - t0
         memo["errors"] = 0
         memo.pop("last_error", None)
@@ -396,9 +618,12 @@ class LLMPolicy:
         total = getattr(usage, "total_tokens", 0) or (prompt_tokens + completion_tokens)
         memo["tokens"] += total
 
-        content = message.content if isinstance(message.content, str) else None
+        content = message.content if isinstance(message.content, str) else ""
+        if len(content) > self.max_reply_chars:
+            content = content[: self.max_reply_chars] + f" ...[{len(content) - self.max_reply_chars} chars cut]"
         calls: list[Call] = []
         wire_calls: list[dict[str, Any]] = []
+        refused: dict[str, str] = {}
         finish: tuple[str, dict[str, Any]] | None = None
         seen: set[str] = set()
         for i, tc in enumerate(message.tool_calls or []):
@@ -415,14 +640,18 @@ class LLMPolicy:
             while call_id in seen:  # a duplicate id would make the replies ambiguous
                 call_id = f"{call_id}_{i}"
             seen.add(call_id)
+            if len(raw) > self.max_reply_chars:
+                refused[call_id] = f"not run: its arguments are {len(raw)} characters, over the cap of " \
+                                   f"{self.max_reply_chars}"  # fmt: skip
+                raw = "{}"
             wire_calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": raw}})
             args = parse_arguments(raw)
             if name == FINISH:
                 finish = (call_id, args)
-            else:
+            elif call_id not in refused:
                 calls.append(Call(tool=name, args=args, call_id=call_id))
 
-        assistant: dict[str, Any] = {"role": "assistant", "content": content}
+        assistant: dict[str, Any] = {"role": "assistant", "content": content}  # a string, also for a tool-call turn
         if wire_calls:
             assistant["tool_calls"] = wire_calls
         # the checkpointed conversation holds no secret even if the model repeats one
@@ -432,29 +661,93 @@ class LLMPolicy:
                            usage={"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                                   "total_tokens": total})  # fmt: skip
 
-        if finish is not None and not calls:
+        # the same calls as the turn before, right after their results, with nothing changed since
+        turn = sorted(_call_key(c.tool, c.args) for c in calls)
+        last = memo.get("last_turn") or {}
+        context = [len(state.patches), state.server_flags]
+        if turn and turn == last.get("calls") and context == last.get("context"):
+            memo["echo"] += 1
+        else:
+            memo["echo"] = 0
+        memo["last_turn"] = {"calls": turn, "context": context}
+        if memo["echo"] >= ECHO_LIMIT:
+            why = (f"the model made the same call ({_calls_summary(calls)[:200]}) {memo['echo'] + 1} times in a row, "
+                   "each right after its result: the server does not seem to show tool results to the model (its chat "
+                   "format may drop role 'tool' messages); try tool_results_as='user' or another chat format")  # fmt: skip
+            self._note(ctx, step, why, level="error")
+            memo["pending"] = [w["id"] for w in wire_calls]
+            memo["synthetic"] = {w["id"]: json.dumps({"ok": False, "error": "not run: " + why}) for w in wire_calls}
+            return decision([], why, done=True, tokens=total)
+
+        kept: list[Call] = []
+        for call in calls:
+            if len(kept) >= self.max_calls_per_turn:
+                refused[call.call_id] = (f"not run: at most {self.max_calls_per_turn} tool calls per turn; call it "
+                                         "again next turn if it is still needed")  # fmt: skip
+                continue
+            key = _call_key(call.tool, call.args, state.server_flags, len(state.trials), len(state.patches))
+            count = memo["seen_calls"].get(key, 0)
+            if count >= self.max_repeats:
+                refused[call.call_id] = (f"refused: this exact call was already made {count} times with nothing "
+                                         "changed since (same server, trials and patches); its result is above. "
+                                         "Change something or call another tool")  # fmt: skip
+                self._note(ctx, step, f"refused a repeated call: {_calls_summary([call])[:200]} ({count} times before)")
+                continue
+            memo["seen_calls"][key] = count + 1
+            kept.append(call)
+        if len(calls) > self.max_calls_per_turn:
+            self._note(ctx, step, f"the model made {len(calls)} tool calls in one turn; ran the first "
+                                  f"{self.max_calls_per_turn}")  # fmt: skip
+        calls = kept
+
+        if finish is not None and not calls and not refused:
             finish_args = finish[1]
             reason = finish_args.get("reason") or finish_args.get(RAW_ARGUMENTS) or content or "the model finished"
             memo["pending"] = [finish[0]]
             memo["synthetic"] = {finish[0]: json.dumps({"ok": True, "summary": "run finished"})}
             memo["idle"] = 0
             return decision([], f"finish: {reason}", done=True, tokens=total)
+        synthetic = {cid: json.dumps({"ok": False, "error": why}) for cid, why in refused.items()}
         if finish is not None:  # finish alongside other calls: run those first, let the model decide again
-            memo["synthetic"] = {finish[0]: json.dumps({
+            synthetic[finish[0]] = json.dumps({
                 "ok": False, "error": "finish was not done: other tool calls were made in the same turn; look at "
-                "their results, then call finish alone if the run should end"})}  # fmt: skip
-        else:
-            memo["synthetic"] = {}
+                "their results, then call finish alone if the run should end"})  # fmt: skip
+        memo["synthetic"] = synthetic
         memo["pending"] = [w["id"] for w in wire_calls]
         if not calls:
             memo["idle"] += 1
-            memo["messages"].append({"role": "user", "content": NUDGE})
+            nudge = render_prompt("nudge", self._dirs(state, ctx))
+            if not wire_calls:
+                memo["messages"].append({"role": "user", "content": nudge})
             done = memo["idle"] >= MAX_IDLE
-            text = (content or "").strip() or "(the model answered without text or tool calls)"
+            text = content.strip() or ("(every call of the turn was refused)" if refused
+                                       else "(the model answered without text or tool calls)")  # fmt: skip
             return decision([], text + ("; the model stopped acting" if done else ""), done=done, tokens=total)
         memo["idle"] = 0
-        rationale = (content or "").strip() or _calls_summary(calls)
+        rationale = content.strip() or _calls_summary(calls)
         return decision(calls, rationale, tokens=total)
+
+
+def wire_messages(history: list[dict[str, Any]], tool_results_as: str = "tool") -> list[dict[str, Any]]:
+    """The history as sent: every assistant message's ``content`` a string (strict servers reject ``null``,
+    also on a tool-call turn); with ``tool_results_as="user"``, each run of tool replies becomes one user
+    message naming the calls it answers (for chat formats that drop ``role: "tool"`` messages)."""
+    out: list[dict[str, Any]] = []
+    names: dict[str, str] = {}
+    for m in history:
+        if m.get("role") == "assistant":
+            m = {**m, "content": m.get("content") if isinstance(m.get("content"), str) else ""}
+            for tc in m.get("tool_calls") or []:
+                names[tc["id"]] = tc["function"]["name"]
+        if m.get("role") == "tool" and tool_results_as == "user":
+            line = f"[{m['tool_call_id']}] {names.get(m['tool_call_id'], 'tool')} -> {m['content']}"
+            if out and out[-1].get("role") == "user" and out[-1].get("_results"):
+                out[-1]["content"] += "\n" + line
+            else:
+                out.append({"role": "user", "content": "Results of your tool calls:\n" + line, "_results": True})
+            continue
+        out.append(m)
+    return [{k: v for k, v in m.items() if k != "_results"} for m in out]
 
 
 __all__ = [
@@ -464,6 +757,12 @@ __all__ = [
     "call_arguments",
     "observation_content",
     "parse_arguments",
+    "prompt_dirs",
+    "prompt_variables",
+    "render_prompt",
+    "retry_after_seconds",
+    "search_view",
     "system_message",
     "trim_history",
+    "wire_messages",
 ]
