@@ -2,7 +2,10 @@
 
 A task is a YAML file validated by the pydantic models below. ``load_task`` turns any problem into a
 ``TaskError`` whose message is one line naming the file, the line and the field, e.g.
-``tasks/x.yaml:23: targets[0].min: Input should be a valid number``.
+``tasks/x.yaml:23: targets[0].min: Input should be a valid number``. A problem in a value a task inherits
+(``extends:``) is reported at the file and line that wrote it. Duplicate keys and non-finite numbers (``.nan``,
+``.inf``) are refused. Every path a task names (``extends``, a scenario file, ``workspace.sources``, a Docker
+mount's host side, an eval's dataset) is relative to the file that names it; ``load_task`` makes them absolute.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ Scalar = int | float | str | bool
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelInfo(Strict):
@@ -47,7 +50,9 @@ class DockerSpec(Strict):
     security_opt: list[str] = ["seccomp=unconfined"]
     network: Literal["bridge", "host"] = "bridge"
     workspace_mount: str = "/workspace"
-    mounts: dict[str, str] = Field(default_factory=dict, description="'{workspace}/sglang' -> path in the image")
+    mounts: dict[str, str] = Field(default_factory=dict, description=(
+        "host path -> path in the image, e.g. '{workspace}/sglang' -> /sgl-workspace/sglang; a relative host path is "
+        "relative to the task file"))
     env: dict[str, str] = {}
     gpus: list[int] | None = Field(None, description="a GPU subset for partial-node trials (HIP_VISIBLE_DEVICES)")
 
@@ -78,14 +83,15 @@ class Engines(Strict):
 
 
 class TwinWorkspace(Strict):
-    scenario: str = Field("glm52_mi355x", description="twin scenario name or YAML path to materialise")
+    scenario: str = Field("glm52_mi355x", description=(
+        "twin scenario name, or the path of a scenario YAML (relative to the task file) to materialise"))
 
 
 class WorkspaceSpec(Strict):
     """The sources the agent may patch. For a real node, paths to an SGLang checkout and the checkpoint's
     config directory; for the twin, a scenario it materialises."""
 
-    sources: dict[str, str] = {}
+    sources: dict[str, str] = {}  # name -> directory (relative to the task file)
     twin: TwinWorkspace = TwinWorkspace()
 
 
@@ -114,7 +120,7 @@ class Target(Strict):
 
 
 class EvalSpec(Strict):
-    dataset: str = Field(description="JSON list of {question, answer} (path relative to the repository)")
+    dataset: str = Field(description="JSON list of {question, answer} (path relative to the task file)")
     n: int = Field(200, gt=0)
     max_tokens: int = Field(512, gt=0)
     few_shot: int = Field(5, ge=0)
@@ -229,7 +235,32 @@ class TaskError(ValueError):
     """A task file that cannot be used. The message is one line: ``file:line: field: problem``."""
 
 
-def _read_yaml(p: Path) -> tuple[Any, yaml.Node | None]:
+class _Source:
+    """One file of a task (the task, or the task it extends): its path, parsed data and YAML node tree."""
+
+    def __init__(self, path: Path, data: dict[str, Any], node: yaml.Node):
+        self.path, self.data, self.node = path, data, node
+
+
+def _duplicate_key(node: yaml.Node | None) -> yaml.Node | None:
+    """The second occurrence of the first key a mapping repeats (PyYAML silently keeps the last one)."""
+    if isinstance(node, yaml.MappingNode):
+        seen: set[Any] = set()
+        for key, value in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                if key.value in seen:
+                    return key
+                seen.add(key.value)
+            if (dup := _duplicate_key(key)) is not None or (dup := _duplicate_key(value)) is not None:
+                return dup
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            if (dup := _duplicate_key(item)) is not None:
+                return dup
+    return None
+
+
+def _read_yaml(p: Path) -> _Source:
     try:
         text = p.read_text()
     except OSError as exc:
@@ -240,9 +271,55 @@ def _read_yaml(p: Path) -> tuple[Any, yaml.Node | None]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise TaskError(f"{p}:{mark.line + 1 if mark else 1}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
-    if not isinstance(data, dict):
+    if (dup := _duplicate_key(node)) is not None:
+        raise TaskError(f"{p}:{dup.start_mark.line + 1}: {dup.value}: duplicate key (YAML would keep only the last)")
+    if not isinstance(data, dict) or node is None:
         raise TaskError(f"{p}:1: a task file is a mapping (name, model, hardware, engines, workloads, targets...)")
-    return data, node
+    return _Source(p, data, node)
+
+
+def _is_path(value: str) -> bool:
+    """A scenario given as a file (a YAML suffix or a directory part), not as a bundled scenario's name."""
+    return value.endswith((".yaml", ".yml")) or "/" in value or os.sep in value
+
+
+def _absolute(base: Path, value: Any, keep: Any = None) -> Any:
+    """``value`` as an absolute path relative to ``base`` (strings only; ``keep(value)`` true: unchanged)."""
+    if not isinstance(value, str) or not value or (keep is not None and keep(value)):
+        return value
+    return os.path.abspath(base / os.path.expanduser(value))
+
+
+def _resolve_paths(data: dict[str, Any], file: Path) -> dict[str, Any]:
+    """The paths ``data`` (one task file's own keys) names, made absolute relative to ``file``'s folder."""
+    base = file.parent
+    out = dict(data)
+
+    def section(*keys: str) -> dict[str, Any] | None:
+        d: Any = out
+        for k in keys:
+            d = d.get(k) if isinstance(d, dict) else None
+        return d if isinstance(d, dict) else None
+
+    def replace(keys: tuple[str, ...], new: dict[str, Any]) -> None:
+        d = out
+        for k in keys[:-1]:
+            d[k] = dict(d[k])
+            d = d[k]
+        d[keys[-1]] = new
+
+    if (twin := section("workspace", "twin")) is not None and isinstance(twin.get("scenario"), str):
+        scenario = twin["scenario"]
+        replace(("workspace", "twin"), {**twin, "scenario": _absolute(base, scenario, lambda v: not _is_path(v))})
+    if (sources := section("workspace", "sources")) is not None:
+        replace(("workspace", "sources"), {k: _absolute(base, v) for k, v in sources.items()})
+    if (mounts := section("sandbox", "docker", "mounts")) is not None:  # '{workspace}/...' is the run's workspace
+        replace(("sandbox", "docker", "mounts"),
+                {_absolute(base, k, lambda v: v.startswith("{")): v for k, v in mounts.items()})  # fmt: skip
+    if (evals := section("evals")) is not None:
+        replace(("evals",), {name: {**e, "dataset": _absolute(base, e["dataset"])} if isinstance(e, dict) and
+                             "dataset" in e else e for name, e in evals.items()})  # fmt: skip
+    return out
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -256,13 +333,23 @@ def load_task(path: str | Path) -> TaskSpec:
     """Load and validate a task. ``extends: other.yaml`` (relative to the file) starts from another task and
     overrides it key by key (mappings merge, everything else is replaced)."""
     p = Path(path)
-    data, node = _read_yaml(p)
+    child = _read_yaml(p)
+    sources = [child]
+    data = _resolve_paths(child.data, p)
     if "extends" in data:
-        base_path = p.parent / str(data.pop("extends"))
-        base, _ = _read_yaml(base_path)
-        if "extends" in base:
-            raise TaskError(f"{base_path}:1: extends: a task can only extend a task that extends nothing")
-        data = _merge(base, data)
+        parent_name = data.pop("extends")
+        line = next((k.start_mark.line + 1 for k, _ in child.node.value if k.value == "extends"), 1)
+        if not isinstance(parent_name, str) or not parent_name:
+            raise TaskError(f"{p}:{line}: extends: give the path of a task file (relative to this one)")
+        base_path = p.parent / os.path.expanduser(parent_name)
+        if not base_path.is_file():
+            raise TaskError(f"{p}:{line}: extends: no task file {base_path}")
+        parent = _read_yaml(base_path)
+        if "extends" in parent.data:
+            line = next((k.start_mark.line + 1 for k, _ in parent.node.value if k.value == "extends"), 1)
+            raise TaskError(f"{base_path}:{line}: extends: a task can only extend a task that extends nothing")
+        sources.append(parent)
+        data = _merge(_resolve_paths(parent.data, base_path), data)
     try:
         return TaskSpec.model_validate(data)
     except ValidationError as exc:
@@ -276,10 +363,56 @@ def load_task(path: str | Path) -> TaskSpec:
         if not loc and (m := re.match(r"^([\w.\[\]-]+): (.*)$", message)):  # a check across fields
             loc = [int(x) if x.isdigit() else x for x in re.findall(r"[^.\[\]]+", m.group(1))]
             message = m.group(2)
-        line = _line_of(node, loc)
+        loc = _data_loc(data, loc)
+        file, line = _locate(sources, loc)
         field = _format_loc(loc) or "(top)"
         more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-        raise TaskError(f"{p}:{line}: {field}: {message}{more}") from None
+        raise TaskError(f"{file}:{line}: {field}: {message}{more}") from None
+
+
+def _data_loc(data: Any, loc: list[Any]) -> list[Any]:
+    """``loc`` without the union member names pydantic adds (``params.x.float``): the keys the data holds."""
+    out: list[Any] = []
+    for part in loc:
+        held = (isinstance(data, dict) and part in data) or (
+            isinstance(data, list) and isinstance(part, int) and part < len(data))
+        if held:
+            data = data[part]
+        elif isinstance(data, dict | list):
+            out.append(part)  # a missing key or item: where it should be
+            break
+        else:
+            break  # a scalar: the rest names the type pydantic tried
+        out.append(part)
+    return out
+
+
+def _locate(sources: list[_Source], loc: list[Any]) -> tuple[Path, int]:
+    """The file and line that wrote the value at ``loc`` after ``extends`` merged the files (``sources``: the task
+    first, then the task it extends): mappings merge key by key, any other value comes from the first file that
+    sets it. Falls back to the deepest node found along ``loc``."""
+    live = [(s.path, s.node) for s in sources]
+    line_of = {s.path: 1 for s in sources}
+    for part in loc:
+        nxt = []
+        for path, node in live:
+            line_of[path] = node.start_mark.line + 1
+            if isinstance(node, yaml.MappingNode):
+                value = next((v for k, v in node.value if k.value == part), None)
+            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+                value = node.value[part]
+            else:
+                value = None
+            if value is not None:
+                nxt.append((path, value))
+        if not nxt:
+            path = live[0][0]
+            return path, line_of[path]
+        # the first file's value replaces the others' unless both are mappings (they merge)
+        live = [nxt[0]] + ([x for x in nxt[1:] if isinstance(nxt[0][1], yaml.MappingNode)
+                            and isinstance(x[1], yaml.MappingNode)])  # fmt: skip
+    path, node = live[0]
+    return path, node.start_mark.line + 1
 
 
 def _format_loc(loc: list[Any]) -> str:
@@ -287,23 +420,3 @@ def _format_loc(loc: list[Any]) -> str:
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
-
-
-def _line_of(node: yaml.Node | None, loc: list[Any]) -> int:
-    """The line of the deepest YAML node along ``loc`` (1-based)."""
-    line = 1
-    for part in loc:
-        if node is None:
-            break
-        line = node.start_mark.line + 1
-        if isinstance(node, yaml.MappingNode):
-            node = next((v for k, v in node.value if k.value == part), None)
-            if node is None:
-                break
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-            node = node.value[part]
-        else:
-            break
-    if node is not None:
-        line = node.start_mark.line + 1
-    return line
