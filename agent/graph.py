@@ -152,14 +152,21 @@ def build_graph(run: Run):
     return g
 
 
+# The state's types, registered with LangGraph's serializer: a checkpoint names them, and a later LangGraph loads
+# only the types it was told about (unregistered ones are deserialized with a warning today, refused tomorrow).
+_STATE_TYPES = ("AgentState", "Budget", "Best", "Call", "Observation", "Patch", "TargetsMet", "Trial")
+
+
+def serializer() -> JsonPlusSerializer:
+    """LangGraph's serializer, allowed to rebuild exactly the state's own types."""
+    return JsonPlusSerializer(allowed_msgpack_modules=[("agent.state", name) for name in _STATE_TYPES])
+
+
 def checkpointer(run_dir: Path) -> SqliteSaver:
     conn = sqlite3.connect(run_dir / "checkpoints.sqlite", check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
-    return SqliteSaver(conn)
-
-
-_STATE_TYPES = ("AgentState", "Budget", "Best", "Call", "Observation", "Patch", "TargetsMet", "Trial")
+    return SqliteSaver(conn, serde=serializer())
 
 
 def saved_states(run_dir: Path, run_id: str) -> list[AgentState]:
@@ -168,10 +175,9 @@ def saved_states(run_dir: Path, run_id: str) -> list[AgentState]:
     path = run_dir / "checkpoints.sqlite"
     if not path.exists():
         return []
-    serde = JsonPlusSerializer(allowed_msgpack_modules=[("agent.state", name) for name in _STATE_TYPES])
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
     try:
-        history = list(SqliteSaver(conn, serde=serde).list({"configurable": {"thread_id": run_id}}))
+        history = list(SqliteSaver(conn, serde=serializer()).list({"configurable": {"thread_id": run_id}}))
     finally:
         conn.close()
     values = [h.checkpoint["channel_values"] for h in reversed(history)]
