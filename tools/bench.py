@@ -189,8 +189,9 @@ class KneeInput(ToolInput):
         "benchmark seeds every sustained rate must pass with (default: the workload's knee_seeds); a screening "
         "pass may use one"))
     max_node_hours: float | None = Field(None, gt=0, description=(
-        "node-hours this search may spend: it stops before a run that would pass them (estimated from the last "
-        "run) and reports the best rate every seed sustained so far; default: no limit"))
+        "node-hours this search may spend: it stops before a run that would pass them (estimated from the "
+        "workload's length, then from the last run) and reports the best rate every seed sustained so far; "
+        "default: no limit"))
 
 
 class KneeResult(ToolResult):
@@ -223,7 +224,8 @@ def find_knee(ctx: ToolContext, args: KneeInput) -> KneeResult:
     seeds = list(args.seeds or workload.knee_seeds)
     results: dict[tuple[float, int], BenchMetrics] = {}
     cost = Cost()
-    last_run_hours = 0.0
+    # what the next run will cost: the workload's length on the server's share of the node, then the last run's
+    last_run_hours = (args.duration_s or workload.duration_s or 0.0) / 3600 * ctx.node_fraction()
 
     def ok(rate: float, with_seeds: list[int]) -> bool | None:
         """Whether every one of ``with_seeds`` sustains ``rate`` (None: a run failed); stops at the first seed
@@ -232,7 +234,7 @@ def find_knee(ctx: ToolContext, args: KneeInput) -> KneeResult:
         rate = round(rate, 3)
         for seed in with_seeds:
             if (rate, seed) not in results:
-                if args.max_node_hours is not None and results and cost.node_hours + last_run_hours > args.max_node_hours:
+                if args.max_node_hours is not None and cost.node_hours + last_run_hours > args.max_node_hours:
                     raise _OutOfBudget
                 metrics, _err, c = run_one(ctx, args.workload, rate, args.duration_s, seed)
                 cost = _add(cost, c)

@@ -27,6 +27,7 @@ from tasks.spec import TaskSpec
 from tools.source import unified_diff
 
 from ..ablation import explain_best
+from ..outcomes import node_hours_left
 from ..search import SPEC_DEPENDENT, SPECULATIVE, Candidate, Measured, SearchSpace, next_candidate
 from .base import Decision, PolicyContext
 from .upstream_fixes import _map_mtp_exclude_entry, draft_class, map_draft_excludes
@@ -501,7 +502,7 @@ class PlaybookPolicy:
                         f"{prior['value']:.1f} from the trace")  # fmt: skip
                     return None
                 cur["step"] = "measuring"
-                return self._measure(task, cur, memo), f"measure {cur['label']}"
+                return self._measure(task, cur, memo, self._allowance(state, task)), f"measure {cur['label']}"
             if cur.get("upstream"):  # the engine fix does not hold on its own: no config fix on top of it
                 return self._abandon(memo, cur, f"with the engine fix, {(obs.result.get('diagnosis') or {}).get('summary', 'it crashed')}")
             cur["crash_category"] = (obs.result.get("diagnosis") or {}).get("category")
@@ -520,14 +521,17 @@ class PlaybookPolicy:
             if not obs.ok and "no server" in (obs.error or ""):
                 cur["step"] = "launch"  # a resumed run: the server went away with the old process
                 return None
+            if obs.tool == "find_knee" and obs.result.get("stopped_by_budget") and not obs.result.get("runs"):
+                memo["current"], memo["phase"] = None, "done"
+                return [], f"the budget left ({obs.args.get('max_node_hours', 0):.3f} node-hours) buys no more benchmark runs"
             if cur.get("probe"):  # one run just above the best knee so far: only a pass earns a knee search
                 cur.pop("probe")
                 run = (obs.result.get("runs") or [{}])[-1]
                 limit = self._knee_target(task)[1]
                 if obs.ok and run.get("median_ttft_ms", limit + 1) <= limit and run.get("success_rate", 0) >= 0.99:
-                    return [Call(tool="find_knee", args={"workload": self._knee_target(task)[0],
-                                                         "start_rate": obs.args["request_rate"], "resolution": 0.1,
-                                                         "growth": NEAR_GROWTH})], \
+                    return [self._knee_call(self._allowance(state, task), workload=self._knee_target(task)[0],
+                                            start_rate=obs.args["request_rate"], resolution=0.1,
+                                            growth=NEAR_GROWTH)], \
                         f"{cur['label']} sustains {obs.args['request_rate']} req/s: find its knee"  # fmt: skip
                 obs = obs.model_copy(update={"tool": "find_knee", "result": {"throughput_at_knee": 0.0}})
             value = self._value(obs)
@@ -573,7 +577,7 @@ class PlaybookPolicy:
             args["pristine"] = cur["pristine"]
         return args
 
-    def _measure(self, task: TaskSpec, cur: dict, memo: dict) -> list[Call]:
+    def _measure(self, task: TaskSpec, cur: dict, memo: dict, allowance: float | None) -> list[Call]:
         if cur["measure"] == "check":  # one benchmark run: enough to show the configuration serves
             t = next((t for t in task.targets if t.metric == "decode_tok_s"), task.targets[0])
             args: dict[str, Any] = {"workload": t.workload}
@@ -587,18 +591,27 @@ class PlaybookPolicy:
         if cur["measure"] == "baseline":  # a reference, not a claim: one seed, a coarser bracket
             seeds = task.workloads[workload].knee_seeds[:1]
             start = cur.get("start_rate") or (round(0.7 * memo["knee_rate"], 3) if memo.get("knee_rate") else 1.0)
-            return [Call(tool="find_knee", args={"workload": workload, "start_rate": start, "resolution": 0.25,
-                                                 "seeds": seeds})]  # fmt: skip
+            return [self._knee_call(allowance, workload=workload, start_rate=start, resolution=0.25, seeds=seeds)]
         known = memo.get("knee_rate") and memo["best"].get("throughput")
         if cur["measure"] == "knee_full" and not known:  # a full-length knee, from just below the predicted rate
             start = cur.get("start_rate") or max(0.25, round((memo.get("knee_rate") or 1.0) - 0.2, 3))
-            return [Call(tool="find_knee", args={"workload": workload, "start_rate": start, "resolution": 0.1,
-                                                 "growth": NEAR_GROWTH})]
+            return [self._knee_call(allowance, workload=workload, start_rate=start, resolution=0.1, growth=NEAR_GROWTH)]
         if known:  # one run just above the best knee so far: only a configuration that sustains it gets a search
             cur["probe"] = True
             rate = round(memo["knee_rate"] + 0.1, 3)
             return [Call(tool="run_benchmark", args={"workload": workload, "request_rate": rate})]
-        return [Call(tool="find_knee", args={"workload": workload, "start_rate": 1.0, "resolution": 0.1})]
+        return [self._knee_call(allowance, workload=workload, start_rate=1.0, resolution=0.1)]
+
+    @staticmethod
+    def _allowance(state: AgentState, task: TaskSpec) -> float | None:
+        """Node-hours a knee search may spend once the targets are met (None before: reaching them comes first)."""
+        return node_hours_left(state, task) if state.targets_met is not None else None
+
+    @staticmethod
+    def _knee_call(allowance: float | None, **args: Any) -> Call:
+        if allowance is not None:
+            args["max_node_hours"] = round(max(allowance, 1e-6), 6)
+        return Call(tool="find_knee", args=args)
 
     @staticmethod
     def _knee_target(task: TaskSpec) -> tuple[str, float]:

@@ -49,3 +49,13 @@ def test_zero_stops_at_the_targets_and_runs_can_bound_it_too(tmp_path):
 def test_a_bad_value_names_its_place(tmp_path):
     with pytest.raises(TaskError, match=r"budgets\.after_targets\.node_hours"):
         task_with(tmp_path, "  after_targets: {node_hours: -1}\n")
+
+
+def test_what_is_left_bounds_a_measurement_once_the_targets_are_met(tmp_path):
+    from agent.outcomes import node_hours_left
+
+    task = task_with(tmp_path, "  node_hours: 30\n")  # 3 node-hours after the targets
+    assert node_hours_left(state(10.0, 40, None), task) == pytest.approx(20.0)  # before: the whole budget's rest
+    assert node_hours_left(state(4.0, 40, MET), task) == pytest.approx(1.5)  # 1.5 of 3 spent since 2.5
+    assert node_hours_left(state(29.5, 40, MET.model_copy(update={"node_hours": 28.0})), task) == pytest.approx(0.5)
+    assert node_hours_left(state(6.0, 40, MET), task) == 0.0  # overspent: nothing, never negative

@@ -19,7 +19,7 @@ LIMIT_MS = 5000.0
 
 def fake_ctx() -> SimpleNamespace:
     workload = Workload(dataset="generated-shared-prefix", duration_s=600, ttft_limit_ms=LIMIT_MS, knee_seeds=[1, 2])
-    return SimpleNamespace(server=object(), task=SimpleNamespace(workloads={"tp": workload}))
+    return SimpleNamespace(server=object(), task=SimpleNamespace(workloads={"tp": workload}), node_fraction=lambda: 0.5)
 
 
 @pytest.fixture
@@ -98,6 +98,13 @@ def test_a_stopped_search_reports_the_best_rate_every_seed_sustained(served):
     assert both and r.knee_rate == max(both)  # the highest rate both seeds ran and sustained
     assert r.first_failing_rate is not None and r.first_failing_rate > r.knee_rate
     assert "allowance" in r.summary
+
+
+def test_an_allowance_below_one_run_runs_nothing(served):
+    served.capacity.update({1: 2.7, 2: 2.7})
+    # one run of the workload (600 s on half the node) costs 600 / 3600 * 0.5 node-hours
+    r = find_knee(fake_ctx(), KneeInput(workload="tp", start_rate=2.0, max_node_hours=600 / 3600 * 0.5 * 0.9))
+    assert served.calls == [] and not r.ok and r.stopped_by_budget
 
 
 def test_an_ample_allowance_finds_the_same_knee(served):
