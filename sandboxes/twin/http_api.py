@@ -29,6 +29,14 @@ Simulation rules (documented here because clients will measure them):
   (0: no sleeping). Each stream is paced independently: this server does not model batching or load; the
   load-dependent performance model belongs to the simulated benchmark. ``e2e_latency`` in ``meta_info`` is
   in simulated seconds.
+
+Limits (``RequestLimits``; what one request may ask, so that no client can make the server spend minutes or
+gigabytes on it): body size, JSON nesting depth, ``n``, completions per request (prompts x ``n``) and tokens
+asked for in total. A request over a limit, or with a non-finite number where an integer belongs, is answered
+400 with the endpoint's error body (OpenAI-style ``{"object": "error", ...}``; ``{"error": {...}}`` on
+``/generate``), never 500. Real SGLang has no such limits (uvicorn accepts any body); its messages are used
+where it has one (context length, ``max_completion_tokens is too large``, pydantic's ``finite_number``), and
+the listen backlog is uvicorn's (2048).
 """
 
 from __future__ import annotations
@@ -61,6 +69,8 @@ DEFAULT_EOS_TOKEN_ID = 151329  # GLM family <|endoftext|>
 CACHE_BLOCK_TOKENS = 16
 CACHE_MAX_BLOCKS = 1 << 17
 KEEP_ALIVE_S = 5.0  # uvicorn's timeout_keep_alive in SGLang
+LISTEN_BACKLOG = 2048  # uvicorn's default backlog
+PARSE_BODY_ERROR = "There was an error parsing the body"  # FastAPI's HTTPException when json.loads raises
 
 FLUSH_CACHE_TEXT = (
     "Cache flushed.\nPlease check backend logs for more details. "
@@ -86,6 +96,17 @@ class ServerState:
     time_scale: float  # wall seconds per simulated second (0.001: 1000x faster; 0: no sleeping)
     context_length: int
     ready: threading.Event = field(default_factory=threading.Event)  # /health is 503 until set
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """What one request may ask of the server; more is answered 400 (see the module docstring)."""
+
+    max_body_bytes: int = 32 << 20
+    max_json_depth: int = 64
+    max_n: int = 128  # the OpenAI API's bound on n
+    max_completions: int = 1024  # prompts x n in one request
+    max_total_new_tokens: int = 1 << 20  # sum of max_new_tokens over a request's completions
 
 
 # ----------------------------------------------------------------------------------------- tokens, content
@@ -316,6 +337,9 @@ class _Engine:
 def _as_int(value: Any, name: str, minimum: int = 0) -> int | None:
     if value is None:
         return None
+    if isinstance(value, float) and not math.isfinite(value):  # json.loads reads NaN, Infinity, -Infinity
+        raise RequestError(f"{name}\n  Input should be a finite number [type=finite_number, "
+                           f"input_value={value!r}, input_type=float]")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
         raise RequestError(f"{name} must be an integer, got {value!r}")
     if value < minimum:
@@ -347,8 +371,25 @@ def _message_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+        texts = [p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+        if not all(isinstance(t, str) for t in texts):
+            raise RequestError("Invalid message content: a text part's text must be a string")
+        return "".join(texts)
     raise RequestError(f"Invalid message content: {str(content)[:80]!r}")
+
+
+def json_depth(obj: Any) -> int:
+    """How deeply lists and objects nest in a parsed JSON value (a scalar: 0), without recursion."""
+    deepest, stack = 0, [(obj, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            value = value.values()
+        elif not isinstance(value, list):
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((v, depth + 1) for v in value if isinstance(v, (dict, list)))
+    return deepest
 
 
 def render_chat(messages: list[dict]) -> str:
@@ -366,9 +407,11 @@ def render_chat(messages: list[dict]) -> str:
 class TwinHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = LISTEN_BACKLOG  # socketserver's default of 5 resets connections in a burst
 
-    def __init__(self, state: ServerState, address: tuple[str, int]):
+    def __init__(self, state: ServerState, address: tuple[str, int], limits: RequestLimits | None = None):
         self.state = state
+        self.limits = limits or RequestLimits()
         self.engine = _Engine(state)
         self.stopping = threading.Event()
         super().__init__(address, _Handler)
@@ -381,6 +424,10 @@ class TwinHTTPServer(ThreadingHTTPServer):
 
 class _Disconnected(Exception):
     pass
+
+
+class _BadBody(ValueError):
+    """A request body that cannot be read (bad framing) or is over the size limit; answered 400, then closed."""
 
 
 _Route = Callable[["_Handler"], None]
@@ -431,38 +478,64 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(status, {"object": "error", "message": message, "type": err_type, "param": None,
                             "code": status})
 
+    def _http_error(self, status: int, detail: str) -> None:
+        # an HTTPException, as SGLang's exception handler renders it
+        self._json(status, {"object": "error", "message": detail, "type": str(status), "param": None, "code": status})
+
     def _validation_error(self, message: str) -> None:
         # FastAPI request validation errors, which SGLang turns from 422 into 400
         self._openai_error(400, message, HTTPStatus.BAD_REQUEST.phrase)
 
     def _read_body(self) -> bytes:
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            data = bytearray()
-            while True:
-                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
-                if size == 0:
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                        pass
-                    return bytes(data)
-                data += self.rfile.read(size)
-                self.rfile.readline()
-        length = int(self.headers.get("Content-Length") or 0)
+        """The request body; raises ``_BadBody`` (before reading past the limit) if it is too large or malformed."""
+        limit = self.server.limits.max_body_bytes
+        too_large = f"Request body too large: this server accepts at most {limit} bytes"
+        try:
+            if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+                data = bytearray()
+                while True:
+                    size = int(self.rfile.readline(64).split(b";")[0].strip() or b"0", 16)
+                    if size == 0:
+                        while self.rfile.readline(1 << 16) not in (b"\r\n", b"\n", b""):
+                            pass
+                        return bytes(data)
+                    if size < 0:
+                        raise _BadBody("Invalid request body")
+                    if len(data) + size > limit:
+                        raise _BadBody(too_large)
+                    data += self.rfile.read(size)
+                    self.rfile.readline(64)
+            length = int(self.headers.get("Content-Length") or 0)
+        except _BadBody:
+            raise
+        except ValueError as e:
+            raise _BadBody("Invalid request body") from e
+        if length > limit:
+            raise _BadBody(f"{too_large}, got {length}")
         return self.rfile.read(length) if length > 0 else b""
 
     def _json_body(self) -> tuple[bool, Any]:
         """(ok, parsed body); on failure the 400 response has been sent."""
         try:
             raw = self._read_body()
-        except (ValueError, OSError):
+        except OSError:
             self.close_connection = True
             self._validation_error("Invalid request body")
             return False, None
         try:
-            return True, json.loads(raw.decode("utf-8")) if raw.strip() else None
+            body = json.loads(raw.decode("utf-8")) if raw.strip() else None
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             self._validation_error(f"[{{'type': 'json_invalid', 'loc': ('body', {e.pos}), "
                                    f"'msg': 'JSON decode error', 'input': {{}}, 'ctx': {{'error': '{e.msg}'}}}}]")
             return False, None
+        except RecursionError:  # nested deeper than the parser's stack
+            self._http_error(400, PARSE_BODY_ERROR)
+            return False, None
+        limit = self.server.limits.max_json_depth
+        if json_depth(body) > limit:
+            self._http_error(400, f"{PARSE_BODY_ERROR}: JSON nested deeper than {limit} levels")
+            return False, None
+        return True, body
 
     def _require_json_content_type(self) -> bool:
         media = self.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
@@ -563,6 +636,9 @@ class _Handler(BaseHTTPRequestHandler):
                 route[1](self)
         except _Disconnected:
             pass
+        except _BadBody as e:  # the rest of the body is not read: this connection cannot carry another request
+            self.close_connection = True
+            self._http_error(400, str(e))
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         except Exception:  # keep the server alive; report like uvicorn does
@@ -677,19 +753,36 @@ class _Handler(BaseHTTPRequestHandler):
         max_new = _as_int(params.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS), "max_new_tokens")
         ignore_eos = bool(params.get("ignore_eos", False))
         stop = _stop_list(params.get("stop"))
+        for p in prompts:
+            engine.check_length(p.tokens, max_new)
+        self._check_size(len(prompts), 1, max_new)
         rids = body.get("rid")
         comps = []
         for k, p in enumerate(prompts):
-            engine.check_length(p.tokens, max_new)
             rid = rids[k] if isinstance(rids, list) and k < len(rids) else (rids if isinstance(rids, str) else None)
             comps.append(engine.plan(p, max_new, ignore_eos, stop, rid=rid))
         return comps, batched
 
+    def _check_size(self, prompts: int, n: int, max_new: int | None) -> None:
+        """Refuse a request that asks for more completions or tokens than ``RequestLimits`` allows."""
+        limits = self.server.limits
+        if n > limits.max_n:
+            raise RequestError(f"n must be at most {limits.max_n}, got {n}.")
+        if prompts * n > limits.max_completions:
+            raise RequestError(f"This request asks for {prompts * n} completions ({prompts} prompts x n={n}); "
+                               f"at most {limits.max_completions} are accepted per request.")
+        total = prompts * n * (DEFAULT_MAX_NEW_TOKENS if max_new is None else max_new)
+        if total > limits.max_total_new_tokens:
+            raise RequestError(f"This request asks for {total} new tokens in total; at most "
+                               f"{limits.max_total_new_tokens} are accepted per request.")
+
     # -- endpoints: OpenAI-compatible
     def _openai_common(self, body: dict) -> tuple[int | None, bool, list[str], int]:
         max_new = body.get("max_completion_tokens", body.get("max_tokens"))
-        max_new = _as_int(max_new, "max_tokens")
+        max_new = _as_int(max_new, "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens")
         n = _as_int(body.get("n", 1), "n", minimum=1) or 1
+        if not isinstance(body.get("stream_options") or {}, dict):
+            raise RequestError(f"stream_options must be an object, got {body.get('stream_options')!r}")
         return max_new, bool(body.get("ignore_eos", False)), _stop_list(body.get("stop")), n
 
     def _usage(self, comps: list[_Completion], prompt_tokens: int) -> dict:
@@ -722,10 +815,10 @@ class _Handler(BaseHTTPRequestHandler):
                 prompts = [_prompt_from(p) for p in raw]
             else:
                 prompts = [_prompt_from(raw)]
-            comps = []
             for p in prompts:
                 engine.check_length(p.tokens, max_new)
-                comps += [engine.plan(p, max_new, ignore_eos, stop) for _ in range(n)]
+            self._check_size(len(prompts), n, max_new)
+            comps = [engine.plan(p, max_new, ignore_eos, stop) for p in prompts for _ in range(n)]
         except RequestError as e:
             self._openai_error(e.status, str(e), e.err_type)
             return
@@ -785,8 +878,13 @@ class _Handler(BaseHTTPRequestHandler):
         engine = self.server.engine
         try:
             max_new, ignore_eos, stop, n = self._openai_common(body)
+            ctx = self.server.state.context_length
+            if max_new and max_new > ctx:  # serving_chat._validate_request, verbatim (no space after the dot)
+                raise RequestError(f"max_completion_tokens is too large: {max_new}."
+                                   f"This model supports at most {ctx} completion tokens.")
             prompt = _prompt_from(render_chat(messages))
             engine.check_length(prompt.tokens, max_new)
+            self._check_size(1, n, max_new)
             comps = [engine.plan(prompt, max_new, ignore_eos, stop) for _ in range(n)]
         except RequestError as e:
             self._openai_error(e.status, str(e), e.err_type)
@@ -833,6 +931,6 @@ class _Handler(BaseHTTPRequestHandler):
         return self.server.state.served_model_name
 
 
-def make_server(state: ServerState, host: str, port: int) -> ThreadingHTTPServer:
+def make_server(state: ServerState, host: str, port: int, limits: RequestLimits | None = None) -> ThreadingHTTPServer:
     """Bind a twin HTTP server (call ``serve_forever()`` on it, ``shutdown()`` to stop). Port 0: any free."""
-    return TwinHTTPServer(state, (host, port))
+    return TwinHTTPServer(state, (host, port), limits)

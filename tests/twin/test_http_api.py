@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import socket
 import threading
 import time
 import urllib.error
@@ -277,7 +278,11 @@ def test_openai_validation(ready):
     status, data, _ = client.request("POST", "/v1/chat/completions", b'{"messages": []}', "text/plain")
     assert status == 400 and "application/json" in json.loads(data)["message"]
     big = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 9000}
-    status, out = client.post("/v1/chat/completions", big)
+    status, out = client.post("/v1/chat/completions", big)  # serving_chat's own check, verbatim
+    assert status == 400 and out["message"] == ("max_completion_tokens is too large: 9000.This model supports "
+                                                 "at most 8192 completion tokens.")
+    long = {"messages": [{"role": "user", "content": "x" * 4000}], "max_tokens": 8000}
+    status, out = client.post("/v1/chat/completions", long)  # the tokenizer manager's total-length check
     assert status == 400 and "maximum context length of 8192" in out["message"]
 
 
@@ -313,6 +318,170 @@ def test_requests_are_logged(ready, caplog):
         client.get("/health")
     lines = [r.getMessage() for r in caplog.records if r.name == "sglang.twin.http"]
     assert any('"GET /health HTTP/1.1" 200' in line for line in lines)
+
+
+# ------------------------------------------------------------------------------------ under abuse
+
+
+def _raw(port: int, head: bytes, body: bytes = b"") -> tuple[int, dict]:
+    """Send raw bytes on one connection; the status and JSON body of the answer (read until the server closes)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(head + body)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head_part, _, payload = data.partition(b"\r\n\r\n")
+    return int(head_part.split(b" ", 2)[1]), json.loads(payload)
+
+
+def test_burst_of_400_concurrent_connections_is_not_reset(ready):
+    """400 clients connecting at the same instant all get an answer (a listen backlog of 5 reset most of them)."""
+    client, _ = ready
+    port = client.server.server_address[1]
+    clients = 400
+    barrier = threading.Barrier(clients)
+    body = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": 2}}).encode()
+    head = (f"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+
+    def one(_: int) -> int | str:
+        sock = socket.socket()
+        sock.settimeout(60)
+        try:
+            barrier.wait(timeout=60)
+            sock.connect(("127.0.0.1", port))
+            sock.sendall(head + body)
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+            return int(data.split(b" ", 2)[1])
+        except OSError as e:  # ConnectionResetError, ConnectionRefusedError, ...
+            return type(e).__name__
+        finally:
+            sock.close()
+
+    with ThreadPoolExecutor(max_workers=clients) as pool:
+        results = list(pool.map(one, range(clients)))
+    assert results == [200] * clients, {r: results.count(r) for r in set(results)}
+
+
+BAD_OPENAI = [
+    pytest.param({"n": 1_000_000}, "n must be at most 128", id="n-huge"),
+    pytest.param({"n": 129}, "n must be at most 128", id="n-over"),
+    pytest.param({"n": float("inf")}, "finite number", id="n-inf"),
+    pytest.param({"max_tokens": float("inf")}, "finite number", id="max_tokens-inf"),
+    pytest.param({"max_tokens": float("-inf")}, "finite number", id="max_tokens-neg-inf"),
+    pytest.param({"max_tokens": float("nan")}, "finite number", id="max_tokens-nan"),
+    pytest.param({"max_completion_tokens": float("nan")}, "finite number", id="max_completion_tokens-nan"),
+    pytest.param({"max_tokens": 1e300}, "", id="max_tokens-1e300"),
+    pytest.param({"n": 128, "max_tokens": 9000}, "new tokens in total", id="total-tokens"),
+]
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
+@pytest.mark.parametrize(("fields", "says"), BAD_OPENAI)
+def test_openai_request_over_a_limit_is_400(serve, path, fields, says):
+    from sandboxes.twin.http_api import RequestLimits
+
+    client, state = serve(context_length=16384)
+    state.ready.set()
+    client.server.limits = RequestLimits(max_total_new_tokens=1 << 20)
+    base = {"messages": [{"role": "user", "content": "hi"}]} if path.endswith("chat/completions") else {"prompt": "hi"}
+    status, data, headers = client.request("POST", path, json.dumps({**base, **fields}).encode())  # NaN, Infinity
+    assert status == 400, data[:300]
+    out = json.loads(data)
+    assert out["object"] == "error" and out["code"] == 400 and out["type"] == "BadRequestError"
+    assert says in out["message"] and headers["X-SGLang-Twin"] == "simulated"
+    assert client.post(path, {**base, "max_tokens": 3})[0] == 200  # and the server still serves
+
+
+@pytest.mark.parametrize(("params", "says"), [
+    pytest.param({"max_new_tokens": float("inf")}, "finite number", id="inf"),
+    pytest.param({"max_new_tokens": float("nan")}, "finite number", id="nan"),
+    pytest.param({"max_new_tokens": 1e300}, "context length", id="1e300"),
+])
+def test_generate_non_finite_or_huge_max_new_tokens_is_400(ready, params, says):
+    client, _ = ready
+    status, data, _ = client.request("POST", "/generate", json.dumps({"text": "hi", "sampling_params": params}).encode())
+    assert status == 400 and says in json.loads(data)["error"]["message"]
+
+
+def test_batches_over_the_completion_limit_are_400(ready):
+    client, _ = ready
+    status, out = client.post("/generate", {"text": ["hi"] * 1025, "sampling_params": {"max_new_tokens": 1}})
+    assert status == 400 and "1025 completions" in out["error"]["message"]
+    status, out = client.post("/v1/completions", {"prompt": ["hi"] * 100, "n": 11, "max_tokens": 1})
+    assert status == 400 and "1100 completions" in out["message"]
+    status, out = client.post("/v1/completions", {"prompt": ["hi"] * 100, "n": 10, "max_tokens": 1})
+    assert status == 200 and len(out["choices"]) == 1000
+
+
+@pytest.mark.parametrize("path", ["/generate", "/v1/chat/completions", "/v1/completions"])
+@pytest.mark.parametrize("depth", [65, 100_000])
+def test_deeply_nested_json_is_400(ready, path, depth):
+    client, _ = ready
+    status, data, _ = client.request("POST", path, b"[" * depth + b"]" * depth)
+    out = json.loads(data)
+    assert status == 400 and out["object"] == "error" and "error parsing the body" in out["message"]
+    nested = {"messages": [{"role": "user", "content": "hi"}], "prompt": "hi", "text": "hi", "max_tokens": 1,
+              "sampling_params": {"max_new_tokens": 1}, "model": json.loads("[" * 60 + "]" * 60)}
+    assert client.post(path, nested)[0] == 200  # 62 levels: within the limit
+
+
+def test_body_over_the_size_limit_is_400_without_reading_it(ready):
+    client, _ = ready
+    port = client.server.server_address[1]
+    for path in ("/generate", "/v1/chat/completions", "/v1/completions", "/no/such/path"):
+        head = (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {10**12}\r\n\r\n").encode()
+        status, out = _raw(port, head)  # a terabyte announced, none sent: answered at once, connection closed
+        assert status == 400 and "too large" in out["message"], (path, out)
+    chunked = (b"POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               b"Transfer-Encoding: chunked\r\n\r\n")
+    status, out = _raw(port, chunked, b"%x\r\n" % (64 << 20))
+    assert status == 400 and "too large" in out["message"]
+    status, out = _raw(port, chunked.replace(b"/generate", b"/v1/completions"), b"zz\r\n")
+    assert status == 400 and out["message"] == "Invalid request body"
+
+
+def test_small_body_limit_applies_to_a_body_actually_sent(serve):
+    from sandboxes.twin.http_api import RequestLimits
+
+    client, state = serve()
+    state.ready.set()
+    client.server.limits = RequestLimits(max_body_bytes=4096)
+    ok = json.dumps({"prompt": "x" * 3000, "max_tokens": 1}).encode()
+    assert client.request("POST", "/v1/completions", ok)[0] == 200
+    status, data, _ = client.request("POST", "/v1/completions", json.dumps({"prompt": "x" * 5000}).encode())
+    assert status == 400 and "at most 4096 bytes" in json.loads(data)["message"]
+
+
+JUNK = [None, True, -1, 0, 1e300, float("inf"), float("nan"), "x", [], {}, [[]], [{}], [None], {"a": [1]}]
+
+
+@pytest.mark.parametrize(("path", "base", "fields"), [
+    ("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 2}},
+     ["text", "input_ids", "sampling_params", "rid", "stream"]),
+    ("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 2}}, ["sampling_params.max_new_tokens",
+     "sampling_params.stop", "sampling_params.ignore_eos"]),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+     ["messages", "max_tokens", "max_completion_tokens", "n", "stop", "stream", "stream_options", "model",
+      "ignore_eos", "messages.0.content", "messages.0.role"]),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2},
+     ["prompt", "max_tokens", "n", "stop", "stream", "stream_options", "echo", "model"]),
+])
+def test_junk_in_any_field_is_answered_never_500(ready, path, base, fields):
+    client, _ = ready
+    for field in fields:
+        for junk in JUNK:
+            body = json.loads(json.dumps(base))
+            *parents, last = field.split(".")
+            target = body
+            for key in parents:
+                target = target[int(key)] if isinstance(target, list) else target[key]
+            target[last] = junk
+            status, data, _ = client.request("POST", path, json.dumps(body).encode())
+            assert status in (200, 400), (field, junk, status, data[:300])
 
 
 # ------------------------------------------------------------------------------ problems and accuracy
