@@ -7,7 +7,13 @@
     {"content": "text"}                           # a plain answer (may be combined with tool_calls)
     {"status": 429, "retry_after_ms": 10}         # an error response (retry-after-ms header if given)
     {"status": 500}
+    {"delay_s": 5, ...}                           # answer only after a delay (a hung endpoint, for timeouts)
     lambda request_json: step                     # computes the step from what was received
+
+Habits of real servers, as options: ``strict=True`` rejects, as llama-cpp-python's server does, an assistant
+message whose ``content`` is not a string (HTTP 500 ``content: Input should be a valid string``);
+``hide_tool_results=True`` drops the content of ``role: "tool"`` messages before a step sees the request (as a chat
+format that leaves them out of the prompt does), so a callable step answers as a model that never saw them.
 
 Every request consumes one step, error steps included; once the script is exhausted the server answers
 with a ``finish`` tool call. ``.requests`` holds every request body (decoded JSON), ``.headers`` their
@@ -16,6 +22,7 @@ headers. Use it as a context manager; ``.base_url`` ends in ``/v1``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -27,8 +34,12 @@ Step = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
 
 
 class ScriptedLLM:
-    def __init__(self, script: list[Step] | None = None, model: str = "scripted-model") -> None:
+    def __init__(self, script: list[Step] | None = None, model: str = "scripted-model", strict: bool = False,
+                 hide_tool_results: bool = False) -> None:  # fmt: skip
         self.script: list[Step] = list(script or [])
+        self.strict = strict
+        self.hide_tool_results = hide_tool_results
+        self.rejected: list[str] = []  # why each request a strict server refused was refused
         self.model = model
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
@@ -67,7 +78,8 @@ class ScriptedLLM:
                 for k, v in (headers or {}).items():
                     self.send_header(k, v)
                 self.end_headers()
-                self.wfile.write(data)
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout)
+                    self.wfile.write(data)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
@@ -108,6 +120,16 @@ class ScriptedLLM:
             return len(self.script)
 
     def _respond(self, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        if self.strict:
+            for i, m in enumerate(body.get("messages") or []):
+                if m.get("role") == "assistant" and not isinstance(m.get("content"), str):
+                    why = f"messages.{i}.content: Input should be a valid string"
+                    with self._lock:
+                        self.rejected.append(why)
+                    return 500, {"error": {"message": why, "type": "internal_server_error"}}, {}
+        if self.hide_tool_results:
+            body = {**body, "messages": [{**m, "content": ""} if m.get("role") == "tool" else m
+                                         for m in body.get("messages") or []]}  # fmt: skip
         with self._lock:
             self.requests.append(body)
             self.headers.append(headers)
@@ -115,6 +137,8 @@ class ScriptedLLM:
             step: Step = self.script.pop(0) if self.script else {"tool_calls": [("finish", {"reason": "script done"})]}
         if callable(step):
             step = step(body)
+        if step.get("delay_s"):
+            time.sleep(float(step["delay_s"]))
         status = int(step.get("status", 200))
         if status != 200:
             extra = {}
