@@ -18,7 +18,14 @@ import pytest
 
 from sandboxes.twin import problems
 from sandboxes.twin.data import make_problems
-from sandboxes.twin.http_api import FLUSH_CACHE_TEXT, ServerState, make_server, split_pieces
+from sandboxes.twin.http_api import (
+    DEFAULT_PREFILL_S_PER_TOKEN,
+    FLUSH_CACHE_TEXT,
+    RequestLimits,
+    ServerState,
+    make_server,
+    split_pieces,
+)
 
 ANSWER_RE = re.compile(r"#### (-?\d+)\s*$")
 
@@ -381,8 +388,6 @@ BAD_OPENAI = [
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
 @pytest.mark.parametrize(("fields", "says"), BAD_OPENAI)
 def test_openai_request_over_a_limit_is_400(serve, path, fields, says):
-    from sandboxes.twin.http_api import RequestLimits
-
     client, state = serve(context_length=16384)
     state.ready.set()
     client.server.limits = RequestLimits(max_total_new_tokens=1 << 20)
@@ -445,8 +450,6 @@ def test_body_over_the_size_limit_is_400_without_reading_it(ready):
 
 
 def test_small_body_limit_applies_to_a_body_actually_sent(serve):
-    from sandboxes.twin.http_api import RequestLimits
-
     client, state = serve()
     state.ready.set()
     client.server.limits = RequestLimits(max_body_bytes=4096)
@@ -554,64 +557,146 @@ def test_accuracy_over_all_problems_is_calibrated_and_deterministic(ready):
 # ------------------------------------------------------------------------------------------- pacing
 
 
-def test_stream_is_paced(serve):
-    client, state = serve(tpot_s=0.01, ttft_s=0.0, time_scale=1.0)
-    state.ready.set()
-    t0 = time.monotonic()
-    events = list(client.stream("/generate", {"text": "hi", "stream": True,
-                                              "sampling_params": {"max_new_tokens": 20, "ignore_eos": True}}))
-    elapsed = time.monotonic() - t0
-    assert elapsed >= 0.15
-    chunks = [(t, e) for t, e in events if e != "[DONE]"]
+class ServerClock:
+    """The server's clock and sleeps, simulated: ``monotonic()`` moves only when the server waits, by exactly
+    what it asked; every wait and every event sent is logged with the clock's reading. Pacing is then what the
+    server did, not what a loaded machine's wall clock says."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.log: list[tuple[str, float]] = []
+        self._lock = threading.Lock()
+
+    def monotonic(self) -> float:
+        return self.now
+
+    @staticmethod
+    def time() -> float:
+        return time.time()
+
+    def sleep(self, delay: float) -> None:
+        with self._lock:
+            self.log.append(("wait", delay))
+            self.now += delay
+
+    def sent(self) -> None:
+        with self._lock:
+            self.log.append(("event", self.now - 1000.0))
+
+
+class _ClockedStop(threading.Event):
+    """The server's stop event, whose timed wait is the simulated clock's sleep."""
+
+    def __init__(self, clock: ServerClock) -> None:
+        super().__init__()
+        self.clock = clock
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if timeout is not None and not self.is_set():
+            self.clock.sleep(timeout)
+        return self.is_set()
+
+
+@pytest.fixture
+def clocked(serve, monkeypatch) -> Callable[..., tuple[Client, ServerClock]]:
+    from sandboxes.twin import http_api
+
+    clock = ServerClock()
+    monkeypatch.setattr(http_api, "time", clock)
+    send = http_api._Handler._event
+
+    def event(self, obj: Any) -> None:
+        clock.sent()
+        send(self, obj)
+
+    monkeypatch.setattr(http_api._Handler, "_event", event)
+
+    def start(**overrides: Any) -> tuple[Client, ServerClock]:
+        client, state = serve(**overrides)
+        client.server.stopping = _ClockedStop(clock)
+        state.ready.set()
+        return client, clock
+
+    return start
+
+
+def test_stream_is_paced(clocked):
+    """Each token is sent at its simulated time x time_scale, after a wait, not all at the end."""
+    client, clock = clocked(tpot_s=0.01, ttft_s=0.5, time_scale=2.0)
+    events = [e for _, e in client.stream("/generate", {"text": "hi", "stream": True,
+                                                         "sampling_params": {"max_new_tokens": 20, "ignore_eos": True}})]
+    chunks = [e for e in events if e != "[DONE]"]
     assert len(chunks) == 20
-    assert chunks[-1][0] - chunks[0][0] >= 0.15  # tokens arrive spread out, not all at the end
+    simulated = [0.5 + DEFAULT_PREFILL_S_PER_TOKEN + k * 0.01 for k in range(20)]  # "hi": one prompt token
+    assert [c["meta_info"]["e2e_latency"] for c in chunks] == pytest.approx(simulated)
+    sent_at = [t for kind, t in clock.log if kind == "event"]
+    assert sent_at == pytest.approx([2.0 * t for t in simulated])  # each sent at scale x its simulated time
+    assert [kind for kind, _ in clock.log] == ["wait", "event"] * 20  # a wait before every token
 
 
-def test_time_scale_shrinks_waits(serve):
-    client, state = serve(tpot_s=0.05, ttft_s=1.0, time_scale=0.01)
-    state.ready.set()
-    t0 = time.monotonic()
+def test_time_scale_shrinks_waits(clocked):
+    client, clock = clocked(tpot_s=0.05, ttft_s=1.0, time_scale=0.01)
     status, out = client.post("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 40}})
-    elapsed = time.monotonic() - t0
-    assert status == 200 and 0.02 <= elapsed < 1.0  # (1.0 + 39 * 0.05) s simulated = 2.95 s -> 0.03 s
-    assert out["meta_info"]["e2e_latency"] == pytest.approx(2.95, abs=0.01)
+    assert status == 200 and out["meta_info"]["e2e_latency"] == pytest.approx(2.95, abs=0.01)
+    assert clock.log == [("wait", pytest.approx(0.01 * out["meta_info"]["e2e_latency"]))]  # one wait, scaled
+
+
+def test_time_scale_zero_never_sleeps(clocked):
+    client, clock = clocked(tpot_s=0.05, ttft_s=1.0, time_scale=0.0)
+    assert client.post("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 40}})[0] == 200
+    events = list(client.stream("/generate", {"text": "hi", "stream": True, "sampling_params": {"max_new_tokens": 5}}))
+    assert len(events) == 6 and all(kind == "event" for kind, _ in clock.log)
 
 
 def test_concurrent_streams_run_in_parallel(serve):
-    client, state = serve(tpot_s=0.01, ttft_s=0.0, time_scale=1.0)
+    """8 streams whose second token is an hour away all get their first token: none waits for another to end."""
+    client, state = serve(tpot_s=3600.0, ttft_s=0.0, time_scale=1.0)
     state.ready.set()
+    streams = 8
+    all_started = threading.Barrier(streams + 1)
 
-    def one(_: int) -> int:
-        return sum(1 for _, e in client.stream("/v1/chat/completions", {
-            "messages": [{"role": "user", "content": "go"}], "max_tokens": 20, "stream": True}) if e != "[DONE]")
+    def one(_: int) -> list[Any]:
+        seen: list[Any] = []
+        try:
+            for _, e in client.stream("/v1/chat/completions", {
+                    "messages": [{"role": "user", "content": "go"}], "max_tokens": 20, "stream": True}):
+                seen.append(e)
+                if len(seen) == 2:  # the role chunk and the first token
+                    all_started.wait(timeout=60)
+        except Exception as e:  # the server ends the stream at shutdown
+            seen.append(e)
+        return seen
 
-    t0 = time.monotonic()
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        counts = list(pool.map(one, range(8)))
-    assert all(c == counts[0] for c in counts)
-    assert time.monotonic() - t0 < 8 * 0.19  # serially it would take at least 8 x 0.19 s
+    with ThreadPoolExecutor(max_workers=streams) as pool:
+        futures = [pool.submit(one, i) for i in range(streams)]
+        all_started.wait(timeout=60)  # raises BrokenBarrierError if the streams were served one after another
+        client.server.shutdown()
+        results = [f.result(timeout=60) for f in futures]
+    for seen in results:
+        assert seen[1]["choices"][0]["delta"]["content"]  # the first token
+        assert "[DONE]" not in seen  # cut at shutdown, an hour before the second token
 
 
 def test_shutdown_ends_in_flight_stream(serve):
-    client, state = serve(tpot_s=1.0, ttft_s=0.0, time_scale=1.0)
+    client, state = serve(tpot_s=3600.0, ttft_s=0.0, time_scale=1.0)
     state.ready.set()
     seen: list[Any] = []
+    first = threading.Event()
 
     def consume() -> None:
         try:
             for _, e in client.stream("/generate", {"text": "x", "stream": True,
                                                     "sampling_params": {"max_new_tokens": 100}}):
                 seen.append(e)
+                first.set()
         except Exception as e:  # the server cuts the stream short
             seen.append(e)
+        first.set()
 
     reader = threading.Thread(target=consume, daemon=True)
     reader.start()
-    time.sleep(0.3)
-    assert reader.is_alive()  # 100 tokens at 1 s each
-    t0 = time.monotonic()
+    assert first.wait(timeout=60) and reader.is_alive()  # one token out, the next an hour away
     client.server.shutdown()
-    reader.join(timeout=3)
-    assert not reader.is_alive()
-    assert time.monotonic() - t0 < 3
-    assert seen and seen[0] != "[DONE]"
+    reader.join(timeout=60)
+    assert not reader.is_alive()  # returned: the shutdown ended the stream, 99 simulated hours early
+    assert seen and seen[0]["meta_info"]["completion_tokens"] == 1 and "[DONE]" not in seen
