@@ -4,11 +4,18 @@ A sandbox owns a *workspace*: one git repository per source (an SGLang checkout,
 config, ...), each starting with the pristine upstream state as its first commit. Tools read, list and
 write files inside the workspace only; they start and stop the engine's server from an argv list and an
 environment; they run commands (the benchmark, the MoE tuner) with a timeout. Implementations:
-``sandboxes.local.LocalSandbox`` (subprocesses) and, later, a Docker one; no tool may depend on which.
+``sandboxes.local.LocalSandbox`` (subprocesses) and ``sandboxes.docker.DockerSandbox``; no tool may depend on
+which.
+
+The workspace also holds what the sandbox itself writes (its process record, its token, the run lock, the GPU
+ledger, the twin's ground truth ``.twin/``): those are *control paths*, which no file operation of this
+interface reads, writes or lists, so a tool (and the model behind it) cannot reach them.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
@@ -22,6 +29,28 @@ class SandboxError(RuntimeError):
 
 class PathOutsideWorkspace(SandboxError):
     """A path that is absolute, climbs out with ``..`` or resolves through a symlink to outside."""
+
+
+class ControlPathRefused(PathOutsideWorkspace):
+    """A path to the sandbox's own control files (``.dayzero-*``, ``.twin/``), which tools never touch."""
+
+
+class RunLocked(SandboxError):
+    """The workspace is held by another live run (``agent resume`` of a run that is still running)."""
+
+
+# Top-level workspace entries the sandbox (or the twin's materialiser) writes for itself: the process record and
+# token, the run lock, the GPU ledger, pristine launch views, the twin's scenario (its ground truth).
+CONTROL_PREFIX = ".dayzero"
+CONTROL_NAMES = frozenset({".twin"})
+# Readable, but written only by the engine's own commands: the benchmark's records are evidence.
+READ_ONLY_NAMES = frozenset({".bench"})
+RUN_LOCK = ".dayzero-run.lock"
+
+
+def is_control(name: str) -> bool:
+    """Whether a top-level workspace entry is one of the sandbox's own control paths."""
+    return name.startswith(CONTROL_PREFIX) or name in CONTROL_NAMES
 
 
 class CommandResult(BaseModel):
@@ -96,7 +125,8 @@ class Sandbox(ABC):
 
     def resolve(self, path: str) -> Path:
         """``root/path`` after checking it stays inside the workspace (no absolute paths, no ``..`` escape,
-        no symlink pointing outside)."""
+        no symlink pointing outside) and is not one of the sandbox's control paths (named, or reached through
+        a symlink)."""
         if not path or path.startswith(("/", "\\")) or Path(path).is_absolute():
             raise PathOutsideWorkspace(f"{path!r}: absolute paths are refused; give a path inside the workspace")
         parts = PurePosixPath(path.replace("\\", "/")).parts
@@ -106,7 +136,52 @@ class Sandbox(ABC):
         root = self.root.resolve()
         if full != root and root not in full.parents:
             raise PathOutsideWorkspace(f"{path!r} resolves outside the workspace (through a symlink)")
+        named = [p for p in parts if p != "."][:1]
+        if (named and is_control(named[0])) or self.is_control_path(full):
+            raise ControlPathRefused(
+                f"{path!r} is the sandbox's own control data ({CONTROL_PREFIX}-*, {', '.join(sorted(CONTROL_NAMES))}/): "
+                "tools cannot read, write or list it"
+            )
         return full
+
+    def is_control_path(self, full: Path) -> bool:
+        """Whether a resolved host path lies in one of the workspace's control paths."""
+        root = self.root.resolve()
+        try:
+            rel = full.relative_to(root)
+        except ValueError:
+            return False
+        return bool(rel.parts) and is_control(rel.parts[0])
+
+    # --- the run lock ---------------------------------------------------------------------------------------
+
+    _run_lock: int | None = None
+
+    def claim(self) -> None:
+        """Hold this workspace for this process until ``release`` (or until the process dies: the kernel drops
+        the lock with it, so a killed run never blocks the next). Another live holder is refused, before the
+        caller touches anything: a second ``agent resume`` of a live run stops here."""
+        if self._run_lock is not None:
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root / RUN_LOCK, os.O_RDWR | os.O_CREAT, 0o600)  # not inherited by child processes
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise RunLocked(f"{self.root} is in use by a live run (pid {holder}); stop that process first, or wait "
+                            "for it to finish (nothing was touched)") from None  # fmt: skip
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._run_lock = fd
+
+    def release(self) -> None:
+        """Let go of the run lock taken by ``claim`` (a no-op without one)."""
+        fd, self._run_lock = self._run_lock, None
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
 
     # --- processes ------------------------------------------------------------------------------------------
 

@@ -5,8 +5,14 @@ class inherits), and is bind-mounted into every container at ``workspace_mount``
 it over the image's own copies (the patched SGLang tree, the checkpoint config). Servers are containers with
 AMD's device recipe by default; commands (the benchmark, the tuner) run inside the server's container with
 ``exec``, or in a one-off container when no server is up. Every container carries labels naming the run, the
-trial and this sandbox, and the sandbox only ever touches containers with its labels; containers a killed
-agent left behind for the same run are removed when the run is opened again.
+trial and this sandbox, and the workspace's random token (``.dayzero-token``, out of the tools' reach); the
+sandbox only ever touches containers with its own labels, and containers a killed agent left behind on this
+workspace (its own and its trials', whose run label carries a trial suffix) are found by that token and removed
+when the run is opened again.
+
+Containers are never privileged, get exactly the devices the task names (or the render nodes of a GPU subset),
+and never a capability that would hand them the host (``ALL``, ``SYS_ADMIN``, ``SYS_MODULE``...): a task asking
+for one is refused with a clear error.
 """
 
 from __future__ import annotations
@@ -28,6 +34,9 @@ from .base import CommandResult, ReadyResult, SandboxError, ServerHandle
 from .local import LocalSandbox
 
 LABEL = "dayzero"
+# capabilities that give a container the host (or its kernel); AMD's recipe needs none of them
+FORBIDDEN_CAPS = frozenset({"ALL", "SYS_ADMIN", "SYS_MODULE", "SYS_RAWIO", "SYS_BOOT", "SYS_TIME", "NET_ADMIN",
+                            "DAC_READ_SEARCH", "MAC_ADMIN", "MAC_OVERRIDE", "BPF", "PERFMON", "SYSLOG"})  # fmt: skip
 
 
 def docker_available() -> str | None:
@@ -64,7 +73,7 @@ class DockerSandbox(LocalSandbox):
 
     def labels(self, role: str) -> dict[str, str]:
         return {f"{LABEL}.run": self.run_id, f"{LABEL}.sandbox": self.id, f"{LABEL}.role": role,
-                f"{LABEL}.trial": str(self.trial or 0)}  # fmt: skip
+                f"{LABEL}.trial": str(self.trial or 0), f"{LABEL}.token": self.token}  # fmt: skip
 
     def _mounts(self) -> dict[str, dict[str, str]]:
         volumes = {str(self.root): {"bind": self.spec.workspace_mount, "mode": "rw"}}
@@ -90,10 +99,17 @@ class DockerSandbox(LocalSandbox):
             out["HIP_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.spec.gpus)
         return out
 
+    def _capabilities(self) -> list[str] | None:
+        caps = [c.upper().removeprefix("CAP_") for c in self.spec.cap_add]
+        if bad := sorted(set(caps) & FORBIDDEN_CAPS):
+            raise SandboxError(f"docker.cap_add asks for {', '.join(bad)}: a container is never given the host; "
+                               "the SGLang ROCm recipe needs only SYS_PTRACE")  # fmt: skip
+        return caps or None
+
     def _run_kwargs(self, role: str) -> dict:
-        kw: dict = {"volumes": self._mounts(), "labels": self.labels(role), "working_dir": self.spec.workspace_mount,
+        kw: dict = {"privileged": False, "cap_drop": None, "volumes": self._mounts(), "labels": self.labels(role), "working_dir": self.spec.workspace_mount,
                     "devices": self._devices(), "group_add": self.spec.group_add or None, "shm_size": self.spec.shm_size,
-                    "cap_add": self.spec.cap_add or None, "security_opt": self.spec.security_opt or None,
+                    "cap_add": self._capabilities(), "security_opt": self.spec.security_opt or None,
                     "detach": True}  # fmt: skip
         if self.spec.ipc_mode:
             kw["ipc_mode"] = self.spec.ipc_mode
@@ -198,20 +214,26 @@ class DockerSandbox(LocalSandbox):
 
     # --- cleanup -------------------------------------------------------------------------------------------------
 
-    def ours(self, *, run_only: bool = False) -> list:
-        key = f"{LABEL}.run={self.run_id}" if run_only else f"{LABEL}.sandbox={self.id}"
+    def ours(self, *, workspace: bool = False) -> list:
+        """This sandbox's containers, or (``workspace``) every container of this workspace's sandboxes: the
+        run's and its trials'. Both are matched on the workspace's random token, never on a name or prefix."""
+        key = [f"{LABEL}.token={self.token}"] + ([] if workspace else [f"{LABEL}.sandbox={self.id}"])
         try:
             return self.client.containers.list(all=True, filters={"label": key})
         except DockerException:
             return []
 
     def reap_stale(self) -> list[str]:
-        """Remove containers of this run that an earlier, killed agent process left behind."""
+        """Remove the containers an earlier, killed agent process left behind on this workspace (its servers,
+        commands and trials' containers); also the local process groups it left (``LocalSandbox.reap_stale``).
+        Called by the holder of the run lock, so no other sandbox on this workspace is live."""
         removed = []
-        for c in self.ours(run_only=True):
-            if c.labels.get(f"{LABEL}.sandbox") != self.id:
-                c.remove(force=True)
+        for c in self.ours(workspace=True):
+            if c.labels.get(f"{LABEL}.sandbox") != self.id and c.labels.get(f"{LABEL}.token") == self.token:
+                with contextlib.suppress(NotFound):
+                    c.remove(force=True)
                 removed.append(c.id)
+        super().reap_stale()
         return removed
 
     def close(self) -> None:
@@ -220,3 +242,4 @@ class DockerSandbox(LocalSandbox):
                 c.remove(force=True)
         for cid in list(self._containers):
             self._exit.setdefault(cid, None)
+        self.release()

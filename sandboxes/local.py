@@ -4,12 +4,22 @@ Every server and command starts in a new session (its own process group), so sto
 group: the engine and whatever workers it forked. A server's group leader is only reaped once its group is
 gone, so its pid (the group id) cannot be reused meanwhile and a signal never reaches a process this sandbox
 did not start.
+
+What a killed agent left running is found again by a random token of the workspace (``.dayzero-token``, out of
+the tools' reach) that every server and command carries in its environment, and by the pid *and* start time the
+process record holds: a pid, a command line or a record the model could write is never enough to be killed.
+
+The engine runs unconfined on this host (it executes the workspace's Python, as SGLang does), so its
+environment is an allow-list of the host's: locale, paths, and the engine's own families (``HIP_*``,
+``SGLANG_*``, ``TWIN_*``...), never a secret (``*_API_KEY``, ``*TOKEN*``, ``*SECRET*``, ``OPENAI_*``). The
+task's and the call's variables are added on top.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -32,6 +42,7 @@ import git
 
 from sandboxes import provenance
 from sandboxes.base import (
+    READ_ONLY_NAMES,
     CommandResult,
     FileEntry,
     PathOutsideWorkspace,
@@ -39,6 +50,7 @@ from sandboxes.base import (
     Sandbox,
     SandboxError,
     ServerHandle,
+    is_control,
 )
 
 AUTHOR_NAME = "dayzero"
@@ -50,7 +62,27 @@ _GIT_ENV = {
     "GIT_COMMITTER_EMAIL": AUTHOR_EMAIL,
 }
 _POLL_S = 0.1
-WORKSPACE_ENV = "DAYZERO_WORKSPACE"  # set on every server, so a later sandbox can find a dead run's servers
+WORKSPACE_ENV = "DAYZERO_WORKSPACE"  # set on every server and command: the workspace it belongs to
+TOKEN_ENV = "DAYZERO_SANDBOX_TOKEN"  # with the workspace's random token: how a later sandbox knows its own
+
+# The host environment the engine and its commands see: these names and families, minus anything secret.
+_HOST_ENV = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP", "TERM",
+             "HOSTNAME", "DAYZERO_CACHE", "DAYZERO_SGLANG_SOURCE", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS"}  # fmt: skip
+_HOST_PREFIXES = ("LC_", "TWIN_", "HIP_", "ROCR_", "ROCM_", "HSA_", "AMD_", "SGLANG_", "NCCL_", "RCCL_", "MIOPEN_",
+                  "AITER_", "PYTORCH_", "TORCH_", "TRITON_", "HF_", "XDG_")  # fmt: skip
+_SECRET = re.compile(r"(_API_KEY$|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|^OPENAI_|^AWS_|^ANTHROPIC_)", re.I)
+
+
+def is_secret(name: str) -> bool:
+    """A variable the engine never inherits from the host (an API key, a token, a secret)."""
+    return bool(_SECRET.search(name))
+
+
+def host_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The part of the host's environment an engine process inherits: the allow-list, never a secret."""
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in environ.items()
+            if (k in _HOST_ENV or k.startswith(_HOST_PREFIXES)) and not is_secret(k)}  # fmt: skip
 
 
 @dataclass
@@ -72,6 +104,8 @@ class LocalSandbox(Sandbox):
         self.host = host
         self._servers: dict[str, _Server] = {}
         self._lock = threading.RLock()
+        self.id = uuid.uuid4().hex[:12]
+        self.token = self._workspace_token()
         _LIVE.add(self)
 
     def __enter__(self) -> LocalSandbox:
@@ -158,10 +192,13 @@ class LocalSandbox(Sandbox):
         full = self.resolve(path)
         if full == self.root:
             raise SandboxError(f"{path!r} is the workspace root, not a file")
-        if ".git" in full.relative_to(self.root).parts:
+        rel = full.relative_to(self.root).parts
+        if ".git" in rel:
             raise PathOutsideWorkspace(
                 f"{path!r} is inside a .git directory; the repositories' metadata is off limits"
             )
+        if rel[0] in READ_ONLY_NAMES:
+            raise PathOutsideWorkspace(f"{path!r}: {rel[0]}/ holds the benchmark's own records; tools only read it")
         if full.is_dir():
             raise SandboxError(f"{path!r} is a directory")
         full.parent.mkdir(parents=True, exist_ok=True)
@@ -177,10 +214,11 @@ class LocalSandbox(Sandbox):
         match, dirs_only = _glob_matcher(pattern)
         entries: list[FileEntry] = []
         for dirpath, dirnames, filenames in os.walk(base):  # does not descend into symlinked directories
-            dirnames[:] = sorted(d for d in dirnames if d != ".git")
             here = Path(dirpath)
+            top = here == self.root  # the sandbox's control paths sit at the top: never listed
+            dirnames[:] = sorted(d for d in dirnames if d != ".git" and not (top and is_control(d)))
             for name in dirnames + ([] if dirs_only else sorted(filenames)):
-                if name == ".git":
+                if name == ".git" or (top and is_control(name)):
                     continue
                 p = here / name
                 if not match(p.relative_to(base).as_posix()):
@@ -189,6 +227,8 @@ class LocalSandbox(Sandbox):
                     target = p.resolve()
                     if target != self.root and self.root not in target.parents:
                         continue  # a link out of the workspace: neither listed nor stat'ed
+                    if self.is_control_path(target):
+                        continue  # a link to the sandbox's control data
                 try:
                     st, is_dir = p.stat(), p.is_dir()
                 except OSError:  # a dangling link
@@ -219,7 +259,7 @@ class LocalSandbox(Sandbox):
         log_path = Path(log_path)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         # Python engines print through a pipe-less file: unbuffered, so the ready line shows up as it happens.
-        full_env = {"PYTHONUNBUFFERED": "1", **os.environ, **dict(env or {}), WORKSPACE_ENV: str(self.root)}
+        full_env = self._environment(env, PYTHONUNBUFFERED="1")
         with open(log_path, "ab", buffering=0) as log:
             offset = log.tell()
             try:
@@ -242,51 +282,93 @@ class LocalSandbox(Sandbox):
             self._record_servers()
         return handle
 
-    # A record of the live server groups survives this process: if the agent is killed, the next sandbox
-    # on the same workspace stops what it left running (and nothing else: the command line must match).
+    def _environment(self, env: Mapping[str, str] | None, **defaults: str) -> dict[str, str]:
+        """What a server or command runs with: the host's allow-list, the caller's variables, and the markers
+        that make it findable as this workspace's (set last: a caller cannot override them)."""
+        return {**defaults, **host_environment(), **dict(env or {}), WORKSPACE_ENV: str(self.root),
+                TOKEN_ENV: self.token}  # fmt: skip
+
+    # --- what a killed agent left running ---------------------------------------------------------------------
+
+    def _workspace_token(self) -> str:
+        """The workspace's random token, created once (atomically: concurrent sandboxes agree on it)."""
+        path = self.root / ".dayzero-token"
+        with contextlib.suppress(OSError):
+            if token := path.read_text().strip():
+                return token
+        tmp = self.root / f".dayzero-token.{uuid.uuid4().hex}"
+        tmp.write_text(uuid.uuid4().hex + uuid.uuid4().hex)
+        tmp.chmod(0o600)
+        try:
+            os.link(tmp, path)  # fails if another sandbox made it first; then theirs is the token
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+        return path.read_text().strip()
+
+    # A record of the live server groups survives this process: if the agent is killed, the next sandbox on the
+    # same workspace stops what it left running. An entry is acted on only if the process still has the start
+    # time recorded and carries the workspace's token: a record rewritten by someone else kills nothing foreign.
     @property
     def _record(self) -> Path:
         return self.root / ".dayzero-servers.json"
 
     def _record_servers(self) -> None:
-        live = {str(s.proc.pid): s.handle.argv for s in self._servers.values() if not s.stopped}
-        tmp = self._record.with_suffix(".tmp")
-        tmp.write_text(json.dumps(live))
-        os.replace(tmp, self._record)
+        live = {str(s.proc.pid): {"start": _start_time(s.proc.pid), "argv": s.handle.argv}
+                for s in self._servers.values() if not s.stopped}  # fmt: skip
+        with _locked(self.root / ".dayzero-servers.lock"):
+            record = self._read_record()
+            record[self.id] = live
+            record = {sid: servers for sid, servers in record.items() if servers}
+            tmp = self._record.with_name(f".dayzero-servers.{self.id}.tmp")
+            tmp.write_text(json.dumps(record))
+            os.replace(tmp, self._record)
+
+    def _read_record(self) -> dict[str, dict]:
+        try:
+            record = json.loads(self._record.read_text())
+        except (OSError, ValueError):
+            return {}
+        return {sid: servers for sid, servers in record.items() if isinstance(servers, dict)} if isinstance(record, dict) else {}
+
+    def _is_ours(self, pid: int) -> bool:
+        """A live group leader carrying this workspace's token in the environment it was started with."""
+        try:
+            if os.getpgid(pid) != pid:
+                return False
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            return False
+        return f"{TOKEN_ENV}={self.token}".encode() in environ
 
     def reap_stale(self) -> list[int]:
-        """Stop server groups an earlier (killed) sandbox on this workspace left running; return their pids."""
-        try:
-            stale = json.loads(self._record.read_text())
-        except (OSError, ValueError):
-            stale = {}
-        reaped = []
-        for pid_text, argv in stale.items():
-            pid = int(pid_text)
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            except OSError:
+        """Stop server and command groups an earlier (killed) sandbox on this workspace left running; return
+        their pids. Called by the holder of the run lock (``claim``), so no other sandbox on it is live."""
+        mine = {os.getpid()} | {s.proc.pid for s in self._servers.values()}
+        reaped: list[int] = []
+        for sid, servers in self._read_record().items():
+            if sid == self.id:
                 continue
-            if [c.decode(errors="replace") for c in cmdline if c][: len(argv)] == list(argv):
+            for pid_text, entry in servers.items():
+                with contextlib.suppress(ValueError, TypeError, AttributeError):
+                    pid = int(pid_text)
+                    if pid in mine or entry.get("start") is None or _start_time(pid) != entry["start"]:
+                        continue  # gone, or the pid now names another process
+                    if self._is_ours(pid):
+                        _killpg(pid, signal.SIGKILL)
+                        reaped.append(pid)
+        # a server started just before the kill may not have made it into the record: the token in its
+        # environment still names it (and no process this workspace did not start carries it)
+        for proc_dir in Path("/proc").glob("[0-9]*"):
+            pid = int(proc_dir.name)
+            if pid not in mine and pid not in reaped and self._is_ours(pid):
                 _killpg(pid, signal.SIGKILL)
                 reaped.append(pid)
-        # a server started just before the kill may not have made it into the record: every server carries
-        # its workspace in its environment (DAYZERO_WORKSPACE), so the dead run's leftovers are still found
-        mine = {os.getpid()} | {s.proc.pid for s in self._servers.values()}
-        marker = f"{WORKSPACE_ENV}={self.root}".encode()
-        for proc_dir in Path("/proc").glob("[0-9]*"):
-            try:
-                pid = int(proc_dir.name)
-                if pid in mine or pid in reaped or os.getpgid(pid) != pid:
-                    continue
-                if marker not in (proc_dir / "environ").read_bytes().split(b"\0"):
-                    continue
-                _killpg(os.getpgid(pid), signal.SIGKILL)
-                reaped.append(pid)
-            except (OSError, ValueError):
-                continue
-        with self._lock:
-            self._record_servers()
+        with self._lock, _locked(self.root / ".dayzero-servers.lock"):
+            live = {str(s.proc.pid): {"start": _start_time(s.proc.pid), "argv": s.handle.argv}
+                    for s in self._servers.values() if not s.stopped}  # fmt: skip
+            self._record.write_text(json.dumps({self.id: live} if live else {}))
         return reaped
 
     def _own(self, handle: ServerHandle) -> _Server:
@@ -379,7 +461,7 @@ class LocalSandbox(Sandbox):
         workdir = self.resolve(cwd) if cwd else self.root
         if not workdir.is_dir():
             raise SandboxError(f"cwd {cwd!r} is not a directory in the workspace")
-        full_env = {**os.environ, **dict(env or {})}
+        full_env = self._environment(env)
         start = time.monotonic()
         try:
             proc = subprocess.Popen(
@@ -431,6 +513,7 @@ class LocalSandbox(Sandbox):
         for server in servers:
             with contextlib.suppress(Exception):
                 self.stop_server(server.handle, grace_s=5.0)
+        self.release()
 
 
 def _argv(argv: Sequence[str]) -> list[str]:
@@ -447,6 +530,24 @@ def _has_commit(path: Path) -> bool:
             return repo.head.is_valid()
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         return False
+
+
+def _start_time(pid: int) -> int | None:
+    """When a process started (clock ticks since boot, /proc/<pid>/stat field 22); None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return int(stat[stat.rfind(b")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """An exclusive ``flock`` on ``path`` for the block (between sandboxes and processes sharing a workspace)."""
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
 
 
 def _killpg(pgid: int, sig: int) -> None:

@@ -1,7 +1,9 @@
 """Choosing where a task runs (``sandbox: auto|local|docker``) and laying out its workspace.
 
 ``auto`` means Docker with the real SGLang image where an AMD GPU (``/dev/kfd``) and a Docker engine exist,
-otherwise the digital twin as local processes. The choice comes with one line saying why.
+otherwise the digital twin as local processes. The choice comes with one line saying why (and, for local
+processes, that the engine's code runs unconfined on this host). Opening a workspace takes its run lock first:
+a second process opening a live run's workspace is refused before anything in it is touched.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ from pathlib import Path
 from tasks.spec import TaskSpec
 
 from .base import Sandbox, SandboxError
+
+# said once, where the sandbox is chosen (the console's first line and the trace's run_started event)
+UNCONFINED = "engine code runs unconfined on this host (no container), with an environment free of the agent's secrets"
 
 
 @dataclass(frozen=True)
@@ -46,7 +51,8 @@ def choose(task: TaskSpec, requested: str | None = None) -> SandboxChoice:
     if kind == "local":
         if task.engines.twin is None:
             raise SandboxError("--sandbox local runs the twin, but the task defines no 'engines.twin'")
-        return SandboxChoice("local", "twin", "sandbox: local processes running the digital twin (as asked)")
+        return SandboxChoice("local", "twin", "sandbox: local processes running the digital twin (as asked); "
+                                              f"{UNCONFINED}")  # fmt: skip
     gpu = has_amd_gpu()
     docker_ok = gpu and has_docker()
     if gpu and docker_ok and task.engines.sglang is not None:
@@ -56,7 +62,7 @@ def choose(task: TaskSpec, requested: str | None = None) -> SandboxChoice:
         raise SandboxError("no AMD GPU with Docker here, and the task defines no 'engines.twin' to fall back to")
     why = "no /dev/kfd (no AMD GPU)" if not gpu else "no Docker engine"
     return SandboxChoice("local", "twin", f"sandbox: the digital twin as local processes ({why} on this machine; "
-                                          "every figure is simulated)")  # fmt: skip
+                                          f"every figure is simulated); {UNCONFINED}")  # fmt: skip
 
 
 def open_workspace(task: TaskSpec, choice: SandboxChoice, root: Path, run_id: str) -> tuple[Sandbox, dict[str, Path]]:
@@ -69,6 +75,11 @@ def open_workspace(task: TaskSpec, choice: SandboxChoice, root: Path, run_id: st
         sandbox: Sandbox = DockerSandbox(root, task.sandbox.docker, run_id=run_id)
     else:
         sandbox = LocalSandbox(root, run_id=run_id)
+    try:
+        sandbox.claim()  # before materialising, preparing or reaping: a live run's workspace is left as it is
+    except SandboxError:
+        sandbox.close()
+        raise
     if choice.engine == "twin":
         from .twin.materialize import materialize
 
