@@ -62,7 +62,10 @@ def test_partial_node_trials_get_disjoint_gpus(tmp_path):
     a = threading.Thread(target=hold, args=("a", 4, 0.6))
     b = threading.Thread(target=hold, args=("b", 4, 0.6))
     a.start(), b.start()
-    time.sleep(0.2)
+    deadline = time.monotonic() + 60  # a bound against hanging: c starts once a and b both hold their GPUs
+    while len(got) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sorted(got) == ["a", "b"]
     c = threading.Thread(target=hold, args=("c", 2, 0.1))  # must wait for a or b to free its GPUs
     c.start()
     for t in (a, b, c):
