@@ -38,6 +38,9 @@ MAX_FIXES_PER_CONFIG = 6
 # knee of each of the best few is then measured at full length, starting just below the rate its burst served.
 SCREEN_PROMPTS_PER_GPU = 128
 CONFIRM_TOP = 2
+# the references (the bring-up knee, the best without one change) explain a win, they are not claims: one seed, a
+# coarser bracket and runs this share of the workload's length, so that they leave the after-targets budget to search
+REFERENCE_LENGTH = 0.25
 KNEE_MEASURES = ("knee", "knee_full", "baseline")  # measurements whose value is a throughput at the knee
 NEAR_GROWTH = 1.1  # a knee search that starts near the knee (a prediction, or a probe that passed) steps up by 10 %
 # CUDA headers and the HIP headers that declare the same API (hipify's mapping)
@@ -588,10 +591,12 @@ class PlaybookPolicy:
             t = next(t for t in task.targets if t.metric == "decode_tok_s")
             return [Call(tool="run_benchmark", args={"workload": t.workload})]
         workload, _ = self._knee_target(task)
-        if cur["measure"] == "baseline":  # a reference, not a claim: one seed, a coarser bracket
-            seeds = task.workloads[workload].knee_seeds[:1]
+        if cur["measure"] == "baseline":  # a reference, not a claim (REFERENCE_LENGTH)
+            w = task.workloads[workload]
             start = cur.get("start_rate") or (round(0.7 * memo["knee_rate"], 3) if memo.get("knee_rate") else 1.0)
-            return [self._knee_call(allowance, workload=workload, start_rate=start, resolution=0.25, seeds=seeds)]
+            short = {"duration_s": round(REFERENCE_LENGTH * w.duration_s, 1)} if w.duration_s else {}
+            return [self._knee_call(allowance, workload=workload, start_rate=start, resolution=0.25,
+                                    seeds=w.knee_seeds[:1], **short)]  # fmt: skip
         known = memo.get("knee_rate") and memo["best"].get("throughput")
         if cur["measure"] == "knee_full" and not known:  # a full-length knee, from just below the predicted rate
             start = cur.get("start_rate") or max(0.25, round((memo.get("knee_rate") or 1.0) - 0.2, 3))
