@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from sandboxes.twin.scenario import DEFAULT_SCENARIO
 
@@ -21,11 +22,18 @@ console = Console()
 
 
 def _error(message: str) -> None:
-    """One error line, never broken at the terminal's width (a YAML path and line stay copyable) and never read
-    as markup (a path may hold brackets)."""
-    console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
+    """One error line, printed literally: never broken at the terminal's width (a YAML path and line stay
+    copyable), never read as markup or emoji codes (a message may hold ``[red]``, ``[/]`` or ``:x:``)."""
+    console.print(Text.assemble(("error:", "red"), " ", message), soft_wrap=True, highlight=False)
+
 
 RUNS = Path("runs")
+EXIT_CODES = """Exit codes: 0 every target met; 2 bad input (task file, flags, run id, policy settings, replay trace,
+API key: nothing was created); 3 the targets were missed within the budget (the policy stopped); 4 a budget
+(trials, wall time, node-hours, LLM tokens) ran out before the targets were met; 5 an infrastructure failure
+(the engine could not run, Docker, the LLM endpoint, the runs folder: unwritable, full); 130 interrupted
+(agent resume continues). 1 is an internal error (a bug). The summary says the same in words; see
+docs/reliability.md."""
 
 
 def _progress_table(state, task, elapsed: float) -> Table:
@@ -45,10 +53,16 @@ def _progress_table(state, task, elapsed: float) -> Table:
 
 
 def _execute(run, resume: bool) -> None:
-    from .graph import execute
+    """Run (or resume) ``run`` to its end, print the summary and exit with the outcome's code."""
+    import sqlite3
 
-    console.print(f"[bold]{run.choice.reason}[/]")
-    console.print(f"run [cyan]{run.run_id}[/] -> {run.run_dir}  (policy: {run.policy.name})")
+    from sandboxes.base import SandboxError
+
+    from .graph import execute
+    from .outcomes import ExitCode
+
+    console.print(f"[bold]{escape(run.choice.reason)}[/]", soft_wrap=True)
+    console.print(f"run [cyan]{run.run_id}[/] -> {escape(str(run.run_dir))}  (policy: {run.policy.name})", soft_wrap=True)
     try:
         with Live(console=console, refresh_per_second=4, transient=True) as live:
             execute(run, resume=resume,
@@ -56,15 +70,30 @@ def _execute(run, resume: bool) -> None:
     except KeyboardInterrupt:
         run.close()
         console.print(f"[yellow]interrupted; continue with: agent resume {run.run_id}[/]")
-        raise typer.Exit(130) from None
+        raise typer.Exit(ExitCode.INTERRUPTED) from None
+    except (OSError, sqlite3.Error, SandboxError) as exc:  # the disk, the engine, Docker: the run can continue
+        run.close()
+        what = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0]
+        where = f" ({exc.filename})" if isinstance(exc, OSError) and exc.filename else ""
+        _error(f"run {run.run_id} stopped: infrastructure failure: {what}{where}; once fixed: agent resume {run.run_id}")
+        raise typer.Exit(ExitCode.INFRASTRUCTURE) from None
     finally:
         run.sandbox.close()
-    _print_summary(run.run_dir)
+    raise typer.Exit(_print_summary(run.run_dir))
 
 
-def _print_summary(run_dir: Path) -> None:
+def _outcome(summary: dict) -> tuple[int, str]:
+    """The exit code and words of a finished run (a summary from before outcomes were recorded: met or missed)."""
+    if outcome := summary.get("outcome"):
+        return int(outcome["exit_code"]), outcome["words"]
+    met = all(t["met"] for t in summary["targets"].values())
+    return (0, "every target met") if met else (3, f"targets missed: {summary['finish_reason']}")
+
+
+def _print_summary(run_dir: Path) -> int:
+    """Print a finished run's summary; returns its exit code."""
     summary = json.loads((run_dir / "summary.json").read_text())
-    table = Table(title=f"run {summary['run_id']}: {summary['finish_reason']}")
+    table = Table(title=Text(f"run {summary['run_id']}: {summary['finish_reason']}"))
     for col in ("target", "goal", "achieved", "met"):
         table.add_column(col)
     for name, t in summary["targets"].items():
@@ -72,7 +101,7 @@ def _print_summary(run_dir: Path) -> None:
         table.add_row(name, f"{t['target']:g}", achieved, "[green]yes[/]" if t["met"] else "[red]no[/]")
     console.print(table)
     for c in summary["commits"]:
-        console.print(f"commit {', '.join(s[:10] for s in c['commits'])}  {c['title']}")
+        console.print(Text(f"commit {', '.join(s[:10] for s in c['commits'])}  {c['title']}"), soft_wrap=True)
     for name, e in (summary.get("explain") or {}).items():  # what each change from the bring-up bought
         start = "not measured" if e["bring_up"] is None else f"{e['bring_up']:.1f}"
         console.print(f"{name}: {start} at bring-up -> {e['best']:.1f}", soft_wrap=True)
@@ -81,19 +110,26 @@ def _print_summary(run_dir: Path) -> None:
             console.print(f"  {escape(c['name'])}: {escape(c['before'])} -> {escape(c['after'])}: {moved}", soft_wrap=True)
     hours = summary.get("simulated_node_hours", summary.get("node_hours"))
     console.print(f"branch {summary['branch']} | {'simulated ' if summary['simulated'] else ''}node-hours {hours}")
-    console.print(f"winning launch command: {run_dir / 'launch.sh'}")
-    console.print(f"the benchmark behind each figure: {run_dir / 'bench.sh'}")
+    if summary.get("best_config"):
+        console.print(Text(f"winning launch command: {run_dir / 'launch.sh'}"), soft_wrap=True)
+        console.print(Text(f"the benchmark behind each figure: {run_dir / 'bench.sh'}"), soft_wrap=True)
+    else:
+        console.print("no launch command: no configuration reached a measured best", soft_wrap=True)
+    code, words = _outcome(summary)
+    console.print(Text.assemble(("outcome: ", "bold"), words, f" (exit code {code})"), soft_wrap=True)
+    return code
 
 
-@app.command()
+@app.command(epilog=EXIT_CODES)
 def run(
     task: Path = typer.Argument(..., help="task file (YAML), e.g. one of tasks/*.yaml"),
     sandbox: str = typer.Option(None, help="auto | local | docker (default: the task's)"),
     policy: str = typer.Option("auto", help="auto | playbook | llm | replay"),
     llm_model: str = typer.Option(None, help="model name at the OpenAI-compatible endpoint"),
     llm_base_url: str = typer.Option(None, help="OpenAI-compatible endpoint (key from OPENAI_API_KEY)"),
-    max_trials: int = typer.Option(None, help="at most this many launches (default: the task's budget)"),
-    run_id: str = typer.Option(None, help="name the run (default: task-timestamp)"),
+    max_trials: int = typer.Option(None, min=1, help="at most this many launches (default: the task's budget)"),
+    run_id: str = typer.Option(None, help="name the run, a plain name: letters, digits, '.', '_', '-' "
+                               "(default: task-timestamp)"),
     replay: Path = typer.Option(None, help="with --policy replay: the trace.jsonl to replay"),
     force: bool = typer.Option(False, "--force", help="with --replay: replay a trace recorded for another task "
                                "(the run's trace records that it was forced)"),
@@ -102,43 +138,82 @@ def run(
     prior: list[str] = typer.Option(None, "--prior", help="an earlier run of this task (a run id under runs/, or "
                                     "its folder) whose measurements warm-start the search; repeatable"),
 ) -> None:
-    """Bring the task's model up, fix what breaks, tune to the targets; everything lands in runs/<run-id>/."""
+    """Bring the task's model up, fix what breaks, tune to the targets; everything lands in runs/<run-id>/.
+    Everything the run needs is checked first (task, scenario, policy, replay trace, API key, Docker, free disk):
+    a problem is one line and creates nothing."""
     from sandboxes.base import SandboxError
     from tasks.spec import TaskError, load_task
 
     from .policies.factory import PolicyError
     from .policies.replay import check_replay_trace
     from .prior import load_prior
-    from .run import Run, RunOptions, new_run_id
+    from .run import Run, RunError, RunOptions, check_run_id, new_run_id
 
     try:
+        if run_id is not None:
+            check_run_id(run_id)
         spec = load_task(task)
         note = check_replay_trace(replay, task, force) if replay else None
         priors = [str(RUNS / p) if (RUNS / p).is_dir() else p for p in prior or []]
         for p in priors:  # checked before the run exists: a bad prior leaves nothing behind
             load_prior(Path(p), spec, task)
-        options = RunOptions(run_id=run_id or new_run_id(spec), task_path=str(task), sandbox=sandbox, policy=policy,
-                             llm_model=llm_model, llm_base_url=llm_base_url, max_trials=max_trials,
-                             replay_trace=str(replay) if replay else None, replay_note=note, executor=executor,
-                             ray_address=ray_address, prior=[str(Path(p).resolve()) for p in priors])  # fmt: skip
-        if (RUNS / options.run_id).exists():
-            raise typer.BadParameter(f"run {options.run_id} exists; use: agent resume {options.run_id}")
+        options = RunOptions(run_id=run_id or new_run_id(spec), task_path=str(task.resolve()), sandbox=sandbox,
+                             policy=policy, llm_model=llm_model, llm_base_url=llm_base_url, max_trials=max_trials,
+                             replay_trace=str(replay.resolve()) if replay else None, replay_note=note,
+                             executor=executor, ray_address=ray_address,
+                             prior=[str(Path(p).resolve()) for p in priors])  # fmt: skip
         the_run = Run.create(options, RUNS)
+    except RunError as exc:
+        _error(str(exc))
+        raise typer.Exit(exc.exit_code) from None
     except (TaskError, SandboxError, PolicyError, ValueError) as exc:
         _error(str(exc))
         raise typer.Exit(2) from None
     _execute(the_run, resume=False)
 
 
-@app.command()
+@app.command(epilog=EXIT_CODES)
 def resume(run_id: str = typer.Argument(..., help="a run under runs/")) -> None:
-    """Continue a run that was interrupted or killed, without repeating a finished trial or commit."""
-    from .run import Run
+    """Continue a run that was interrupted or killed, without repeating a finished trial or commit. A run that
+    cannot continue says why in one line; a finished one says how it ended (and exits with that code)."""
+    from .run import Run, RunError, check_run_id
 
-    if not (RUNS / run_id / "run.json").exists():
+    try:
+        check_run_id(run_id)
+        summary = RUNS / run_id / "summary.json"
+        if summary.exists():
+            code, words = _outcome(json.loads(summary.read_text()))
+            console.print(Text(f"run {run_id} finished already: {words}; nothing to resume (exit code {code})"),
+                          soft_wrap=True)  # fmt: skip
+            raise typer.Exit(code)
+        the_run = Run.open(run_id, RUNS)
+    except RunError as exc:
+        _error(str(exc))
+        raise typer.Exit(exc.exit_code) from None
+    except (OSError, ValueError, KeyError) as exc:  # an unreadable summary
+        _error(f"run {run_id}: unreadable summary.json ({exc})")
+        raise typer.Exit(2) from None
+    _execute(the_run, resume=True)
+
+
+def _run_id_ok(run_id: str) -> None:
+    """A run id is a plain name, or exit 2 with one line."""
+    from .run import RunError, check_run_id
+
+    try:
+        check_run_id(run_id)
+    except RunError as exc:
+        _error(str(exc))
+        raise typer.Exit(2) from None
+
+
+def _existing_run(run_id: str, needs: str) -> Path:
+    """runs/<run_id> holding ``needs`` (run.json, trace.jsonl), or exit 2 with one line."""
+    _run_id_ok(run_id)
+    if not (RUNS / run_id / needs).exists():
         _error(f"no run {run_id!r} under {RUNS}/ (see: agent runs)")
         raise typer.Exit(2)
-    _execute(Run.open(run_id, RUNS), resume=True)
+    return RUNS / run_id
 
 
 @app.command()
@@ -146,10 +221,7 @@ def show(run_id: str = typer.Argument(..., help="a run under runs/")) -> None:
     """Print a run's timeline from its trace: step, stage, decision, tool, result, cost. Runs nothing."""
     from .timeline import read_timeline, render_timeline
 
-    trace = RUNS / run_id / "trace.jsonl"
-    if not trace.exists():
-        _error(f"no run {run_id!r} under {RUNS}/ (see: agent runs)")
-        raise typer.Exit(2)
+    trace = _existing_run(run_id, "trace.jsonl") / "trace.jsonl"
     try:
         timeline = read_timeline(trace)
     except ValueError as exc:
@@ -179,10 +251,9 @@ def replay(
     from .replay import ReplayError, describe_execute, execute_recorded, fork_run
     from .timeline import read_timeline, render_timeline
 
-    run_dir = RUNS / run_id
-    if not (run_dir / "trace.jsonl").exists():
-        _error(f"no run {run_id!r} under {RUNS}/ (see: agent runs)")
-        raise typer.Exit(2)
+    run_dir = _existing_run(run_id, "trace.jsonl")
+    if run_id_new is not None:
+        _run_id_ok(run_id_new)
     if execute and from_step is not None:
         _error("--execute and --from-step are two different replays: choose one")
         raise typer.Exit(2)
@@ -234,10 +305,7 @@ def review(
     from .review import ReviewError, write_review
     from .review import push as push_branches
 
-    run_dir = RUNS / run_id
-    if not (run_dir / "run.json").exists():
-        _error(f"no run {run_id!r} under {RUNS}/ (see: agent runs)")
-        raise typer.Exit(2)
+    run_dir = _existing_run(run_id, "run.json")
     try:
         result = write_review(run_dir, out)
         pushed = push_branches(run_dir, push) if push else None
@@ -270,10 +338,15 @@ def list_runs() -> None:
         if summary.exists():
             s = json.loads(summary.read_text())
             met = sum(t["met"] for t in s["targets"].values())
-            table.add_row(d.name, s["task"], s["finish_reason"], f"{met}/{len(s['targets'])}")
+            table.add_row(escape(d.name), escape(s["task"]), escape(s["finish_reason"]), f"{met}/{len(s['targets'])}")
         else:
-            opts = json.loads((d / "run.json").read_text())
-            table.add_row(d.name, Path(opts["task_path"]).stem, "[yellow]not finished (agent resume)[/]", "-")
+            try:
+                task = Path(json.loads((d / "run.json").read_text())["task_path"]).stem
+            except (OSError, ValueError, KeyError, TypeError):
+                task = "?"
+            state = ("[yellow]not finished (agent resume)[/]" if (d / "checkpoints.sqlite").exists()
+                     else "[red]never started (nothing to resume)[/]")  # fmt: skip
+            table.add_row(escape(d.name), escape(task), state, "-")
     console.print(table)
 
 

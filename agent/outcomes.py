@@ -1,8 +1,12 @@
-"""Turning tool results into the run's record: trials, patches, candidate bests, budget, and when to stop."""
+"""Turning tool results into the run's record: trials, patches, candidate bests, budget, when to stop, and
+what the run's end means (:func:`classify`: the outcome and the exit code ``agent run`` ends with)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel
 
 from tasks.spec import TaskSpec
 
@@ -171,14 +175,91 @@ def node_hours_left(state: AgentState, task: TaskSpec) -> float:
 
 
 def budget_exhausted(state: AgentState, run: Run) -> str | None:
-    b, limits = state.budget, run.task.budgets
-    max_trials = run.options.max_trials or limits.trials
-    if b.trials >= max_trials:
-        return f"trial budget spent ({b.trials} of {max_trials})"
+    return _budget_spent(state, run.task, run.options.max_trials) or after_targets_spent(state, run.task)
+
+
+# --- what the run's end means -------------------------------------------------------------------------------
+
+
+class ExitCode(IntEnum):
+    """``agent run`` / ``agent resume`` exit codes (docs/reliability.md). 1 is left to Python: an uncaught
+    error, a bug in dayzero."""
+
+    TARGETS_MET = 0
+    BAD_INPUT = 2  # the task, a flag, a run id, the policy's settings: nothing was started
+    TARGETS_MISSED = 3  # the run ended within its budget without meeting every target
+    BUDGET_EXHAUSTED = 4  # a budget (trials, wall time, node-hours, LLM tokens) ran out first
+    INFRASTRUCTURE = 5  # the engine, Docker, the LLM endpoint or the runs folder failed
+    INTERRUPTED = 130  # Ctrl-C: agent resume continues
+
+
+OutcomeKind = Literal["targets_met", "targets_missed", "budget_exhausted", "infrastructure"]
+
+
+class Outcome(BaseModel):
+    """What a finished run's end means, in words and as the exit code."""
+
+    kind: OutcomeKind
+    exit_code: int
+    words: str
+
+
+# exception types (as the tool runner prefixes a raised error: ``Type: message``) that say the machinery, not the
+# configuration, failed: the engine could not be started or reached, Docker failed, the disk or the network did
+INFRA_EXCEPTIONS = ("DockerException", "APIError", "ImageNotFound", "ConnectionError", "ConnectionRefusedError",
+                    "ConnectionResetError", "BrokenPipeError", "OSError", "PermissionError", "TimeoutError")  # fmt: skip
+INFRA_SANDBOX = ("could not start", "could not run", "no Docker engine", "Docker image", "could not stop")
+ENGINE_TOOLS = ("launch_server", "run_trials", "run_benchmark", "find_knee", "tune_moe", "run_eval", "stop_server")
+
+
+def infrastructure_failure(state: AgentState) -> str | None:
+    """Why the run ended on a failure of its infrastructure, or None: the policy's LLM endpoint failing at the
+    end, or the last call that drives the engine failing because the engine could not be started or reached."""
+    llm = state.memo.get("llm") if isinstance(state.memo.get("llm"), dict) else None
+    if llm and llm.get("errors"):
+        return f"the LLM endpoint failed ({llm['errors']} request(s) in a row): {llm.get('last_error') or 'no answer'}"
+    last = next((o for o in reversed(state.history) if o.tool in ENGINE_TOOLS), None)
+    if last is None or last.ok or not last.error:
+        return None
+    first = last.error.strip().splitlines()[0]
+    kind, _, message = first.partition(": ")
+    if kind in INFRA_EXCEPTIONS or (kind == "SandboxError" and message.startswith(INFRA_SANDBOX)):
+        return f"the engine could not run ({last.tool}): {first}"
+    return None
+
+
+def classify(state: AgentState, task: TaskSpec, max_trials: int | None = None) -> Outcome:
+    """The outcome of a finished run, from its state: every target met, else a budget spent, else an
+    infrastructure failure, else the targets missed within the budget."""
+    if bests_met(state, task):
+        return Outcome(kind="targets_met", exit_code=ExitCode.TARGETS_MET, words="every target met")
+    missed = [t.name for t in task.targets if not _met(state, t.name, t.min)]
+    which = f"{len(missed)} of {len(task.targets)} target(s) missed ({', '.join(missed)})"
+    if spent := _budget_spent(state, task, max_trials):
+        return Outcome(kind="budget_exhausted", exit_code=ExitCode.BUDGET_EXHAUSTED, words=f"{which}: {spent}")
+    if why := infrastructure_failure(state):
+        return Outcome(kind="infrastructure", exit_code=ExitCode.INFRASTRUCTURE,
+                       words=f"{which}: infrastructure failure: {why}")  # fmt: skip
+    reason = state.finish_reason or "the policy finished"
+    return Outcome(kind="targets_missed", exit_code=ExitCode.TARGETS_MISSED,
+                   words=f"{which} within the budget: {reason}")  # fmt: skip
+
+
+def _met(state: AgentState, name: str, floor: float) -> bool:
+    b = state.bests.get(name)
+    return b is not None and b.verified and b.value >= floor
+
+
+def _budget_spent(state: AgentState, task: TaskSpec, max_trials: int | None) -> str | None:
+    """Which budget the run spent (the after-targets budget aside: it only exists once the targets are met)."""
+    b, limits = state.budget, task.budgets
+    trials = max_trials or limits.trials
+    if b.trials >= trials:
+        return f"trial budget spent ({b.trials} of {trials})"
     if b.wall_seconds >= limits.wall_minutes * 60:
         return f"wall-time budget spent ({b.wall_seconds / 60:.1f} of {limits.wall_minutes} min)"
     if b.node_hours >= limits.node_hours:
         return f"node-hour budget spent ({b.node_hours:.2f} of {limits.node_hours})"
     if limits.llm_tokens and b.llm_tokens >= limits.llm_tokens:
         return f"LLM token budget spent ({b.llm_tokens} of {limits.llm_tokens})"
-    return after_targets_spent(state, run.task)
+    return None

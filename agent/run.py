@@ -1,15 +1,21 @@
 """One run's live objects and files: ``runs/<run-id>/`` with its options, trace, workspace and reports.
 
 ``Run.create`` starts a run from a task file; ``Run.open`` rebuilds the same objects for ``agent resume``.
-The graph's state lives in ``checkpoints.sqlite``; this module holds what cannot be checkpointed (the
-sandbox, the tools, the policy, the trace writer) and writes the end-of-run reports.
+Both check everything a run needs first (:func:`preflight`: the run id, the task, its scenario, the policy and
+its replay trace or API key, the Docker engine and image, a writable runs folder with free space): a problem is
+a :class:`RunError` of one line and nothing is created. The graph's state lives in ``checkpoints.sqlite``; this
+module holds what cannot be checkpointed (the sandbox, the tools, the policy, the trace writer) and writes the
+end-of-run reports, the outcome among them (``summary.json``'s ``outcome``: words and the exit code).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import re
 import shlex
+import shutil
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,18 +24,38 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from sandboxes.base import Sandbox
+from sandboxes.base import Sandbox, SandboxError
 from sandboxes.select import SandboxChoice, choose, open_workspace
-from tasks.spec import TaskSpec, load_task
+from tasks.spec import TaskError, TaskSpec, load_task
 from tools.context import ToolContext
 from tools.runner import ToolCallRecord, ToolRunner
 from tools.server import flags_to_argv
 
+from .outcomes import ExitCode, classify
 from .policies.base import Policy, PolicyContext
 from .state import AgentState, Best, Budget, Call
 from .trace import TraceWriter, read_trace
 
 RUNS_DIR = Path("runs")
+MIN_FREE_MB_ENV = "DAYZERO_MIN_FREE_MB"  # free space the runs folder needs before a run starts (default below)
+MIN_FREE_MB = 1024
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+class RunError(ValueError):
+    """A run that cannot start or resume. The message is one line; ``exit_code`` says whose the problem is:
+    ``BAD_INPUT`` (the task, a flag, the run id) or ``INFRASTRUCTURE`` (Docker, the runs folder)."""
+
+    def __init__(self, message: str, exit_code: int = ExitCode.BAD_INPUT):
+        super().__init__(message)
+        self.exit_code = int(exit_code)
+
+
+def check_run_id(run_id: str) -> str:
+    """A run id is a plain name: letters, digits, ``.``, ``_``, ``-``; no separator, no ``..``; at most 128."""
+    if not RUN_ID.fullmatch(run_id or "") or ".." in run_id:
+        raise RunError(f"run id {run_id!r}: use a plain name (letters, digits, '.', '_', '-'; no '/' and no '..')")
+    return run_id
 
 
 class ParentRef(BaseModel):
@@ -109,17 +135,34 @@ class Run:
 
     @classmethod
     def create(cls, options: RunOptions, runs_dir: Path = RUNS_DIR) -> Run:
+        """A new run: everything checked first (:func:`preflight`), then ``runs/<run-id>/``. A failure while
+        setting it up (a full disk while the workspace is written) removes the folder again."""
+        preflight(options, runs_dir, fresh=True)
         run_dir = runs_dir.resolve() / options.run_id
-        run_dir.mkdir(parents=True, exist_ok=False)
-        options.created = dt.datetime.now(dt.UTC).isoformat()
-        (run_dir / "run.json").write_text(options.model_dump_json(indent=2))
-        return cls._build(options, run_dir, fresh=True)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=False)
+        except FileExistsError:
+            raise RunError(f"run {options.run_id} exists; use: agent resume {options.run_id}") from None
+        except OSError as exc:
+            raise RunError(f"cannot create {run_dir}: {exc.strerror or exc}", ExitCode.INFRASTRUCTURE) from None
+        try:
+            options.created = dt.datetime.now(dt.UTC).isoformat()
+            (run_dir / "run.json").write_text(options.model_dump_json(indent=2))
+            return cls._build(options, run_dir, fresh=True)
+        except BaseException as exc:  # nothing ran yet: leave no half-created run behind
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise _as_run_error(exc, f"run {options.run_id} could not be set up") from None
 
     @classmethod
     def open(cls, run_id: str, runs_dir: Path = RUNS_DIR) -> Run:
-        run_dir = runs_dir.resolve() / run_id
-        options = RunOptions.model_validate_json((run_dir / "run.json").read_text())
-        return cls._build(options, run_dir, fresh=False)
+        """The run ``run_id`` rebuilt to continue (``agent resume``); a run that cannot continue is a
+        :class:`RunError` saying why (see :func:`resumable`)."""
+        options = resumable(run_id, runs_dir)
+        preflight(options, runs_dir, fresh=False)
+        try:
+            return cls._build(options, runs_dir.resolve() / run_id, fresh=False)
+        except BaseException as exc:
+            raise _as_run_error(exc, f"run {run_id} cannot resume") from None
 
     @classmethod
     def _build(cls, options: RunOptions, run_dir: Path, fresh: bool) -> Run:
@@ -222,6 +265,136 @@ class Run:
         self.trace.close()
 
 
+def preflight(options: RunOptions, runs_dir: Path = RUNS_DIR, fresh: bool = True) -> TaskSpec:
+    """Everything a run needs, checked before anything is created: the run id, the task file, the sandbox
+    and executor asked for, the twin scenario (or the sources on a real node), the policy with its replay trace
+    or API key, the Docker engine and image, and a runs folder that is writable with free space. Returns the
+    task; raises :class:`RunError` (one line) otherwise."""
+    check_run_id(options.run_id)
+    if fresh and (runs_dir / options.run_id).exists():
+        raise RunError(f"run {options.run_id} exists; use: agent resume {options.run_id}")
+    task_path = Path(options.task_path)
+    try:
+        task = load_task(task_path)
+    except TaskError as exc:
+        raise RunError(str(exc)) from None
+    if options.sandbox not in (None, "auto", "local", "docker"):
+        raise RunError(f"--sandbox {options.sandbox}: choose auto, local or docker")
+    if options.executor not in ("inline", "ray"):
+        raise RunError(f"--executor {options.executor}: choose inline or ray")
+    if (options.sandbox or task.sandbox.kind) == "docker":
+        from sandboxes.docker import docker_available
+
+        if why := docker_available():
+            raise RunError(f"the task runs in Docker, but {why}", ExitCode.INFRASTRUCTURE)
+    try:
+        choice = choose(task, options.sandbox)
+    except SandboxError as exc:
+        raise RunError(str(exc)) from None
+    if choice.kind == "docker":
+        _check_image(task.sandbox.docker.image)
+    if choice.engine == "twin":
+        from sandboxes.twin.scenario import ScenarioError, load
+
+        try:
+            load(task.workspace.twin.scenario)
+        except (ScenarioError, OSError) as exc:
+            raise RunError(f"{task_path}: workspace.twin.scenario: {exc}") from None
+    else:
+        for name, path in task.workspace.sources.items():
+            if not Path(path).is_dir():
+                raise RunError(f"{task_path}: workspace.sources.{name}: {path} is not a directory")
+    from .policies.factory import PolicyError, make_policy
+
+    try:
+        make_policy(options)
+    except PolicyError as exc:
+        raise RunError(str(exc)) from None
+    check_runs_folder(runs_dir)
+    return task
+
+
+def _check_image(image: str) -> None:
+    import docker
+    from docker.errors import DockerException, ImageNotFound
+
+    try:
+        docker.from_env().images.get(image)
+    except ImageNotFound:
+        raise RunError(f"Docker image {image!r} is not here (for the twin: agent twin image)",
+                       ExitCode.INFRASTRUCTURE) from None  # fmt: skip
+    except DockerException as exc:
+        raise RunError(f"no Docker engine: {str(exc).splitlines()[0][:160]}", ExitCode.INFRASTRUCTURE) from None
+
+
+def check_runs_folder(runs_dir: Path) -> None:
+    """The runs folder (or, before the first run, the folder it will be made in) is writable and has
+    ``$DAYZERO_MIN_FREE_MB`` (default 1024) MB free."""
+    existing = runs_dir.resolve()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise RunError(f"runs folder {runs_dir}: {existing} is not a directory", ExitCode.INFRASTRUCTURE)
+    read_only = bool(os.statvfs(existing).f_flag & os.ST_RDONLY)
+    if read_only or not os.access(existing, os.W_OK | os.X_OK):
+        why = "is on a read-only file system" if read_only else "is not writable"
+        raise RunError(f"runs folder {runs_dir}: {existing} {why}", ExitCode.INFRASTRUCTURE)
+    try:
+        need = float(os.environ.get(MIN_FREE_MB_ENV) or MIN_FREE_MB)
+    except ValueError:
+        raise RunError(f"{MIN_FREE_MB_ENV}={os.environ[MIN_FREE_MB_ENV]!r}: give a number of MB") from None
+    free = shutil.disk_usage(existing).free / 2**20
+    if free < need:
+        raise RunError(f"runs folder {runs_dir}: {free:.0f} MB free on {existing}, a run needs {need:.0f} MB "
+                       f"({MIN_FREE_MB_ENV} sets it)", ExitCode.INFRASTRUCTURE)  # fmt: skip
+
+
+def resumable(run_id: str, runs_dir: Path = RUNS_DIR) -> RunOptions:
+    """The options of a run ``agent resume`` can continue, or a :class:`RunError` saying why it cannot: no
+    such run, an unreadable run.json, a run that never started, or a task file that is gone or changed."""
+    check_run_id(run_id)
+    run_dir = runs_dir / run_id
+    if not (run_dir / "run.json").exists():
+        raise RunError(f"no run {run_id!r} under {runs_dir}/ (see: agent runs)")
+    try:
+        options = RunOptions.model_validate_json((run_dir / "run.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise RunError(f"run {run_id} cannot resume: its run.json is unreadable ({str(exc).splitlines()[0]})") from None
+    started = None
+    if (run_dir / "trace.jsonl").exists():
+        started = next((e for e in read_trace(run_dir / "trace.jsonl") if e.kind == "run_started"), None)
+    if started is None:
+        raise RunError(f"run {run_id} cannot resume: it never started (it failed while being set up); remove "
+                       f"{run_dir} and start it again with agent run")  # fmt: skip
+    task_path = Path(options.task_path)
+    if not task_path.is_file():
+        raise RunError(f"run {run_id} cannot resume: its task file {task_path} is not there"
+                       + ("" if task_path.is_absolute() else " (resume from the folder the run was started in)"))
+    if started.task_sha256 and _sha256(task_path) != started.task_sha256:
+        raise RunError(f"run {run_id} cannot resume: its task file {task_path} changed since the run started "
+                       "(sha256 differs); start a new run")  # fmt: skip
+    return options
+
+
+def _as_run_error(exc: BaseException, what: str) -> BaseException:
+    """A failure while building a run as a one-line :class:`RunError` (KeyboardInterrupt and bugs unchanged)."""
+    from sandboxes.twin.scenario import ScenarioError
+
+    from .policies.factory import PolicyError
+
+    if isinstance(exc, RunError):
+        return exc
+    if isinstance(exc, TaskError | ScenarioError | PolicyError):
+        return RunError(f"{what}: {exc}")
+    if isinstance(exc, OSError):
+        where = f" ({exc.filename})" if exc.filename else ""
+        return RunError(f"{what}: {exc.strerror or exc}{where}", ExitCode.INFRASTRUCTURE)
+    if isinstance(exc, SandboxError) or type(exc).__module__.startswith("docker"):
+        return RunError(f"{what}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+                        ExitCode.INFRASTRUCTURE)  # fmt: skip
+    return exc
+
+
 def _gpu_resource(task: TaskSpec) -> str:
     """The Ray custom resource a trial holds per GPU, named after the accelerator (``mi355x_gpu``)."""
     return "".join(ch for ch in task.hardware.accelerator.lower() if ch.isalnum()) + "_gpu"
@@ -263,6 +436,8 @@ def summarize(run: Run, state: AgentState) -> dict[str, Any]:
         "blocked": dict(state.memo.get("blocked", {})),
         "after_targets": _after_targets(run, state),
         "explain": _explain(run, state),
+        # what the end means, in words, and the exit code agent run / agent resume end with
+        "outcome": classify(state, run.task, run.options.max_trials).model_dump(mode="json"),
     }
 
 
@@ -335,6 +510,9 @@ def _script(run: Run, state: AgentState, header: list[str], argv_of: Callable[[B
         lines.append(("exec env " if first else "# env ") + _shell(run.ctx.engine_env(b.env), argv))
         lines.append("")
         first = False
+    if first:  # no target has a measured best: a script that says so instead of doing nothing
+        lines += ["echo 'dayzero run " + run.run_id + ": no configuration reached a measured best; nothing to run' >&2",
+                  "exit 1", ""]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

@@ -1,4 +1,6 @@
-"""Choosing a policy from the command line (``--policy auto|playbook|llm|replay``)."""
+"""Choosing a policy from the command line (``--policy auto|playbook|llm|replay``). Anything that keeps a
+policy from being made (an unknown name, no model, no API key, an unreadable replay trace) is a one-line
+:class:`PolicyError`, raised before a run is created."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from .base import Policy
 
 
 class PolicyError(ValueError):
-    pass
+    """A policy that cannot be made from these options; the message is one line."""
 
 
 def make_policy(options) -> Policy:
@@ -27,11 +29,18 @@ def make_policy(options) -> Policy:
 
         if not options.llm_model:
             raise PolicyError("--policy llm needs --llm-model (and --llm-base-url for a non-OpenAI endpoint)")
-        return LLMPolicy(model=options.llm_model, base_url=options.llm_base_url)
+        try:
+            return LLMPolicy(model=options.llm_model, base_url=options.llm_base_url)
+        except ValueError as exc:  # no API key for a remote endpoint
+            raise PolicyError(str(exc).removeprefix("LLMPolicy: ")) from None
     if name == "replay":
         from .replay import ReplayPolicy
 
         if not options.replay_trace:
             raise PolicyError("--policy replay needs --replay TRACE (a recorded trace.jsonl)")
-        return ReplayPolicy(Path(options.replay_trace))
+        try:
+            return ReplayPolicy(Path(options.replay_trace))
+        except (OSError, ValueError) as exc:  # missing, unreadable, not a trace
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0]
+            raise PolicyError(f"--replay {options.replay_trace}: not a readable trace ({why})") from None
     raise PolicyError(f"unknown policy {name!r} (auto, playbook, llm, replay)")
