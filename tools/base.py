@@ -69,6 +69,6 @@ def tool(fn: Callable[..., ToolResult]) -> Callable[..., ToolResult]:
 
 def all_tools() -> dict[str, Tool]:
     """Every tool, with its module imported (registration happens at import)."""
-    from . import bench, diagnose, evals, git_ops, server, source, trials, tune  # noqa: F401
+    from . import bench, diagnose, evals, expert, git_ops, server, source, trials, tune  # noqa: F401
 
     return dict(REGISTRY)
