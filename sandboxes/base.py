@@ -144,6 +144,20 @@ class Sandbox(ABC):
             )
         return full
 
+    def check_writable(self, path: str) -> Path:
+        """``resolve(path)`` for a write: also refuses the workspace root, ``.git`` metadata and the benchmark's
+        records (readable evidence, written only by the benchmark itself)."""
+        full = self.resolve(path)
+        root = self.root.resolve()
+        if full == root:
+            raise SandboxError(f"{path!r} is the workspace root, not a file")
+        rel = full.relative_to(root).parts
+        if ".git" in rel:
+            raise PathOutsideWorkspace(f"{path!r} is inside a .git directory; the repositories' metadata is off limits")
+        if rel[0] in READ_ONLY_NAMES:
+            raise PathOutsideWorkspace(f"{path!r}: {rel[0]}/ holds the benchmark's own records; tools only read it")
+        return full
+
     def is_control_path(self, full: Path) -> bool:
         """Whether a resolved host path lies in one of the workspace's control paths."""
         root = self.root.resolve()

@@ -42,7 +42,6 @@ import git
 
 from sandboxes import provenance
 from sandboxes.base import (
-    READ_ONLY_NAMES,
     CommandResult,
     FileEntry,
     PathOutsideWorkspace,
@@ -189,16 +188,7 @@ class LocalSandbox(Sandbox):
             raise SandboxError(f"{path!r} is not UTF-8 text") from None
 
     def write_file(self, path: str, text: str) -> None:
-        full = self.resolve(path)
-        if full == self.root:
-            raise SandboxError(f"{path!r} is the workspace root, not a file")
-        rel = full.relative_to(self.root).parts
-        if ".git" in rel:
-            raise PathOutsideWorkspace(
-                f"{path!r} is inside a .git directory; the repositories' metadata is off limits"
-            )
-        if rel[0] in READ_ONLY_NAMES:
-            raise PathOutsideWorkspace(f"{path!r}: {rel[0]}/ holds the benchmark's own records; tools only read it")
+        full = self.check_writable(path)
         if full.is_dir():
             raise SandboxError(f"{path!r} is a directory")
         full.parent.mkdir(parents=True, exist_ok=True)
@@ -315,7 +305,7 @@ class LocalSandbox(Sandbox):
         return self.root / ".dayzero-servers.json"
 
     def _record_servers(self) -> None:
-        live = {str(s.proc.pid): {"start": _start_time(s.proc.pid), "argv": s.handle.argv}
+        live = {str(s.proc.pid): {"start": process_start_time(s.proc.pid), "argv": s.handle.argv}
                 for s in self._servers.values() if not s.stopped}  # fmt: skip
         with _locked(self.root / ".dayzero-servers.lock"):
             record = self._read_record()
@@ -337,7 +327,7 @@ class LocalSandbox(Sandbox):
         try:
             if os.getpgid(pid) != pid:
                 return False
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            environ = _environ(pid)
         except (OSError, ValueError):
             return False
         return f"{TOKEN_ENV}={self.token}".encode() in environ
@@ -353,7 +343,7 @@ class LocalSandbox(Sandbox):
             for pid_text, entry in servers.items():
                 with contextlib.suppress(ValueError, TypeError, AttributeError):
                     pid = int(pid_text)
-                    if pid in mine or entry.get("start") is None or _start_time(pid) != entry["start"]:
+                    if pid in mine or entry.get("start") is None or process_start_time(pid) != entry["start"]:
                         continue  # gone, or the pid now names another process
                     if self._is_ours(pid):
                         _killpg(pid, signal.SIGKILL)
@@ -366,7 +356,7 @@ class LocalSandbox(Sandbox):
                 _killpg(pid, signal.SIGKILL)
                 reaped.append(pid)
         with self._lock, _locked(self.root / ".dayzero-servers.lock"):
-            live = {str(s.proc.pid): {"start": _start_time(s.proc.pid), "argv": s.handle.argv}
+            live = {str(s.proc.pid): {"start": process_start_time(s.proc.pid), "argv": s.handle.argv}
                     for s in self._servers.values() if not s.stopped}  # fmt: skip
             self._record.write_text(json.dumps({self.id: live} if live else {}))
         return reaped
@@ -532,7 +522,7 @@ def _has_commit(path: Path) -> bool:
         return False
 
 
-def _start_time(pid: int) -> int | None:
+def process_start_time(pid: int) -> int | None:
     """When a process started (clock ticks since boot, /proc/<pid>/stat field 22); None if it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -540,6 +530,27 @@ def _start_time(pid: int) -> int | None:
         return int(stat[stat.rfind(b")") + 2 :].split()[19])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _environ(pid: int) -> list[bytes]:
+    """The environment a process was started with. A process caught inside ``execve`` shows none for a moment
+    (its new memory is mapped before its environment is): that is read again, briefly."""
+    for _ in range(50):
+        data = Path(f"/proc/{pid}/environ").read_bytes()
+        if data or not _exists(pid):
+            break
+        time.sleep(0.01)
+    return data.split(b"\0")
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 @contextlib.contextmanager

@@ -60,9 +60,10 @@ class ToolContext:
         env = {**ENGINE_LOCALE, **self.engine.env, **self.task.resolved_env(), **(extra or {})}
         return {k: self.render_value(v) for k, v in env.items()}
 
-    def node_fraction(self) -> float:
-        """Share of the node a configuration occupies (for node-hours)."""
-        flags = self.server.flags if self.server else {}
+    def node_fraction(self, flags: dict[str, Any] | None = None) -> float:
+        """Share of the node a configuration occupies (for node-hours): ``flags``', else the running server's."""
+        if flags is None:
+            flags = self.server.flags if self.server else {}
         tp, dp = int(flags.get("tp-size", 1) or 1), int(flags.get("dp-size", 1) or 1)
         gpus = tp if flags.get("enable-dp-attention") else tp * dp
         return min(1.0, gpus / self.task.hardware.gpus)

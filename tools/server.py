@@ -9,7 +9,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from .base import Cost, ToolInput, ToolResult, tool
 from .context import ServerState, ToolContext
@@ -31,6 +31,33 @@ def flags_to_argv(flags: dict[str, FlagValue]) -> list[str]:
     return argv
 
 
+# Variables that make a process load or run code other than the engine's (the dynamic loader's, interpreters'
+# start-up hooks, shells' rc files), and the sandbox's own markers: never taken from a tool call. The task's own
+# environment (engine and task ``env``) is not checked: it is the task author's.
+REFUSED_ENV = frozenset({
+    "PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONINSPECT", "PYTHONBREAKPOINT",
+    "PYTHONEXECUTABLE", "PYTHONPLATLIBDIR", "PYTHONSAFEPATH", "PYTHONNOUSERSITE", "BASH_ENV", "ENV", "SHELLOPTS",
+    "BASHOPTS", "PS4", "PROMPT_COMMAND", "IFS", "PATH", "PERL5OPT", "PERL5LIB", "PERLLIB", "RUBYOPT", "RUBYLIB",
+    "NODE_OPTIONS", "GCONV_PATH", "HOSTALIASES", "LOCPATH", "NLSPATH", "MALLOC_CONF", "GLIBC_TUNABLES",
+})  # fmt: skip
+REFUSED_ENV_PREFIXES = ("LD_", "DYLD_", "BASH_FUNC_", "DAYZERO_")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def check_env(env: dict[str, str]) -> dict[str, str]:
+    """A tool call's environment variables, refused (ValueError, one clear line) where a name is malformed or
+    would make the engine load or run other code (``LD_PRELOAD``, ``PYTHONPATH``, ``BASH_ENV``...)."""
+    for name, value in env.items():
+        if not _ENV_NAME.match(name):
+            raise ValueError(f"{name!r} is not an environment variable name")
+        if name.upper() in REFUSED_ENV or name.upper().startswith(REFUSED_ENV_PREFIXES):
+            raise ValueError(f"{name} is refused: it would make the engine load or run code other than its own "
+                             "(set engine variables such as SGLANG_*, HIP_*, or a tuning knob instead)")  # fmt: skip
+        if "\0" in value:
+            raise ValueError(f"{name}: a value cannot hold a NUL byte")
+    return env
+
+
 class LaunchInput(ToolInput):
     flags: dict[str, FlagValue] = Field(default_factory=dict,
                                         description="engine flags without '--', e.g. {'tp-size': 8}; true for "
@@ -40,6 +67,11 @@ class LaunchInput(ToolInput):
                                 description="workspace files to launch as released (from the source's pristine "
                                             "commit), e.g. to check that an engine fix works without a config fix; "
                                             "the workspace itself is left as it is")  # fmt: skip
+
+    @field_validator("env")
+    @classmethod
+    def _env_is_the_engines(cls, env: dict[str, str]) -> dict[str, str]:
+        return check_env(env)
 
 
 class LaunchResult(ToolResult):
@@ -123,14 +155,43 @@ def launch_server(ctx: ToolContext, args: LaunchInput) -> LaunchResult:
         diagnosis = classify(log.read_text(errors="replace"), timed_out=True)
         return LaunchResult(ok=False, status="timeout", exit_code=code, argv=argv, log_path=rel, log_tail=tail,
                             diagnosis=diagnosis, summary=f"timed out after {ready.wall_seconds:.0f} s: {diagnosis.summary}",
-                            cost=Cost(wall_seconds=ready.wall_seconds))  # fmt: skip
+                            cost=_failed_cost(ctx, args.flags, log.read_text(errors="replace"), ready.wall_seconds))  # fmt: skip
     ctx.sandbox.stop_server(handle)
-    diagnosis = workspace_relative(ctx, classify(text))
+    diagnosis = _outside_views(workspace_relative(ctx, classify(text)))
     suspects = _suspects(ctx, diagnosis) if diagnosis.category == "weight_shape_mismatch" else None
     return LaunchResult(ok=False, status="crashed", exit_code=ready.exit_code, argv=argv, log_path=rel,
                         log_tail=tail, diagnosis=diagnosis, suspects=suspects, moe_fallback_shapes=fallbacks,
                         summary=f"crashed (exit {ready.exit_code}): {diagnosis.summary}",
-                        cost=Cost(wall_seconds=ready.wall_seconds))  # fmt: skip
+                        cost=_failed_cost(ctx, args.flags, text, ready.wall_seconds))  # fmt: skip
+
+
+# SGLang's start-up phases report their own durations ("Init torch distributed ends. elapsed=1.20 s", "Load weight
+# end. elapsed=41.30 s", "Capture cuda graph end. Time elapsed: 38.40 s"); the twin prints them in simulated time.
+_PHASE_ELAPSED = re.compile(r"\belapsed[=:]\s*([0-9]+(?:\.[0-9]+)?)\s*s\b", re.IGNORECASE)
+
+
+def phase_seconds(log_text: str) -> float:
+    """The start-up time a launch's log accounts for: the sum of the phase durations it printed."""
+    return sum(float(m.group(1)) for m in _PHASE_ELAPSED.finditer(log_text))
+
+
+def _failed_cost(ctx: ToolContext, flags: dict[str, FlagValue], log_text: str, wall: float) -> Cost:
+    """A launch that crashed or timed out still held its GPUs until then: on a real engine for the wall time it
+    ran, on the twin for the simulated time its log accounts for (the phases it finished before failing)."""
+    simulated = ctx.engine_name == "twin"
+    held = phase_seconds(log_text) if simulated else wall
+    return Cost(wall_seconds=wall, simulated_seconds=held if simulated else None,
+                node_hours=held / 3600 * ctx.node_fraction(flags))  # fmt: skip
+
+
+_VIEW = re.compile(r"^\.dayzero-pristine/[0-9]+/")
+
+
+def _outside_views(d: Diagnosis) -> Diagnosis:
+    """A crash of a launch from a pristine view names the view's copies; the tools read the workspace's own."""
+    d.file = _VIEW.sub("", d.file) if d.file else d.file
+    d.model_file = _VIEW.sub("", d.model_file) if d.model_file else d.model_file
+    return d
 
 
 def _suspects(ctx: ToolContext, diagnosis: Diagnosis) -> Suspects | None:

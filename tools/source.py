@@ -1,4 +1,9 @@
-"""Reading and patching the workspace's sources (SGLang, the checkpoint config), confined to the workspace."""
+"""Reading and patching the workspace's sources (SGLang, the checkpoint config), confined to the workspace.
+
+Every path goes through the sandbox, which refuses absolute paths, ``..``, symlinks leading out, ``.git``
+metadata and its own control data (the process record, the run lock, the twin's ``.twin/``): a refusal comes
+back as a failed result naming the path and why, never as an exception.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import re
 
 from pydantic import BaseModel, Field
 
-from sandboxes.base import PathOutsideWorkspace
+from sandboxes.base import SandboxError
 
 from .base import ToolInput, ToolResult, tool
 from .context import ToolContext
@@ -47,7 +52,7 @@ def search_source(ctx: ToolContext, args: SearchInput) -> SearchResult:
         searched += 1
         try:
             text = ctx.sandbox.read_file(entry.path)
-        except (UnicodeDecodeError, PathOutsideWorkspace):
+        except (UnicodeDecodeError, SandboxError):  # binary, or refused
             continue
         for i, line in enumerate(text.splitlines(), 1):
             if pattern.search(line):
@@ -81,7 +86,7 @@ def read_file(ctx: ToolContext, args: ReadFileInput) -> ReadFileResult:
         if not full.is_file():
             return ReadFileResult(ok=False, path=args.path, summary="no such file")
         lines = ctx.sandbox.read_file(args.path).splitlines()
-    except PathOutsideWorkspace as exc:
+    except SandboxError as exc:
         return ReadFileResult(ok=False, path=args.path, summary=str(exc))
     end = min(args.end or args.start + 199, len(lines))
     body = "\n".join(f"{i}: {lines[i - 1][:2000]}" for i in range(args.start, end + 1))
@@ -109,16 +114,14 @@ def edit_file(ctx: ToolContext, args: EditInput) -> EditResult:
     """Replace one exact, unique occurrence of text in a workspace file; returns the diff."""
     try:
         before = ctx.sandbox.read_file(args.path)
-    except PathOutsideWorkspace as exc:
+        count = before.count(args.old)
+        if count != 1:
+            return EditResult(ok=False, path=args.path,
+                              summary=f"'old' occurs {count} times in {args.path}; it must occur exactly once")  # fmt: skip
+        after = before.replace(args.old, args.new, 1)
+        ctx.sandbox.write_file(args.path, after)
+    except SandboxError as exc:  # refused (outside, control data, .git) or no such file
         return EditResult(ok=False, path=args.path, summary=str(exc))
-    except FileNotFoundError:
-        return EditResult(ok=False, path=args.path, summary="no such file")
-    count = before.count(args.old)
-    if count != 1:
-        return EditResult(ok=False, path=args.path,
-                          summary=f"'old' occurs {count} times in {args.path}; it must occur exactly once")  # fmt: skip
-    after = before.replace(args.old, args.new, 1)
-    ctx.sandbox.write_file(args.path, after)
     diff = unified_diff(args.path, before, after)
     return EditResult(path=args.path, diff=diff, summary=f"edited {args.path} (+{diff.count(chr(10) + '+')} lines)")
 
@@ -187,13 +190,12 @@ def apply_patch(ctx: ToolContext, args: PatchInput) -> PatchResult:
     new_texts: dict[str, str] = {}
     try:
         for path, lines in per_file.items():
-            ctx.sandbox.resolve(path)
-            try:
-                before = ctx.sandbox.read_file(path)
-            except FileNotFoundError:
-                before = ""
+            full = ctx.sandbox.resolve(path)
+            before = ctx.sandbox.read_file(path) if full.exists() else ""
             new_texts[path] = apply_unified(before, lines)
-    except PathOutsideWorkspace as exc:
+        for path in new_texts:  # every target writable before any is written: all or nothing
+            ctx.sandbox.check_writable(path)
+    except SandboxError as exc:
         return PatchResult(ok=False, summary=str(exc))
     except ValueError as exc:
         return PatchResult(ok=False, summary=f"patch does not apply to {path}: {exc}")

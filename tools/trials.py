@@ -12,13 +12,15 @@ import contextlib
 import fcntl
 import json
 import os
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from tasks.spec import DockerSpec, load_task
 
@@ -36,6 +38,13 @@ class TrialSpec(BaseModel):
     resolution: float = 0.1
     duration_s: float | None = None  # shorter benchmark runs for screening
     num_prompts: int | None = None  # a benchmark without a rate (a burst): how many prompts
+
+    @field_validator("env")
+    @classmethod
+    def _env_is_the_engines(cls, env: dict[str, str]) -> dict[str, str]:
+        from .server import check_env
+
+        return check_env(env)
 
 
 class TrialJob(BaseModel):
@@ -67,27 +76,57 @@ def gpus_of(flags: dict[str, Any]) -> int:
     return tp if flags.get("enable-dp-attention") else tp * dp
 
 
+def _holder() -> dict[str, Any]:
+    """Who holds GPUs: this host, process (with its start time: a reused pid is not the holder) and thread."""
+    from sandboxes.local import process_start_time
+
+    return {"host": socket.gethostname(), "pid": os.getpid(), "start": process_start_time(os.getpid()),
+            "thread": threading.get_ident()}  # fmt: skip
+
+
+def _alive(holder: dict[str, Any]) -> bool:
+    """Whether a ledger entry's process still runs (entries of other hosts are theirs to judge: kept)."""
+    from sandboxes.local import process_start_time
+
+    if holder.get("host") != socket.gethostname():
+        return True
+    pid = holder.get("pid")
+    return isinstance(pid, int) and process_start_time(pid) is not None and process_start_time(pid) == holder.get("start")
+
+
+def _read_ledger(ledger: Path) -> dict[str, dict[str, Any]]:
+    """The holds of live processes (those of killed ones, and malformed entries, are dropped)."""
+    try:
+        held = json.loads(ledger.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in held.items() if isinstance(v, dict) and isinstance(v.get("ids"), list) and _alive(v)}
+
+
 @contextlib.contextmanager
 def gpu_subset(workspace: Path, count: int, total: int, timeout_s: float = 3600) -> Iterator[list[int]]:
     """Hold ``count`` GPU ids of this node, disjoint from every other trial's, for the duration.
 
     The executor decides how many trials share a node (by GPU count); this decides which GPUs each gets, so
-    concurrent partial-node trials never land on the same devices. A lock file in the workspace arbitrates.
+    concurrent partial-node trials never land on the same devices. A lock file in the workspace arbitrates; a
+    hold whose process is gone (a killed agent or Ray worker: same pid and start time no longer running) is
+    dropped, so it never blocks a later trial.
     """
     ledger = workspace / ".dayzero-gpus.json"
     lock = workspace / ".dayzero-gpus.lock"
     deadline = time.monotonic() + timeout_s
     ids: list[int] = []
+    key = uuid.uuid4().hex
     while not ids:
         with open(lock, "a") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
-            held = json.loads(ledger.read_text()) if ledger.exists() else {}
-            busy = {g for gs in held.values() for g in gs}
+            held = _read_ledger(ledger)
+            busy = {g for h in held.values() for g in h["ids"]}
             free = [g for g in range(total) if g not in busy]
             if len(free) >= count:
                 ids = free[:count]
-                held[str(os.getpid()) + "-" + str(threading.get_ident())] = ids
-                ledger.write_text(json.dumps(held))
+                held[key] = {**_holder(), "ids": ids}
+            ledger.write_text(json.dumps(held))
         if not ids:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no {count} free GPUs on this node after {timeout_s:.0f} s")
@@ -97,8 +136,8 @@ def gpu_subset(workspace: Path, count: int, total: int, timeout_s: float = 3600)
     finally:
         with open(lock, "a") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
-            held = json.loads(ledger.read_text()) if ledger.exists() else {}
-            held = {k: v for k, v in held.items() if v != ids}
+            held = _read_ledger(ledger)
+            held.pop(key, None)
             ledger.write_text(json.dumps(held))
 
 
