@@ -101,8 +101,11 @@ class SearchSpace:
                           "speculative-num-draft-tokens": draft})  # fmt: skip
         return Candidate(flags=flags, env=env)
 
-    def neighbours(self, best: Candidate, shares: dict[str, float] | None = None) -> list[Candidate]:
-        """The best's valid one-knob changes, the knobs on its largest time shares first."""
+    def neighbours(self, best: Candidate, shares: dict[str, float] | None = None,
+                   serving: dict[str, Any] | None = None) -> list[Candidate]:  # fmt: skip
+        """The best's valid one-knob changes, the knobs on its largest time shares first. ``serving`` is how the
+        best is served (its ``/server_info``): a value the engine already runs with for a flag the best leaves
+        unset is no change, and is not proposed."""
         order = list(self.flags)
         if shares:
             ranked: list[str] = []
@@ -111,7 +114,8 @@ class SearchSpace:
             order = ranked + [k for k in order if k not in ranked]
         per_knob: list[list[Candidate]] = []
         for name in order:
-            changes = [Candidate(flags={**best.flags, name: v}, env=best.env) for v in self.flags[name]]
+            values = [v for v in self.flags[name] if name in best.flags or not _serves(serving, name, v)]
+            changes = [Candidate(flags={**best.flags, name: v}, env=best.env) for v in values]
             per_knob.append([c for c in map(self.canonical, changes) if c is not None and c.key() != best.key()])
         for name, values in self.env.items():
             changes = [Candidate(flags=best.flags, env={**best.env, name: v}) for v in values]
@@ -199,15 +203,25 @@ def in_crash_region(cand: Candidate, history: list[Measured]) -> bool:
     return False
 
 
+def _serves(serving: dict[str, Any] | None, flag: str, value: Any) -> bool:
+    """Whether a server reporting ``serving`` (``/server_info``) already runs with ``flag`` at ``value``."""
+    if not serving:
+        return False
+    key = flag.replace("-", "_")
+    return key in serving and str(serving[key]).lower() == str(value).lower()
+
+
 def next_candidate(space: SearchSpace, history: list[Measured], best: Candidate | None,
-                   shares: dict[str, float] | None = None, seed: int = 0) -> Candidate | None:  # fmt: skip
-    """The next configuration to measure: the best's untried neighbours (its bottleneck's knobs first), then
-    TPE's proposals; None when the space holds nothing new."""
+                   shares: dict[str, float] | None = None, seed: int = 0,
+                   serving: dict[str, Any] | None = None) -> Candidate | None:  # fmt: skip
+    """The next configuration to measure: the best's untried neighbours (its bottleneck's knobs first, none that
+    the best's ``serving`` configuration already has), then TPE's proposals; None when the space holds nothing
+    new."""
     # as the engine would run them: a recorded launch may spell a default out or keep a dropped flag
     history = [m.model_copy(update={"candidate": space.canonical(m.candidate) or m.candidate}) for m in history]
     seen = {m.candidate.key() for m in history}
     if best is not None:
-        for cand in space.neighbours(best, shares):
+        for cand in space.neighbours(best, shares, serving):
             if cand.key() not in seen and not in_crash_region(cand, history):
                 return cand
     study = space.study(history, seed)

@@ -357,7 +357,8 @@ class PlaybookPolicy:
             cand = space.canonical(mine) or mine
             if current is not None and cand.key() == current.key():
                 cand = None  # this run reached it already
-        cand = cand or next_candidate(space, history, current, best.get("shares"), seed=len(history))
+        cand = cand or next_candidate(space, history, current, best.get("shares"), seed=len(history),
+                                      serving=best.get("serving"))
         if cand is None:
             return None
         base = current or Candidate()

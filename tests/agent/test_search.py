@@ -69,3 +69,17 @@ def test_tpe_takes_over_when_the_neighbours_are_spent_and_answers_the_same_on_re
     b = next_candidate(SPACE, history, BEST, seed=len(history))  # a resumed run rebuilds the study: same answer
     assert a is not None and a == b and SPACE.canonical(a) == a
     assert a.key() not in {m.candidate.key() for m in history}
+
+
+def test_a_value_the_best_is_already_served_with_is_no_neighbour():
+    best = Candidate(flags={"tp-size": 4, "dp-size": 2})
+    # the engine reports how the best is served: kv cache "auto" and chunks of 8192 are what it runs already
+    serving = {"kv_cache_dtype": "auto", "chunked_prefill_size": 8192, "tp_size": 4}
+    plain = SPACE.neighbours(best, {"decode": 1.0})
+    served = SPACE.neighbours(best, {"decode": 1.0}, serving)
+    kv = [c.flags.get("kv-cache-dtype") for c in plain if "kv-cache-dtype" in c.flags]
+    assert kv[0] == "auto"  # without the serving configuration the default is proposed as if it were a change
+    assert [c.flags["kv-cache-dtype"] for c in served if "kv-cache-dtype" in c.flags] == ["fp8_e4m3"]
+    assert not any(c.flags.get("chunked-prefill-size") == 8192 for c in served)
+    assert served[0].flags.get("kv-cache-dtype") == "fp8_e4m3"  # the decode share's first knob, a real change
+    assert next_candidate(SPACE, [], best, {"decode": 1.0}, serving=serving) == served[0]
