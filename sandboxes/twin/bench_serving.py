@@ -15,9 +15,12 @@ Same flags and seed, same result.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import os
 import random
+import signal
 import sys
 import time
 import urllib.error
@@ -25,6 +28,7 @@ import urllib.request
 from datetime import datetime
 from typing import Any
 
+from . import faults
 from .memory import plan_memory
 from .perf_model import CostModel
 from .scenario import load
@@ -257,6 +261,25 @@ def breakdown(result: SimulationResult) -> tuple[dict[str, Any], str]:
 # --- the run ---------------------------------------------------------------------------------------------------
 
 
+def _server_dies_halfway(result: SimulationResult, twin: dict, base_url: str) -> None:
+    """The injected ``crash_mid_benchmark``: the server is killed halfway through the run; requests in flight then
+    fail as aiohttp reports a dropped connection, later ones as a refused one (SGLang's bench_serving records
+    both as failed requests and still reports the run)."""
+    print(f"{faults.SIMULATED}: crash_mid_benchmark", flush=True)
+    t_crash = result.duration / 2
+    host = base_url.split("://", 1)[-1]
+    for tr in result.traces:
+        if tr.error or tr.done is None or tr.done <= t_crash:
+            continue
+        if tr.send < t_crash:
+            tr.error = "aiohttp.client_exceptions.ServerDisconnectedError: Server disconnected"
+        else:
+            tr.error = f"aiohttp.client_exceptions.ClientConnectorError: Cannot connect to host {host} ssl:default"
+    if pid := twin.get("pid"):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(int(pid), signal.SIGKILL)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.dataset_name not in SIMULATABLE:
         raise BenchError(
@@ -291,6 +314,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     twin = info.get("twin") if isinstance(info, dict) else None
     if not twin or not twin.get("simulated"):
         raise BenchError("the server is not a dayzero twin: use SGLang's own bench_serving against a real engine")
+    try:
+        fault = faults.due("benchmark", twin["scenario_path"])
+    except faults.FaultSpecError as exc:
+        raise BenchError(str(exc)) from None
+    if fault == "bench_hang":
+        print(f"{faults.SIMULATED}: bench_hang", flush=True)
+        while True:
+            time.sleep(3600)
     scenario = load(twin["scenario_path"])
     cfg = ServingConfig.from_dict(twin["serving_config"])
     model = CostModel(scenario, cfg, twin.get("weight_bytes"))
@@ -299,6 +330,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     wall = time.perf_counter()
     content = prompt_content(args.dataset_name, args.backend)
     result = simulate(model, requests, arrivals, kv_capacity, args.max_concurrency, content)
+    if fault == "crash_mid_benchmark":
+        _server_dies_halfway(result, twin, base_url)
     wall = time.perf_counter() - wall
     m = metrics(result)
     gpu_time, bottleneck = breakdown(result)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from . import jit, memory, messages, moe_csv, server_args, tracebacks, weights
+from . import faults, jit, memory, messages, moe_csv, server_args, tracebacks, weights
 from .http_api import ServerState, make_server
 from .perf_model import CostModel, single_stream_tpot
 from .scenario import Scenario, ScenarioError, load
@@ -260,6 +260,7 @@ def start(args) -> tuple[ServerState, float]:
         "time_scale": scale,
         "version": sc.engine.version,
         "jit_kernels": kernels,
+        "pid": os.getpid(),  # where an injected fault (faults.py) finds the server to kill
     }
     state = ServerState(
         model_path=args.model_path,
@@ -318,6 +319,23 @@ def main(argv: list[str] | None = None) -> int:
         log.error(f"{kind}{exc}")
         log.error(f"{SIMULATED_NOTE}: the launch failed")
         return 1
+    try:
+        fault = faults.due("launch", state.twin["scenario_path"])
+    except faults.FaultSpecError as exc:
+        log.error(f"{exc} ({SIMULATED_NOTE})")
+        return 1
+    if fault == "port_taken":  # uvicorn's own words when another process holds the port
+        print(f"ERROR:    [Errno 98] error while attempting to bind on address ('{args.host}', {args.port}): "
+              "address already in use", flush=True)
+        log.error(f"{faults.SIMULATED}: port_taken")
+        return 1
+    if fault in ("hang_before_ready", "slow_start"):
+        log.info(f"{faults.SIMULATED}: {fault}")
+        wait = None if fault == "hang_before_ready" else float(os.environ.get("TWIN_SLOW_START_S", "600"))
+        stopping = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+        if stopping.wait(wait):
+            return 0
     server = make_server(state, args.host, args.port)
     host, port = server.server_address[:2]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -330,6 +348,10 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
+    if fault == "crash":  # dies as a process does, with no log line of its own
+        log.info(f"{faults.SIMULATED}: crash in {float(os.environ.get('TWIN_CRASH_AFTER_S', '1'))} s")
+        threading.Timer(float(os.environ.get("TWIN_CRASH_AFTER_S", "1")),
+                        lambda: os.kill(os.getpid(), signal.SIGKILL)).start()  # fmt: skip
     stop.wait()
     log.info(f"{SIMULATED_NOTE}: shutting down (SIGTERM).")
     server.shutdown()
