@@ -21,22 +21,13 @@ Quark checkpoint of a DeepSeek-style model, minus the tensors:
 The workspace files are read, not imported (they import torch): ``pure_code`` runs just the pure functions.
 So editing them, or ``config.json``, changes the outcome; the twin never looks for a particular fix.
 Standard library only.
-
-The index (about 120k tensors for a frontier MoE) is parsed once per content: ``_CheckpointIndex`` keeps it in
-``~/.cache/dayzero/weight-index/`` (``$DAYZERO_CACHE``) as names, distinct metadata and runs of consecutive
-expert tensors, keyed by the SHA-256 of the file (and Python's version, for marshal); the walk loads the first
-tensor of a run and counts the rest as the loader does for an expert projection it has already loaded.
-Outcomes are unchanged.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import marshal
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -465,20 +456,6 @@ class _Loader:
             raise self.fail(failure, name, ckpt)
         self._mark(p, dtype, shape)
 
-    def load_run(self, names: list[str], meta: dict[str, Any]) -> None:
-        """``load(n, n, meta)`` for each of ``names``: successive experts' tensors of one projection (equal
-        metadata). Once one has loaded, the rest load as it did, so they are counted without the walk."""
-        for i, name in enumerate(names):
-            self.load(name, name, meta)
-            at = name.find(".mlp.experts.")
-            key = (name[:at], name[name.find(".", at + 13):], meta.get("dtype", ""), tuple(meta.get("shape") or []))
-            seen = self.expert_ok.get(key)
-            if seen is not None:
-                rest = len(names) - i - 1
-                self.report.num_tensors += rest
-                self.by_cat[seen[0].category] = self.by_cat.get(seen[0].category, 0) + seen[1] * rest
-                return
-
     def _mark(self, p: _Param, dtype: str, shape: list[int]) -> None:
         """A loaded tensor: the whole model's bytes of it (every rank together) count for its category."""
         p.loaded = True
@@ -546,109 +523,18 @@ def _decider(root: Path, should_ignore: Any, exclude: list[str], frames: list[Fr
 # --- config -------------------------------------------------------------------------------------------------
 
 
-_CONFIG_FRAMES = SCHEDULER_START[:1] + [
-    Frame("python/sglang/srt/managers/scheduler.py", "__init__", "self.init_model_config()", 0)]
-
-
 def _read_json(path: Path, root: Path, what: str) -> Any:
+    config_frames = SCHEDULER_START[:1] + [
+        Frame("python/sglang/srt/managers/scheduler.py", "__init__", "self.init_model_config()", 0)]
     try:
-        text = path.read_text()
+        return json.loads(path.read_text())
     except FileNotFoundError:
         msg = f"OSError: {path.parent} does not appear to have a file named {path.name}."
-        raise WeightLoadError(f"{what}: {path} not found", render(root, _CONFIG_FRAMES, [msg])) from None
-    return _parse_json(text, path, root, what)
-
-
-def _parse_json(text: str, path: Path, root: Path, what: str) -> Any:
-    try:
-        return json.loads(text)
+        raise WeightLoadError(f"{what}: {path} not found", render(root, config_frames, [msg])) from None
     except json.JSONDecodeError as exc:
         tail = [f"json.decoder.JSONDecodeError: {exc}", "", "During handling of the above exception, another "
                 "exception occurred:", "", f"OSError: It looks like the config file at '{path}' is not a valid JSON file."]  # fmt: skip
-        raise WeightLoadError(f"{what}: {path} is not valid JSON ({exc})", render(root, _CONFIG_FRAMES, tail)) from None
-
-
-class _CheckpointIndex:
-    """``model.safetensors.index.json``'s ``weight_map``, in load order: ``names[i]`` has metadata
-    ``metas[meta_of[i]]``; ``runs`` are ``(start, end)`` spans of consecutive tensors that are the same
-    projection of successive experts with equal metadata (one span per other tensor)."""
-
-    VERSION = 1  # of the cached form
-    KEEP = 8  # cached indexes kept (the most recently used); one is about 8 MB for 120k tensors
-
-    def __init__(self, names: list[str], metas: list[Any], meta_of: list[int], runs: list[tuple[int, int]]) -> None:
-        self.names, self.metas, self.meta_of, self.runs = names, metas, meta_of, runs
-
-    def items(self):
-        """(name, metadata) in the index's order, as ``weight_map.items()``."""
-        metas = self.metas
-        return zip(self.names, (metas[i] for i in self.meta_of), strict=True)
-
-    @classmethod
-    def from_weight_map(cls, weight_map: dict[str, Any]) -> _CheckpointIndex:
-        names, metas, meta_of, runs = list(weight_map), [], [], []
-        seen: dict[str, int] = {}
-        prev_key: tuple | None = None
-        for i, name in enumerate(names):
-            meta = weight_map[name]
-            text = json.dumps(meta, sort_keys=True)
-            if text not in seen:
-                seen[text] = len(metas)
-                metas.append(meta)
-            meta_of.append(seen[text])
-            at = name.find(".mlp.experts.")
-            key = None
-            if at >= 0:  # as _Loader.load keys an expert projection (with the metadata's index for dtype+shape)
-                key = (name[:at], name[name.find(".", at + 13):], seen[text])
-            if key is not None and key == prev_key:
-                runs[-1] = (runs[-1][0], i + 1)
-            else:
-                runs.append((i, i + 1))
-            prev_key = key
-        return cls(names, metas, meta_of, runs)
-
-    @classmethod
-    def read(cls, path: Path, root: Path) -> tuple[_CheckpointIndex | None, Any]:
-        """(the index, None) from the cache or a fresh parse; (None, parsed JSON) when it is not a
-        ``weight_map`` of metadata objects (the caller reports that as before)."""
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            return None, _read_json(path, root, path.name)
-        # keyed by content alone: what is cached is a function of it, and every copy of a workspace shares it
-        digest = hashlib.sha256(raw).hexdigest()
-        ident = f"{cls.VERSION}|{sys.version_info[0]}.{sys.version_info[1]}|{digest}"
-        cache = _index_cache_dir() / f"{digest}.marshal"
-        try:
-            names, metas, meta_of, runs, stored = marshal.loads(cache.read_bytes())
-            if stored == ident:
-                with contextlib.suppress(OSError):
-                    os.utime(cache)  # recently used: kept by the pruning
-                return cls(names, metas, meta_of, runs), None
-        except (OSError, ValueError, EOFError, TypeError):
-            pass
-        index = _read_json(path, root, path.name)  # as text, exactly as before the cache (errors included)
-        weight_map = index.get("weight_map") if isinstance(index, dict) else None
-        if not isinstance(weight_map, dict) or not all(isinstance(v, dict) for v in weight_map.values()):
-            return None, index
-        built = cls.from_weight_map(weight_map)
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-        try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_bytes(marshal.dumps((built.names, built.metas, built.meta_of, built.runs, ident)))
-            os.replace(tmp, cache)
-            entries = sorted(cache.parent.glob("*.marshal"), key=lambda f: f.stat().st_mtime, reverse=True)
-            for old in entries[cls.KEEP:]:
-                old.unlink(missing_ok=True)
-        except (OSError, ValueError):  # a read-only home, or metadata marshal cannot hold: parse next time
-            tmp.unlink(missing_ok=True)
-        return built, None
-
-
-def _index_cache_dir() -> Path:
-    from .release import cache_dir
-
-    return cache_dir() / "weight-index"
+        raise WeightLoadError(f"{what}: {path} is not valid JSON ({exc})", render(root, config_frames, tail)) from None
 
 
 def _scenario_draft(model_dir: Path) -> tuple[str, str, str]:
@@ -685,10 +571,9 @@ def load_weights(model_dir: Path, sglang_root: Path, *, with_draft: bool, tp_siz
         exclude = exclude_from_config(cfg)
     except (KeyError, ValueError, TypeError) as exc:
         raise WeightLoadError(f"config.json: {exc}", f"{type(exc).__name__}: {exc}") from None
-    ckpt, index = _CheckpointIndex.read(model_dir / "model.safetensors.index.json", root)
+    index = _read_json(model_dir / "model.safetensors.index.json", root, "model.safetensors.index.json")
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
-    if ckpt is None and (not isinstance(weight_map, dict)
-                         or not all(isinstance(v, dict) for v in list(weight_map.values())[:1])):  # fmt: skip
+    if not isinstance(weight_map, dict) or not all(isinstance(v, dict) for v in list(weight_map.values())[:1]):
         raise WeightLoadError("model.safetensors.index.json has no tensor metadata",
                               "RuntimeError: model.safetensors.index.json: weight_map must map names to "
                               "{dtype, shape} (dayzero twin, simulated checkpoint)")  # fmt: skip
@@ -704,32 +589,19 @@ def load_weights(model_dir: Path, sglang_root: Path, *, with_draft: bool, tp_siz
     loader = _Loader(root, engine, SCHEDULER_START + TARGET_WORKER + RUNNER_LOAD + DEEPSEEK_LOAD, report,
                      report.target_bytes_by_category, draft=False)  # fmt: skip
     n_layers = dims.num_hidden_layers
-
-    def in_target(name: str) -> bool:
+    for name, meta in weight_map.items():
         if name.startswith("model.layers.") and dims.mtp_layer_index is not None:
             layer = name.split(".")[2]
             if layer.isdigit() and int(layer) >= n_layers:
-                return False  # NextNDisabledConfig: the target model skips the MTP layer
-        return not (dims.mtp_checkpoint_prefix and name.startswith(dims.mtp_checkpoint_prefix + "."))
-
-    if ckpt is None:  # an index whose later entries are not objects: the map itself, entry by entry
-        for name, meta in weight_map.items():
-            if in_target(name):
-                loader.load(name, name, meta)
-    else:
-        names, metas, meta_of = ckpt.names, ckpt.metas, ckpt.meta_of
-        for start, end in ckpt.runs:
-            meta = metas[meta_of[start]]
-            if end - start == 1:
-                if in_target(names[start]):
-                    loader.load(names[start], names[start], meta)
-                continue
-            loader.load_run([n for n in names[start:end] if in_target(n)], meta)
+                continue  # NextNDisabledConfig: the target model skips the MTP layer
+        if dims.mtp_checkpoint_prefix and name.startswith(dims.mtp_checkpoint_prefix + "."):
+            continue
+        loader.load(name, name, meta)
     report.unquantized_modules = engine.unquantized[:]
     missing = [n for n, p in engine.params.items() if not p.loaded]
 
     if with_draft:
-        missing += _load_draft(root, cfg, dims, fmt, exclude, should_ignore, ckpt or weight_map,
+        missing += _load_draft(root, cfg, dims, fmt, exclude, should_ignore, weight_map,
                                draft or _scenario_draft(model_dir), tp, attn_tp, fuse_qkv_a, report)  # fmt: skip
     report.not_loaded = missing[:MAX_LISTED]
     return report
