@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import urllib.error
+import urllib.request
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -40,6 +42,7 @@ class BenchMetrics(BaseModel):
     gpu_time_share: dict[str, float] | None = None
     seed: int | None = Field(None, description="the benchmark's --seed (None: bench_serving's default)")
     command: list[str] = Field(default_factory=list, description="the benchmark command that measured this, argv")
+    first_error: str | None = Field(None, description="what the first failed request reported (when some failed)")
 
 
 def bench_argv(ctx: ToolContext, workload: Workload, rate: float | None, output_file: str,
@@ -100,6 +103,7 @@ def parse_record(name: str, record: dict[str, Any], prompts: int, seed: int | No
         decode_tok_s=1000.0 / tpot if tpot > 0 else 0.0, accept_length=record.get("accept_length"),
         duration_s=float(record["duration"]), simulated=bool(record.get("simulated")),
         bottleneck=record.get("bottleneck"), gpu_time_share=share, seed=seed,
+        first_error=next((str(e) for e in record.get("errors") or [] if e), None),
     )  # fmt: skip
 
 
@@ -120,13 +124,42 @@ def run_one(ctx: ToolContext, name: str, rate: float | None, duration_s: float |
         out.write_text(produced.read_text())
     if result.exit_code != 0 or not out.exists():
         err = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+        if not _answers(ctx.server.handle.base_url):  # e.g. its warm-up found no server: it died before
+            _forget_server(ctx)
+            return None, f"{SERVER_LOST}: {err[0]}", Cost(wall_seconds=result.wall_seconds)
         return None, f"benchmark failed (exit {result.exit_code}): {err[0]}", Cost(wall_seconds=result.wall_seconds)
     record = json.loads(out.read_text().strip().splitlines()[-1])
     metrics = parse_record(name, record, prompts, seed).model_copy(update={"command": argv})
     cost = Cost(wall_seconds=result.wall_seconds,
                 simulated_seconds=metrics.duration_s if metrics.simulated else None,
                 node_hours=metrics.duration_s / 3600 * ctx.node_fraction())  # fmt: skip
+    if metrics.completed < prompts and not _answers(ctx.server.handle.base_url):
+        # the server died under the benchmark: its figures are not the configuration's, and nothing is up now
+        failed = prompts - metrics.completed
+        _forget_server(ctx)
+        return None, (f"{SERVER_LOST}: {failed} of {prompts} requests failed"
+                      + (f" ({metrics.first_error})" if metrics.first_error else "")), cost  # fmt: skip
     return metrics, "", cost
+
+
+SERVER_LOST = "the server stopped answering during the benchmark"
+
+
+def _forget_server(ctx: ToolContext) -> None:
+    """A server that no longer answers: reap what is left of it; the next measurement needs a new launch."""
+    ctx.sandbox.stop_server(ctx.server.handle, grace_s=1.0)
+    ctx.server = None
+
+
+def _answers(base_url: str, timeout_s: float = 5.0) -> bool:
+    """Whether the server still answers its health check (any HTTP status counts: a process is there)."""
+    try:
+        with urllib.request.urlopen(f"{base_url}/health", timeout=timeout_s):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
 
 
 def _add(a: Cost, b: Cost) -> Cost:
@@ -147,6 +180,7 @@ class BenchInput(ToolInput):
 
 class BenchResult(ToolResult):
     runs: list[BenchMetrics] = []
+    server_lost: bool = Field(False, description="the server died during a run: launch it again to measure")
 
 
 def _need_server(ctx: ToolContext, workload: str) -> str | None:
@@ -167,7 +201,7 @@ def run_benchmark(ctx: ToolContext, args: BenchInput) -> BenchResult:
         metrics, err, c = run_one(ctx, args.workload, rate, args.duration_s, num_prompts=args.num_prompts)
         cost = _add(cost, c)
         if metrics is None:
-            return BenchResult(ok=False, runs=runs, summary=err, cost=cost)
+            return BenchResult(ok=False, runs=runs, summary=err, cost=cost, server_lost=err.startswith(SERVER_LOST))
         runs.append(metrics)
     last = runs[-1]
     return BenchResult(runs=runs, cost=cost, summary=(
@@ -201,6 +235,7 @@ class KneeResult(ToolResult):
     ttft_p99_ms: float | None = Field(None, description="at the knee, the highest of the seeds' TTFT p99")
     seeds: list[int] = []
     first_failing_rate: float | None = None
+    server_lost: bool = Field(False, description="the server died during a run: launch it again to measure")
     stopped_by_budget: bool = Field(False, description="max_node_hours ran out before the bracket closed")
     runs: list[BenchMetrics] = []
 
@@ -223,6 +258,7 @@ def find_knee(ctx: ToolContext, args: KneeInput) -> KneeResult:
         return KneeResult(ok=False, summary="no TTFT limit: pass ttft_limit_ms or set it in the workload")
     seeds = list(args.seeds or workload.knee_seeds)
     results: dict[tuple[float, int], BenchMetrics] = {}
+    errors: list[str] = []
     cost = Cost()
     # what the next run will cost: the workload's length on the server's share of the node, then the last run's
     last_run_hours = (args.duration_s or workload.duration_s or 0.0) / 3600 * ctx.node_fraction()
@@ -236,9 +272,10 @@ def find_knee(ctx: ToolContext, args: KneeInput) -> KneeResult:
             if (rate, seed) not in results:
                 if args.max_node_hours is not None and cost.node_hours + last_run_hours > args.max_node_hours:
                     raise _OutOfBudget
-                metrics, _err, c = run_one(ctx, args.workload, rate, args.duration_s, seed)
+                metrics, err, c = run_one(ctx, args.workload, rate, args.duration_s, seed)
                 cost = _add(cost, c)
                 if metrics is None:
+                    errors.append(err)
                     return None
                 results[(rate, seed)] = metrics
                 last_run_hours = c.node_hours
@@ -248,7 +285,9 @@ def find_knee(ctx: ToolContext, args: KneeInput) -> KneeResult:
         return True
 
     def failed() -> KneeResult:
-        return KneeResult(ok=False, runs=list(results.values()), cost=cost, seeds=seeds, summary="a benchmark run failed")
+        why = errors[-1] if errors else "a benchmark run failed"
+        return KneeResult(ok=False, runs=list(results.values()), cost=cost, seeds=seeds, summary=why,
+                          server_lost=why.startswith(SERVER_LOST))  # fmt: skip
 
     try:
         lo, hi = _search(args, seeds, ok, lambda: sorted(r for (r, s) in results if s == seeds[0]))

@@ -525,6 +525,11 @@ class PlaybookPolicy:
             if not obs.ok and "no server" in (obs.error or ""):
                 cur["step"] = "launch"  # a resumed run: the server went away with the old process
                 return None
+            if not obs.ok and obs.result.get("server_lost"):  # the engine died under the benchmark
+                if cur.get("relaunched"):
+                    return self._abandon(memo, cur, f"its server died twice under the benchmark: {obs.error}")
+                cur["relaunched"], cur["step"] = True, "launch"
+                return None
             if obs.tool == "find_knee" and obs.result.get("stopped_by_budget") and not obs.result.get("runs"):
                 memo["current"], memo["phase"] = None, "done"
                 return [], f"the budget left ({obs.args.get('max_node_hours', 0):.3f} node-hours) buys no more benchmark runs"

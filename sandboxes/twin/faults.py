@@ -10,7 +10,6 @@ Faults, the event they fire at, and the real fault they stand for:
 - ``hang_before_ready`` (launch): the server never reports ready, like one stuck loading (the start-up timeout);
 - ``slow_start`` (launch): start-up takes ``TWIN_SLOW_START_S`` more wall seconds (default 600);
 - ``port_taken`` (launch): binding the port fails as uvicorn reports it (another process took the port);
-- ``crash`` (launch): the server process dies (SIGKILL) right after reporting ready;
 - ``crash_mid_benchmark`` (benchmark): the server dies halfway through the benchmark; the requests after it fail;
 - ``bench_hang`` (benchmark): the benchmark never finishes.
 """
@@ -21,7 +20,7 @@ import fcntl
 import os
 from pathlib import Path
 
-LAUNCH_FAULTS = ("hang_before_ready", "slow_start", "port_taken", "crash")
+LAUNCH_FAULTS = ("hang_before_ready", "slow_start", "port_taken")
 BENCH_FAULTS = ("crash_mid_benchmark", "bench_hang")
 SIMULATED = "dayzero digital twin (simulated): injected fault"
 

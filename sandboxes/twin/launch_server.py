@@ -348,10 +348,6 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    if fault == "crash":  # dies as a process does, with no log line of its own
-        log.info(f"{faults.SIMULATED}: crash in {float(os.environ.get('TWIN_CRASH_AFTER_S', '1'))} s")
-        threading.Timer(float(os.environ.get("TWIN_CRASH_AFTER_S", "1")),
-                        lambda: os.kill(os.getpid(), signal.SIGKILL)).start()  # fmt: skip
     stop.wait()
     log.info(f"{SIMULATED_NOTE}: shutting down (SIGTERM).")
     server.shutdown()

@@ -21,15 +21,15 @@ RANDOM = ["--dataset-name", "random-ids", "--random-input-len", "1000", "--rando
 
 def test_a_spec_names_known_faults_and_ordinals():
     assert faults.parse("crash_mid_benchmark@3, port_taken") == {"crash_mid_benchmark": 3, "port_taken": 1}
-    for bad in ("nope", "crash@0", "crash@x"):
+    for bad in ("nope", "port_taken@0", "port_taken@x"):
         with pytest.raises(faults.FaultSpecError):
             faults.parse(bad)
 
 
 def test_each_fault_fires_once_at_its_ordinal(tmp_path, monkeypatch):
-    monkeypatch.setenv("TWIN_FAULTS", "crash@2,bench_hang@1")
+    monkeypatch.setenv("TWIN_FAULTS", "port_taken@2,bench_hang@1")
     monkeypatch.setenv("TWIN_FAULT_STATE", str(tmp_path / "state"))
-    assert [faults.due("launch", None) for _ in range(4)] == [None, "crash", None, None]
+    assert [faults.due("launch", None) for _ in range(4)] == [None, "port_taken", None, None]
     assert [faults.due("benchmark", None) for _ in range(2)] == ["bench_hang", None]
 
 
