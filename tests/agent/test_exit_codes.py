@@ -1,0 +1,150 @@
+"""`agent run` and `agent resume` exit codes (issue 13): 0 every target met, 3 targets missed within the budget,
+4 a budget ran out, 5 an infrastructure failure (the engine, the LLM endpoint, a full disk); the summary says the
+same in words, and a run with no measured best does not point at a launch command."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from agent.trace import read_trace
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_agent(cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``agent ARGS`` in ``cwd`` (its ``runs/`` folder), as a user's shell would run it."""
+    return subprocess.run([sys.executable, "-c", "from agent.cli import app; app()", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+TASK = REPO / "tasks" / "glm52_mi355x.yaml"
+
+
+def outcome(root: Path, run_id: str) -> dict:
+    return json.loads((root / "runs" / run_id / "summary.json").read_text())["outcome"]
+
+
+def test_a_met_run_exits_0_and_says_so(finished_run_root):
+    assert outcome(finished_run_root, "e2e") == {"kind": "targets_met", "exit_code": 0, "words": "every target met"}
+    stdout = (finished_run_root / "agent-run.stdout").read_text()
+    assert "outcome: every target met (exit code 0)" in stdout and "winning launch command:" in stdout
+
+
+def test_budget_exhausted_then_targets_missed(tmp_path):
+    """One launch allowed: the budget runs out (4). Replaying that run's decisions with the full budget ends when
+    the recorded decisions do, the targets missed within the budget (3)."""
+    proc = run_agent(tmp_path, "run", str(TASK), "--policy", "playbook", "--max-trials", "1", "--run-id", "short")
+    assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
+    o = outcome(tmp_path, "short")
+    assert o["kind"] == "budget_exhausted" and o["exit_code"] == 4 and "trial budget spent (1 of 1)" in o["words"]
+    assert f"outcome: {o['words']} (exit code 4)" in " ".join(proc.stdout.split())
+    # nothing was measured: no pointer at a launch command, and launch.sh says so instead of doing nothing
+    assert "winning launch command" not in proc.stdout and "no launch command" in proc.stdout
+    launch = subprocess.run(["bash", str(tmp_path / "runs" / "short" / "launch.sh")], capture_output=True, text=True)
+    assert launch.returncode == 1 and "no configuration reached a measured best" in launch.stderr
+
+    replay = run_agent(tmp_path, "run", str(TASK), "--policy", "replay", "--replay", "runs/short/trace.jsonl",
+                       "--run-id", "replayed")  # fmt: skip
+    assert replay.returncode == 3, replay.stdout[-2000:] + replay.stderr[-2000:]
+    o = outcome(tmp_path, "replayed")
+    assert o["kind"] == "targets_missed" and "within the budget: end of the recorded trace" in o["words"]
+
+    # agent resume on a finished run: one line with how it ended, and the same code
+    again = run_agent(tmp_path, "resume", "short")
+    assert again.returncode == 4 and len(again.stdout.strip().splitlines()) == 1
+    assert "finished already" in again.stdout and "nothing to resume" in again.stdout
+
+
+def test_an_engine_that_cannot_start_is_an_infrastructure_failure(tmp_path):
+    task = tmp_path / "no_engine.yaml"
+    launch = '[/nonexistent/bin/python3, -m, sandboxes.twin.launch_server, --model-path, "{workspace}/model"]'
+    task.write_text(f"extends: {TASK}\nengines:\n  twin:\n    launch: {launch}\n"
+                    '    benchmark: ["{python}", -m, sandboxes.twin.bench_serving]\n'
+                    '    tune_moe: ["{python}", -m, sandboxes.twin.tune_moe]\n')  # fmt: skip
+    proc = run_agent(tmp_path, "run", str(task), "--policy", "playbook", "--run-id", "noengine")
+    assert proc.returncode == 5, proc.stdout[-2000:] + proc.stderr[-2000:]
+    o = outcome(tmp_path, "noengine")
+    assert o["kind"] == "infrastructure" and "could not start '/nonexistent/bin/python3'" in o["words"]
+    assert "winning launch command" not in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again on return: nothing listens there
+
+
+def test_an_unreachable_llm_endpoint_is_an_infrastructure_failure(tmp_path):
+    url = f"http://127.0.0.1:{_closed_port()}/v1"
+    proc = run_agent(tmp_path, "run", str(TASK), "--policy", "llm", "--llm-model", "m", "--llm-base-url", url,
+                     "--run-id", "nollm")  # fmt: skip
+    assert proc.returncode == 5, proc.stdout[-2000:] + proc.stderr[-2000:]
+    o = outcome(tmp_path, "nollm")
+    assert o["kind"] == "infrastructure" and "the LLM endpoint failed" in o["words"]
+    assert "winning launch command" not in proc.stdout and "no launch command" in proc.stdout
+
+
+def test_help_and_docs_name_every_exit_code():
+    proc = run_agent(REPO, "run", "--help")
+    text = " ".join(proc.stdout.split())
+    assert proc.returncode == 0 and "Exit codes: 0 every target met; 2 bad input" in text
+    for phrase in ("3 the targets were missed within the budget", "4 a budget", "5 an infrastructure failure"):
+        assert phrase in text, phrase
+    assert "Exit codes" in " ".join(run_agent(REPO, "resume", "--help").stdout.split())
+    doc = (REPO / "docs" / "reliability.md").read_text()
+    for code in ("| 0 |", "| 2 |", "| 3 |", "| 4 |", "| 5 |", "| 130 |"):
+        assert code in doc, code
+
+
+def _mount_tmpfs(where: Path, size: str) -> None:
+    where.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs CAP_SYS_ADMIN): {proc.stderr.decode().strip()}")
+
+
+def test_disk_full_mid_run_stops_in_one_line_then_resumes(tmp_path):
+    """The runs folder fills up mid-run: one line, exit 5, the run resumable; once space is freed, agent resume
+    finishes it without repeating a call and exits with its outcome's code."""
+    runs = tmp_path / "runs"
+    _mount_tmpfs(runs, "300m")
+    env = {**os.environ, "DAYZERO_MIN_FREE_MB": "100"}
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", "from agent.cli import app; app()", "run", str(TASK),
+                                 "--policy", "playbook", "--max-trials", "3", "--run-id", "full"], cwd=tmp_path,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        trace = runs / "full" / "trace.jsonl"
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            if trace.exists() and trace.read_text().count('"kind":"tool_call"') >= 4:
+                break
+            time.sleep(0.05)
+        filler = runs / "filler"
+        with filler.open("wb") as f:  # take every free byte
+            try:
+                while True:
+                    f.write(b"\0" * (1 << 20))
+                    f.flush()
+            except OSError:
+                pass
+        stdout, stderr = proc.communicate(timeout=300)
+        assert proc.returncode == 5, stdout[-2000:] + stderr[-2000:]
+        errors = [ln for ln in stdout.splitlines() if ln.startswith("error:")]
+        assert len(errors) == 1 and "infrastructure failure" in errors[0] and "agent resume full" in errors[0]
+        assert "Traceback" not in stdout + stderr and not (runs / "full" / "summary.json").exists()
+        filler.unlink()
+        resumed = subprocess.run([sys.executable, "-c", "from agent.cli import app; app()", "resume", "full"],
+                                 cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert resumed.returncode == 4, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+        calls = Counter(e.call_id for e in read_trace(trace) if e.kind == "tool_call")
+        assert calls and all(n == 1 for n in calls.values())
+    finally:
+        subprocess.run(["umount", "-l", str(runs)], capture_output=True)
