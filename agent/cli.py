@@ -282,7 +282,7 @@ def replay(
                                 on_step=on_step)  # fmt: skip
     except (ReplayError, SandboxError, ValueError) as exc:
         _error(str(exc))
-        raise typer.Exit(2) from None
+        raise typer.Exit(getattr(exc, "exit_code", 2)) from None  # a RunError says whose the problem is
     new_run = result.replay_run_id if execute else fork.run_id
     console.print(render_timeline(read_timeline(RUNS / new_run / "trace.jsonl")))
     if execute:

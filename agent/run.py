@@ -282,6 +282,11 @@ def preflight(options: RunOptions, runs_dir: Path = RUNS_DIR, fresh: bool = True
         raise RunError(f"--sandbox {options.sandbox}: choose auto, local or docker")
     if options.executor not in ("inline", "ray"):
         raise RunError(f"--executor {options.executor}: choose inline or ray")
+    if options.executor == "ray":
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            raise RunError("--executor ray needs Ray installed (pip install ray)")
     if (options.sandbox or task.sandbox.kind) == "docker":
         from sandboxes.docker import docker_available
 
