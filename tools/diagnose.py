@@ -17,7 +17,7 @@ from .context import ToolContext
 
 Category = Literal[
     "weight_shape_mismatch", "compile_error", "out_of_memory", "invalid_flag", "hang_timeout",
-    "collective_error", "unknown",
+    "collective_error", "port_in_use", "unknown",
 ]  # fmt: skip
 # Which memory ran out; the fix goes the opposite way for the first and the third:
 #   startup_kv  the static pool leaves no room for the KV cache at start-up: raise --mem-fraction-static (or more GPUs)
@@ -140,6 +140,8 @@ _COLLECTIVE = re.compile(r"((?:NCCL|RCCL) error|\bnccl(?:InternalError|SystemErr
                          r"RemoteError)\b|Watchdog caught collective|(?:Test )?(?:NCCL|RCCL) failure)")  # fmt: skip
 _COLLECTIVE_INFO = re.compile(r"\b(?:NCCL|RCCL) INFO\b")
 # SGLang's scheduler watchdog: a forward pass (or a rank) stopped making progress
+# another process holds a port the server binds: uvicorn's HTTP port, torch.distributed's store, ZMQ's sockets
+_PORT_TAKEN = re.compile(r"\[Errno 98\][^\n]*|\(errno: 98 - Address already in use\)|ZMQError: Address already in use[^\n]*")
 _HANG = re.compile(r"(\b[Ww]atchdog timeout \(self\.watchdog_timeout=[^)]*\))")
 # a ValueError is a configuration (flag) problem only when it names a server argument: a --flag, a parallel size
 # (SGLang's "tp_size * dp_size = 16 GPUs requested ..."), or it was raised by the argument validation itself
@@ -416,6 +418,9 @@ def classify(log: str, *, timed_out: bool = False) -> Diagnosis:
         return Diagnosis(category="compile_error", file=m.group(1), line=int(m.group(2)),
                          summary=f"compile error in {m.group(1)}:{m.group(2)}: {m.group(3)}", evidence=[m.group(0)],
                          frames=frames)  # fmt: skip
+    if m := _PORT_TAKEN.search(text):
+        return Diagnosis(category="port_in_use", summary=f"a port the server binds is taken by another process: "
+                         f"{m.group(0).strip()}", evidence=_tail(lines, _PORT_TAKEN))  # fmt: skip
     if m := _ARGPARSE.search(text):
         flag = m.group(2) or m.group(3)
         return Diagnosis(category="invalid_flag", flag=flag, summary=f"invalid flag: {m.group(1)}", evidence=[m.group(0)])
@@ -507,7 +512,7 @@ class DiagnoseResult(ToolResult):
 @tool
 def diagnose_crash(ctx: ToolContext, args: DiagnoseInput) -> DiagnoseResult:
     """Classify why the engine failed (weight shape mismatch, compile error, out of memory, invalid flag,
-    hang, collective error, unknown) and extract the parameter, shapes, file, line, header or flag."""
+    hang, collective error, port in use, unknown) and extract the parameter, shapes, file, line, header or flag."""
     text = args.text
     if text is None:
         path = ctx.run_dir / args.log_path if args.log_path else ctx.last_log

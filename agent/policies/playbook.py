@@ -693,6 +693,9 @@ class PlaybookPolicy:
                 cur["flags"].pop(flag)
                 cur["step"] = "launch"
                 return None
+        elif category == "port_in_use":  # another process took the port: the next launch gets a fresh one
+            cur["step"] = "launch"
+            return None
         elif category in ("hang_timeout", "collective_error") and cur["fixes"] <= 1:
             cur["flags"].pop("enable-aiter-allreduce-fusion", None)  # a fused collective is the usual suspect
             cur["step"] = "launch"
