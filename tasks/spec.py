@@ -165,7 +165,8 @@ class AfterTargets(Strict):
     until this is spent (or the policy has nothing left to try)."""
 
     node_hours: float | None = Field(None, ge=0, description=(
-        "node-hours to spend after the targets are met; default: a tenth of budgets.node_hours; 0 stops at once"))
+        "node-hours to spend after the targets are met; default: a quarter of budgets.node_hours (enough to measure "
+        "the references that explain the win and still search); 0 stops at once"))
     benchmark_runs: int | None = Field(None, ge=0, description=(
         "benchmark runs to spend after the targets are met; default: no limit by count"))
 
@@ -181,7 +182,7 @@ class Budgets(Strict):
     def after_targets_node_hours(self) -> float:
         """Node-hours a run may spend after its targets are met."""
         n = self.after_targets.node_hours
-        return self.node_hours / 10 if n is None else n
+        return self.node_hours / 4 if n is None else n
 
 
 class ReportSpec(Strict):

@@ -27,11 +27,11 @@ def state(node_hours: float, runs: int, met: TargetsMet | None) -> AgentState:
 MET = TargetsMet(step=20, node_hours=2.5, benchmark_runs=22, trials=12, values={"throughput": 3000.0})
 
 
-def test_the_default_is_a_tenth_of_the_node_hours(tmp_path):
+def test_the_default_is_a_quarter_of_the_node_hours(tmp_path):
     task = task_with(tmp_path, "  node_hours: 30\n")
-    assert task.budgets.after_targets_node_hours() == pytest.approx(3.0)
-    assert after_targets_spent(state(5.4, 40, MET), task) is None  # 2.9 of 3 spent
-    assert "3.00 of 3 node-hours" in after_targets_spent(state(5.5, 40, MET), task)
+    assert task.budgets.after_targets_node_hours() == pytest.approx(7.5)
+    assert after_targets_spent(state(9.9, 40, MET), task) is None  # 7.4 of 7.5 spent
+    assert "7.50 of 7.5 node-hours" in after_targets_spent(state(10.0, 40, MET), task)
 
 
 def test_nothing_is_spent_before_the_targets_are_met(tmp_path):
@@ -54,7 +54,7 @@ def test_a_bad_value_names_its_place(tmp_path):
 def test_what_is_left_bounds_a_measurement_once_the_targets_are_met(tmp_path):
     from agent.outcomes import node_hours_left
 
-    task = task_with(tmp_path, "  node_hours: 30\n")  # 3 node-hours after the targets
+    task = task_with(tmp_path, "  node_hours: 30\n  after_targets: {node_hours: 3}\n")
     assert node_hours_left(state(10.0, 40, None), task) == pytest.approx(20.0)  # before: the whole budget's rest
     assert node_hours_left(state(4.0, 40, MET), task) == pytest.approx(1.5)  # 1.5 of 3 spent since 2.5
     assert node_hours_left(state(29.5, 40, MET.model_copy(update={"node_hours": 28.0})), task) == pytest.approx(0.5)

@@ -76,8 +76,11 @@ def test_agent_run_meets_the_targets(finished_run_root, tmp_path):
     assert summary["finish_reason"] == "all targets met"
     # the targets are a floor: the run went on improving until the after-targets budget was spent
     after = summary["after_targets"]
-    assert after["spent"]["node_hours"] >= after["budget_node_hours"] > 0 and after["spent"]["benchmark_runs"] > 0
-    assert after["stopped_because"].startswith("the after-targets budget is spent")
+    # ... spent, or so nearly spent that what is left buys no benchmark run (a knee search gets it as its allowance)
+    assert after["budget_node_hours"] > 0 and after["spent"]["benchmark_runs"] > 0
+    assert after["stopped_because"].startswith("the after-targets budget is spent") or (
+        "buys no more benchmark runs" in after["stopped_because"]
+        and after["spent"]["node_hours"] >= 0.9 * after["budget_node_hours"])  # fmt: skip
     for name in ("throughput", "single_stream"):
         bought = after["bought"][name]
         assert bought["final"] == summary["targets"][name]["achieved"] >= bought["at_targets_met"] >= \
