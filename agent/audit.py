@@ -41,7 +41,8 @@ from .trace import (
 Severity = Literal["error", "warning", "info"]
 REL_EXACT = 1e-9  # figures re-derived from the same recorded numbers agree to rounding
 # ids the graph gives calls: the i-th call of a step's decision (unless the policy named it, as an LLM does),
-# and the graph's own calls: the accuracy check, a patch's commit, stopping the server at the end
+# and the graph's own calls: the accuracy check, a patch's commit, stopping the server at the end, and a
+# candidate's configuration launched again for its accuracy check (a resumed run)
 ACT_CALL = re.compile(r"^s(?P<step>\d+)c(?P<index>\d+)$")
 # figures a benchmark run reports as bench_serving recorded them (the trace's decode_tok_s is derived)
 BENCH_FIGURES = (
@@ -52,7 +53,9 @@ BENCH_FIGURES = (
     "median_tpot_ms",
     "completed",
 )
-GRAPH_CALL = re.compile(r"^s(?P<step>\d+)(?P<what>eval|commit(?P<patch>\d+)|stop)$")
+GRAPH_CALL = re.compile(r"^s(?P<step>\d+)(?P<what>eval|commit(?P<patch>\d+)|stop|relaunch)(?P<trial>(?<=relaunch)\d+)?$")
+# a launch made again after a resume, because the recorded one's server went with the killed process
+RESUMED_LAUNCH = "-resumed"
 
 
 class Finding(BaseModel):
@@ -88,7 +91,7 @@ class StepCall(BaseModel):
     event: ToolCallEvent
     step: int  # the step of the decision before it in the trace (0 before any)
     proposed: int | None  # its index among the decision's calls; None for the graph's own calls
-    graph: str | None = None  # the graph's own call: "eval", "commit" or "stop"
+    graph: str | None = None  # the graph's own call: "eval", "commit", "stop" or "relaunch"
     patch: int | None = None  # the patch a graph commit call commits
     id_step: int | None = None  # the step its id names, if it names one
 
@@ -102,6 +105,9 @@ def step_calls(events: list[TraceEvent]) -> list[StepCall]:
         if isinstance(e, DecisionEvent):
             step, index = e.step or 0, 0
         elif isinstance(e, ToolCallEvent):
+            if e.call_id.endswith(RESUMED_LAUNCH):
+                out.append(StepCall(event=e, step=step, proposed=None, graph="relaunch"))
+                continue
             if m := GRAPH_CALL.match(e.call_id):
                 what = "commit" if m["patch"] is not None else m["what"]
                 patch = int(m["patch"]) if m["patch"] is not None else None

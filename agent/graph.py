@@ -39,7 +39,8 @@ def build_graph(run: Run):
         run.trace.emit("decision", step=step, policy=run.policy.name, stage=decision.stage,
                        rationale=decision.rationale, proposed_calls=[{"tool": c.tool, "input": c.args} for c in calls],
                        annotations=decision.annotations)  # fmt: skip
-        budget = state.budget.model_copy(update={"llm_tokens": state.budget.llm_tokens + decision.llm_tokens})
+        budget = state.budget.model_copy(update={"llm_tokens": state.budget.llm_tokens + decision.llm_tokens,
+                                                 "wall_seconds": state.budget.wall_seconds + decision.wall_seconds})
         update: dict[str, Any] = {"pending": calls, "rationale": decision.rationale, "stage": decision.stage,
                                   "memo": decision.memo, "step": step, "budget": budget,
                                   "annotations": decision.annotations}  # fmt: skip
@@ -50,7 +51,13 @@ def build_graph(run: Run):
     def act(state: AgentState) -> dict[str, Any]:
         observations = []
         for call in state.pending:
-            record = run.recorded(call.call_id) or run.call(call)
+            record = run.recorded(call.call_id)
+            if record is None:
+                record = run.call(call)
+            elif record.tool == "launch_server" and record.ok and run.ctx.server is None:
+                # killed after this launch was recorded: its server went with the old process, and the calls
+                # after it need one (the trace keeps the first launch's figures, the relaunch is its own call)
+                run.call(call.model_copy(update={"call_id": f"{call.call_id}-resumed"}))
             observations.append(Observation(call_id=record.call_id, tool=record.tool, args=record.input,
                                             ok=record.ok, error=record.error, result=record.result,
                                             step=state.step))  # fmt: skip
@@ -79,13 +86,23 @@ def build_graph(run: Run):
         candidates = dict(state.candidates)
         bests = dict(state.bests)
         trials = [t.model_copy() for t in state.trials]
-        if candidates and trial and trial.status == "up" and state.server_flags == trial.flags and run.task.accuracy:
+        if candidates and trial and trial.status == "up" and run.task.accuracy:
             current = trials[-1]
             if current.accuracy is None and any(c.trial == current.id for c in candidates.values()):
+                budget = state.budget
+                if state.server_flags != trial.flags or run.ctx.server is None:
+                    # a resumed run (killed between the benchmark and this check) or a policy that stopped the
+                    # server: the candidate is still checked, on its own configuration launched again
+                    rec = run.call_tool("launch_server", {"flags": trial.flags, "env": trial.env,
+                                                          "pristine": trial.pristine},
+                                        call_id=f"s{state.step}relaunch{trial.id}")  # fmt: skip
+                    budget = run.charge(budget, rec)
+                    if rec.ok:
+                        update.update(server_flags=trial.flags, server_env=trial.env)
                 rec = run.call_tool("run_eval", {"suite": run.task.accuracy.suite}, call_id=f"s{state.step}eval")
                 current.accuracy = rec.result.get("accuracy")
                 current.accuracy_ok = bool(rec.ok and rec.result.get("within_tolerance"))
-                update["budget"] = run.charge(state.budget, rec)
+                update["budget"] = run.charge(budget, rec)
                 if current.accuracy is not None:
                     delta = rec.result.get("delta")
                     if delta is not None:

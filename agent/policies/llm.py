@@ -318,7 +318,7 @@ def prompt_variables(state: AgentState, ctx: PolicyContext, memo: dict[str, Any]
     return {
         "task": task, "used": state.budget, "limits": task.budgets, "workloads": workloads, "targets": task.targets,
         "accuracy": task.accuracy,
-        "wall_min": (state.budget.wall_seconds + llm_wall) / 60, "llm_wall_min": llm_wall / 60,
+        "wall_min": state.budget.wall_seconds / 60, "llm_wall_min": llm_wall / 60,
         "space_flags": [(k, json.dumps(v)) for k, v in task.search_space.flags.items()],
         "space_env": [(k, json.dumps(v)) for k, v in task.search_space.env.items()],
         "bests": [{"name": n, "value": b.value, "trial": b.trial, "verified": b.verified, "flags": _fmt_flags(b.flags),
@@ -511,9 +511,10 @@ class LLMPolicy:
                                 max_repeats=self.max_repeats)  # fmt: skip
         return [{"role": "system", "content": system}, *wire_messages(history, self.tool_results_as)]
 
-    def _remaining_wall(self, state: AgentState, ctx: PolicyContext, memo: dict[str, Any]) -> float:
-        """Seconds left of the run's wall budget, the time spent waiting on the LLM included."""
-        return ctx.task.budgets.wall_minutes * 60 - state.budget.wall_seconds - memo["wall_s"]
+    def _remaining_wall(self, state: AgentState, ctx: PolicyContext, memo: dict[str, Any], waited: float) -> float:
+        """Seconds left of the run's wall budget: the state's budget holds the earlier decisions' waits on the
+        LLM (``Decision.wall_seconds``), ``waited`` is this decision's so far."""
+        return ctx.task.budgets.wall_minutes * 60 - state.budget.wall_seconds - waited
 
     def _note(self, ctx: PolicyContext, step: int, message: str, level: str = "warning") -> None:
         if ctx.trace is not None:
@@ -532,14 +533,17 @@ class LLMPolicy:
         memo.setdefault("wall_s", 0.0)
         step = state.step + 1
 
+        waited_before = memo["wall_s"]  # memo["wall_s"]: every wait on the LLM, for the record
+
         def decision(calls: list[Call], rationale: str, done: bool = False, tokens: int = 0) -> Decision:
             return Decision(calls=calls, rationale=rationale[:RATIONALE_CHARS], stage="llm",
-                            memo={**state.memo, "llm": memo}, done=done, llm_tokens=tokens)  # fmt: skip
+                            memo={**state.memo, "llm": memo}, done=done, llm_tokens=tokens,
+                            wall_seconds=memo["wall_s"] - waited_before)  # fmt: skip
 
         self._learn(memo, state)
         self._answer_pending(memo, state, ctx)
-        if self._remaining_wall(state, ctx, memo) <= 0:
-            return decision([], f"wall-time budget spent ({(state.budget.wall_seconds + memo['wall_s']) / 60:.1f} of "
+        if self._remaining_wall(state, ctx, memo, 0.0) <= 0:
+            return decision([], f"wall-time budget spent ({state.budget.wall_seconds / 60:.1f} of "
                                 f"{ctx.task.budgets.wall_minutes:g} min, {memo['wall_s'] / 60:.1f} of them waiting "
                                 "on the LLM)", done=True)  # fmt: skip
         memo["messages"] = trim_history(memo["messages"], memo.get("keep", self.max_history))
@@ -565,7 +569,7 @@ class LLMPolicy:
                 completion = self.client.chat.completions.create(
                     model=self.model, messages=messages, tools=tools, tool_choice="auto",
                     temperature=self.temperature, extra_body=self.extra_body or None,
-                    timeout=max(1.0, min(self.timeout_s, self._remaining_wall(state, ctx, memo))),
+                    timeout=max(1.0, min(self.timeout_s, self._remaining_wall(state, ctx, memo, memo['wall_s'] - waited_before))),
                 )  # fmt: skip
                 memo["wall_s"] += time.monotonic() - t_req
                 if not completion.choices:
@@ -577,7 +581,7 @@ class LLMPolicy:
                     memo["wall_s"] += time.monotonic() - t_req
                 status = getattr(exc, "status_code", None)
                 wait = retry_after_seconds(getattr(getattr(exc, "response", None), "headers", None))
-                remaining = self._remaining_wall(state, ctx, memo)
+                remaining = self._remaining_wall(state, ctx, memo, memo['wall_s'] - waited_before)
                 if status in (429, 503) and wait is not None and waits < MAX_WAITS:
                     if wait < remaining:  # the endpoint says when: wait for it, the wait counts as LLM time
                         waits += 1

@@ -1,5 +1,5 @@
-"""`agent run` with the playbook on the twin meets the targets and leaves verified, evidenced commits; a run
-killed with SIGKILL mid-trial resumes without losing or repeating anything."""
+"""`agent run` with the playbook on the twin meets the targets and leaves verified, evidenced commits (a run
+killed with SIGKILL and resumed: test_kill_anywhere.py)."""
 
 from __future__ import annotations
 
@@ -202,39 +202,6 @@ def _server_pids(workspace: Path) -> set[int]:
     return {int(p) for p in out.stdout.split()}
 
 
-@pytest.mark.parametrize("kill_after_calls", [12])  # the engine fix's server is up, launched with pristine files
-def test_sigkill_mid_trial_then_resume(tmp_path, kill_after_calls):
-    task = stopping_at_the_targets(tmp_path, TASK)
-    proc = subprocess.Popen([sys.executable, "-c", "from agent.cli import app; app()", "run", str(task), "--policy",
-                             "playbook", "--run-id", "killed"], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-    trace = tmp_path / "runs" / "killed" / "trace.jsonl"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if trace.exists() and trace.read_text().count('"kind":"tool_call"') >= kill_after_calls:
-            break
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)  # the agent dies; the servers it started (own sessions) live on
-    proc.wait()
-    workspace = tmp_path / "runs" / "killed" / "workspace"
-    calls_before = [e for e in read_trace(trace) if e.kind == "tool_call"]
-    assert len(calls_before) >= kill_after_calls
-
-    resumed = agent(tmp_path, "resume", "killed")
-    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
-    check_finished_run(tmp_path / "runs" / "killed")
-    events = read_trace(trace)
-    calls = [e for e in events if e.kind == "tool_call"]
-    ids = Counter(c.call_id for c in calls)
-    assert all(n == 1 for n in ids.values()), [k for k, n in ids.items() if n > 1]  # nothing repeated
-    assert [c.call_id for c in calls[: len(calls_before)]] == [c.call_id for c in calls_before]  # nothing lost
-    assert any(e.kind == "note" and "resumed" in e.message for e in events)
-    summary = json.loads((tmp_path / "runs" / "killed" / "summary.json").read_text())
-    patches = [c["patch"] for c in summary["commits"]]
-    assert len(patches) == len(set(patches))
-    assert not _server_pids(workspace)  # the killed run's server was reaped, the resumed run's stopped
-
-
 @pytest.mark.parametrize("task", ["orion_mi300x", "vega_mi355x"])
 def test_playbook_solves_unseen_scenarios_unchanged(tmp_path, task):
     """Other model names, layer counts, MTP prefixes, unguarded headers in other kernel files, other MoE shapes
@@ -260,7 +227,8 @@ def test_playbook_fixes_the_new_defect_variants(tmp_path, task):
     short.write_text(f"extends: {REPO / 'tasks' / f'{task}.yaml'}\n"
                      "targets:\n  - {name: single_stream, metric: decode_tok_s, workload: single_stream, min: 100000}\n")
     proc = agent(tmp_path, "run", str(short), "--policy", "playbook", "--run-id", task)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    # the target is out of reach on purpose (only the stage where the defects are met runs): exit 3, missed
+    assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
     run_dir = tmp_path / "runs" / task
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["blocked"] == {}

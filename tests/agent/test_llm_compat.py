@@ -170,10 +170,12 @@ def test_a_long_retry_after_is_waited_and_counted_in_the_wall_budget(ctx: Policy
         d = p.decide(state := new_state(), ctx)
     assert slept == [300.0] and [c.tool for c in d.calls] == ["read_log"]
     assert d.memo["llm"]["wall_s"] >= 300 and d.memo["llm"]["errors"] == 0
+    assert d.wall_seconds >= 300  # the decision's wait, which the graph adds to the run's wall budget
     # the wait counts: with the tools' time the run's wall budget is now spent
     limit = ctx.task.budgets.wall_minutes * 60
-    later = advance(state, d)
-    later = later.model_copy(update={"budget": later.budget.model_copy(update={"wall_seconds": limit - 200})})
+    tools_time = state.model_copy(update={"budget": state.budget.model_copy(update={"wall_seconds": limit - 200})})
+    later = advance(tools_time, d)  # as the graph does: the budget gains the decision's wait
+    assert later.budget.wall_seconds >= limit + 100
     with ScriptedLLM([{"tool_calls": [("read_log", {})]}]) as server:
         end = policy(server, sleep=slept.append).decide(later, ctx)
     assert end.done and "wall-time budget spent" in end.rationale and server.requests == []

@@ -179,7 +179,7 @@ def test_llm_run_through_the_cli(tmp_path: Path) -> None:
         remaining = llm.remaining
     output = proc.stdout + proc.stderr
     assert not problems, problems
-    assert proc.returncode == 0, output
+    assert proc.returncode == 3, output  # the scripted model stops once MTP serves: targets missed, exit 3
     assert SECRET not in output
     run_dir = tmp_path / "runs" / RUN_ID
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -74,7 +74,8 @@ def advance(state: AgentState, decision: Decision, results: dict[str, dict[str, 
         observations.append(Observation(call_id=call.call_id, tool=call.tool, args=call.args, ok=res.get("ok", True),
                                         error=res.get("error"), result=res.get("result", {"summary": res.get("summary", "")}),
                                         step=state.step + 1))  # fmt: skip
-    budget = state.budget.model_copy(update={"llm_tokens": state.budget.llm_tokens + decision.llm_tokens})
+    budget = state.budget.model_copy(update={"llm_tokens": state.budget.llm_tokens + decision.llm_tokens,
+                                             "wall_seconds": state.budget.wall_seconds + decision.wall_seconds})
     return state.model_copy(update={"memo": decision.memo, "step": state.step + 1, "observations": observations,
                                     "budget": budget, "done": decision.done})  # fmt: skip
 

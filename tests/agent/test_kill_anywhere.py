@@ -1,0 +1,144 @@
+"""Kill anywhere: the agent SIGKILLed at random points of a run, then resumed, ends where an uninterrupted run of
+the same task ends: the same bests, the same commits (none twice), every recorded call once, one run_finished, and
+no process or container of the run left behind.
+
+The points are drawn from the uninterrupted run's own trace (a kill lands once the killed run's trace holds that
+many events), with a seeded generator: ``DAYZERO_KILL_SEED`` picks other points, ``DAYZERO_KILL_POINTS`` more of
+them (``python -m pytest tests/agent/test_kill_anywhere.py`` with ``DAYZERO_KILL_POINTS=20`` is the long version).
+Each point costs about one run, so the default keeps the suite short: one random point locally, one with Docker,
+and one fixed point where the engine fix's server is up with pristine files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agent.trace import read_trace
+from tests.agent.test_agent_run import _server_pids, agent, check_finished_run, stopping_at_the_targets
+
+REPO = Path(__file__).resolve().parents[2]
+TASK = REPO / "tasks" / "glm52_mi355x.yaml"
+DOCKER_TASK = REPO / "tasks" / "glm52_mi355x_docker.yaml"
+SEED = int(os.environ.get("DAYZERO_KILL_SEED", "0"))
+POINTS = int(os.environ.get("DAYZERO_KILL_POINTS", "1"))
+
+
+def _lines(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+def killed_then_resumed(root: Path, task: Path, run_id: str, *, events: int | None = None,
+                        tool_calls: int | None = None) -> Path:  # fmt: skip
+    """``agent run`` killed (SIGKILL, the whole process group) once its trace holds ``events`` events (or
+    ``tool_calls`` tool calls), then ``agent resume``d to the end."""
+    proc = subprocess.Popen([sys.executable, "-c", "from agent.cli import app; app()", "run", str(task), "--policy",
+                             "playbook", "--run-id", run_id], cwd=root, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    trace = root / "runs" / run_id / "trace.jsonl"
+    while proc.poll() is None:
+        if events is not None and _lines(trace) >= events:
+            break
+        if tool_calls is not None and trace.exists() and trace.read_text().count('"kind":"tool_call"') >= tool_calls:
+            break
+        time.sleep(0.02)
+    killed = proc.poll() is None
+    if killed:
+        os.killpg(proc.pid, signal.SIGKILL)  # the agent dies; the servers it started (own sessions) live on
+    proc.wait()
+    resumed = agent(root, "resume", run_id)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    return root / "runs" / run_id
+
+
+def end_state(run_dir: Path) -> dict:
+    """What an interruption must not change."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return {
+        "finish_reason": summary["finish_reason"],
+        "achieved": {k: v["achieved"] for k, v in summary["targets"].items()},
+        "commits": [c["title"] for c in summary["commits"]],
+        "best_flags": (summary.get("best_config") or {}).get("flags"),
+    }
+
+
+def check_clean(run_dir: Path) -> None:
+    events = read_trace(run_dir / "trace.jsonl")
+    kinds = Counter(e.kind for e in events)
+    assert kinds["run_started"] == 1 and kinds["run_finished"] == 1, kinds
+    ids = Counter(e.call_id for e in events if e.kind == "tool_call")
+    assert all(n == 1 for n in ids.values()), [k for k, n in ids.items() if n > 1]  # nothing done twice
+    patches = [c["patch"] for c in json.loads((run_dir / "summary.json").read_text())["commits"]]
+    assert len(patches) == len(set(patches))  # no patch committed twice
+    assert not _server_pids(run_dir / "workspace")  # the killed run's servers reaped, the resumed run's stopped
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> tuple[Path, dict, int]:
+    """An uninterrupted run of the task (stopping at its targets): its folder, end state and event count."""
+    root = tmp_path_factory.mktemp("reference")
+    task = stopping_at_the_targets(root, TASK)
+    proc = agent(root, "run", str(task), "--policy", "playbook", "--run-id", "ref")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run_dir = root / "runs" / "ref"
+    return run_dir, end_state(run_dir), _lines(run_dir / "trace.jsonl")
+
+
+def kill_points(total: int) -> list[int]:
+    rng = random.Random(SEED)
+    return sorted(rng.randint(2, total - 1) for _ in range(POINTS))
+
+
+@pytest.mark.parametrize("nth", range(POINTS))
+def test_killed_at_a_random_point_ends_as_an_uninterrupted_run(reference, tmp_path, nth):
+    _, expected, total = reference
+    point = kill_points(total)[nth]
+    run_dir = killed_then_resumed(tmp_path, stopping_at_the_targets(tmp_path, TASK), "killed", events=point)
+    assert end_state(run_dir) == expected, f"killed after {point} of {total} trace events (seed {SEED})"
+    check_clean(run_dir)
+
+
+def test_killed_while_the_engine_fix_is_up_with_pristine_files(reference, tmp_path):
+    """After 12 tool calls the engine fix's server is up, launched with the checkpoint's config as released."""
+    _, expected, _ = reference
+    run_dir = killed_then_resumed(tmp_path, stopping_at_the_targets(tmp_path, TASK), "killed", tool_calls=12)
+    events = read_trace(run_dir / "trace.jsonl")
+    assert any(e.kind == "note" and "resumed" in e.message for e in events)
+    assert end_state(run_dir) == expected
+    check_finished_run(run_dir)
+    check_clean(run_dir)
+
+
+def test_killed_in_docker_ends_as_an_uninterrupted_run(reference, tmp_path):
+    """The same with the twin in Docker containers: no container of the run survives."""
+    from sandboxes.docker import docker_available
+
+    if (why := docker_available()) is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the Docker tests: {why}")
+        pytest.skip(why)
+    _, expected, total = reference
+    point = random.Random(SEED + 1).randint(2, total - 1)
+    task = tmp_path / "docker_to_targets.yaml"  # the Docker task's sandbox on the default task, to its targets
+    sandbox = yaml.safe_load(DOCKER_TASK.read_text())["sandbox"]
+    task.write_text(yaml.safe_dump({"extends": str(TASK), "budgets": {"after_targets": {"node_hours": 0}},
+                                    "sandbox": sandbox}))  # fmt: skip
+    run_dir = killed_then_resumed(tmp_path, task, "killed-docker", events=point)
+    assert end_state(run_dir) == expected, f"killed after {point} of {total} trace events (seed {SEED})"
+    check_clean(run_dir)
+    leftover = subprocess.run(["docker", "ps", "-a", "--format", "{{.Names}} {{.Labels}}"], capture_output=True,
+                              text=True, check=True).stdout  # fmt: skip
+    assert "killed-docker" not in leftover, leftover
