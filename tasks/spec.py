@@ -74,6 +74,9 @@ class EngineSpec(Strict):
     tune_moe: list[str] = Field(min_length=1)
     ready_line: str = "The server is fired up and ready to roll!"
     startup_timeout_s: float = Field(1800, gt=0)
+    benchmark_timeout_s: float = Field(3600, gt=0, description=(
+        "wall seconds one benchmark run may take; past it the run is stopped, and so is the server (a hung "
+        "benchmark is usually a hung server): the next measurement launches it again"))
     env: dict[str, str] = {}
 
 
@@ -193,6 +196,19 @@ class ReportSpec(Strict):
         "tokens; unset: the report states that the cost needs a price instead of assuming one")  # fmt: skip
 
 
+class LLMSettings(Strict):
+    """How the LLM policy talks to its endpoint; the command line's ``--llm-*`` options override these."""
+
+    extra_body: dict[str, Any] = Field(default_factory=dict, description=(
+        "server-specific request fields sent with every chat completion (e.g. a vLLM or llama.cpp sampler "
+        "option); the openai SDK's extra_body"))
+    timeout_s: float = Field(120, gt=0, allow_inf_nan=False, description=(
+        "seconds to wait for one reply before it counts as a failed request (a hung endpoint)"))
+    tool_results_as: Literal["tool", "user"] = Field("tool", description=(
+        "how tool results go back: 'tool' messages (the OpenAI API), or one 'user' message per turn for servers "
+        "whose chat template drops tool messages"))
+
+
 class TaskSpec(Strict):
     name: str
     description: str = ""
@@ -209,6 +225,7 @@ class TaskSpec(Strict):
     search_space: SearchSpace = SearchSpace()
     budgets: Budgets = Budgets()
     report: ReportSpec = ReportSpec()  # optional: e.g. ``report: {gpu_hour_usd: 2.5}``
+    llm: LLMSettings = LLMSettings()  # optional: the LLM policy's endpoint settings
 
     @model_validator(mode="after")
     def _references(self) -> TaskSpec:

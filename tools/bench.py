@@ -116,12 +116,16 @@ def run_one(ctx: ToolContext, name: str, rate: float | None, duration_s: float |
     produced = ctx.sandbox.resolve(rel)
     produced.parent.mkdir(parents=True, exist_ok=True)
     argv, prompts = bench_argv(ctx, workload, rate, ctx.sandbox.command_path(rel), duration_s, seed, num_prompts)
-    result = ctx.sandbox.run(argv, env=ctx.engine_env(ctx.server.env), timeout_s=3600)
+    result = ctx.sandbox.run(argv, env=ctx.engine_env(ctx.server.env), timeout_s=ctx.engine.benchmark_timeout_s)
     out = ctx.run_dir / "bench" / f"{n:03d}-{name}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".log").write_text(result.stdout + result.stderr)
     if produced.exists():
         out.write_text(produced.read_text())
+    if result.timed_out:
+        _forget_server(ctx)
+        return None, (f"the benchmark did not finish within {ctx.engine.benchmark_timeout_s:g} s; the server is "
+                      "stopped too (launch it again to measure)"), Cost(wall_seconds=result.wall_seconds)  # fmt: skip
     if result.exit_code != 0 or not out.exists():
         err = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
         if not _answers(ctx.server.handle.base_url):  # e.g. its warm-up found no server: it died before
@@ -180,7 +184,8 @@ class BenchInput(ToolInput):
 
 class BenchResult(ToolResult):
     runs: list[BenchMetrics] = []
-    server_lost: bool = Field(False, description="the server died during a run: launch it again to measure")
+    server_lost: bool = Field(False, description=(
+        "the server died or hung during a run and is gone: launch it again to measure"))
 
 
 def _need_server(ctx: ToolContext, workload: str) -> str | None:
@@ -201,7 +206,7 @@ def run_benchmark(ctx: ToolContext, args: BenchInput) -> BenchResult:
         metrics, err, c = run_one(ctx, args.workload, rate, args.duration_s, num_prompts=args.num_prompts)
         cost = _add(cost, c)
         if metrics is None:
-            return BenchResult(ok=False, runs=runs, summary=err, cost=cost, server_lost=err.startswith(SERVER_LOST))
+            return BenchResult(ok=False, runs=runs, summary=err, cost=cost, server_lost=ctx.server is None)
         runs.append(metrics)
     last = runs[-1]
     return BenchResult(runs=runs, cost=cost, summary=(
@@ -235,7 +240,8 @@ class KneeResult(ToolResult):
     ttft_p99_ms: float | None = Field(None, description="at the knee, the highest of the seeds' TTFT p99")
     seeds: list[int] = []
     first_failing_rate: float | None = None
-    server_lost: bool = Field(False, description="the server died during a run: launch it again to measure")
+    server_lost: bool = Field(False, description=(
+        "the server died or hung during a run and is gone: launch it again to measure"))
     stopped_by_budget: bool = Field(False, description="max_node_hours ran out before the bracket closed")
     runs: list[BenchMetrics] = []
 
@@ -287,7 +293,7 @@ def find_knee(ctx: ToolContext, args: KneeInput) -> KneeResult:
     def failed() -> KneeResult:
         why = errors[-1] if errors else "a benchmark run failed"
         return KneeResult(ok=False, runs=list(results.values()), cost=cost, seeds=seeds, summary=why,
-                          server_lost=why.startswith(SERVER_LOST))  # fmt: skip
+                          server_lost=ctx.server is None)  # fmt: skip
 
     try:
         lo, hi = _search(args, seeds, ok, lambda: sorted(r for (r, s) in results if s == seeds[0]))
