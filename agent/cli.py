@@ -120,6 +120,17 @@ def _print_summary(run_dir: Path) -> int:
     return code
 
 
+def _json_object(text: str, option: str) -> dict:
+    """A command-line JSON object, or ValueError in one line."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{option}: not JSON ({exc.msg} at character {exc.pos})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{option}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
 @app.command(epilog=EXIT_CODES)
 def run(
     task: Path = typer.Argument(..., help="task file (YAML), e.g. one of tasks/*.yaml"),
@@ -127,6 +138,12 @@ def run(
     policy: str = typer.Option("auto", help="auto | playbook | llm | replay"),
     llm_model: str = typer.Option(None, help="model name at the OpenAI-compatible endpoint"),
     llm_base_url: str = typer.Option(None, help="OpenAI-compatible endpoint (key from OPENAI_API_KEY)"),
+    llm_extra_body: str = typer.Option(None, help="a JSON object of server-specific request fields for the LLM "
+                                       "endpoint (over the task's llm.extra_body)"),
+    llm_timeout: float = typer.Option(None, min=0.001, help="seconds to wait for one LLM reply (default: the "
+                                      "task's llm.timeout_s, 120)"),
+    llm_tool_results: str = typer.Option(None, help="tool | user: how tool results go back to the LLM (user: for "
+                                         "servers whose chat template drops tool messages)"),
     max_trials: int = typer.Option(None, min=1, help="at most this many launches (default: the task's budget)"),
     run_id: str = typer.Option(None, help="name the run, a plain name: letters, digits, '.', '_', '-' "
                                "(default: task-timestamp)"),
@@ -157,8 +174,10 @@ def run(
         priors = [str(RUNS / p) if (RUNS / p).is_dir() else p for p in prior or []]
         for p in priors:  # checked before the run exists: a bad prior leaves nothing behind
             load_prior(Path(p), spec, task)
+        extra_body = _json_object(llm_extra_body, "--llm-extra-body") if llm_extra_body else None
         options = RunOptions(run_id=run_id or new_run_id(spec), task_path=str(task.resolve()), sandbox=sandbox,
                              policy=policy, llm_model=llm_model, llm_base_url=llm_base_url, max_trials=max_trials,
+                             llm_extra_body=extra_body, llm_timeout_s=llm_timeout, llm_tool_results=llm_tool_results,
                              replay_trace=str(replay.resolve()) if replay else None, replay_note=note,
                              executor=executor, ray_address=ray_address,
                              prior=[str(Path(p).resolve()) for p in priors])  # fmt: skip

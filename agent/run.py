@@ -77,6 +77,9 @@ class RunOptions(BaseModel):
     policy: str = "auto"
     llm_model: str | None = None
     llm_base_url: str | None = None
+    llm_extra_body: dict[str, Any] | None = None  # --llm-extra-body: over the task's llm.extra_body
+    llm_timeout_s: float | None = None  # --llm-timeout: over the task's llm.timeout_s
+    llm_tool_results: str | None = None  # --llm-tool-results: over the task's llm.tool_results_as
     max_trials: int | None = None
     replay_trace: str | None = None
     replay_note: str | None = None  # a forced replay of another task's trace: recorded in the run's trace
@@ -192,7 +195,7 @@ class Run:
                         cost={"wall_seconds": event.wall_seconds, "simulated_seconds": event.simulated_seconds,
                               "node_hours": event.node_hours or 0.0})  # fmt: skip
         runner = ToolRunner(ctx, on_call=lambda rec: trace.emit("tool_call", **rec.trace_fields()))
-        policy = make_policy(options)
+        policy = make_policy(options, task)
         if options.parent is not None:
             from .policies.replay import ForkPolicy
 
@@ -312,7 +315,7 @@ def preflight(options: RunOptions, runs_dir: Path = RUNS_DIR, fresh: bool = True
     from .policies.factory import PolicyError, make_policy
 
     try:
-        make_policy(options)
+        make_policy(options, task)
     except PolicyError as exc:
         raise RunError(str(exc)) from None
     check_runs_folder(runs_dir)

@@ -14,8 +14,9 @@ class PolicyError(ValueError):
     """A policy that cannot be made from these options; the message is one line."""
 
 
-def make_policy(options) -> Policy:
-    """``auto``: the LLM when a model and a key (or a local endpoint) are configured, else the playbook."""
+def make_policy(options, task=None) -> Policy:
+    """``auto``: the LLM when a model and a key (or a local endpoint) are configured, else the playbook. The LLM's
+    endpoint settings are the task's ``llm`` section with the command line's ``--llm-*`` options over them."""
     name = options.policy
     if name == "auto":
         configured = options.llm_model and (os.environ.get("OPENAI_API_KEY") or options.llm_base_url)
@@ -29,8 +30,15 @@ def make_policy(options) -> Policy:
 
         if not options.llm_model:
             raise PolicyError("--policy llm needs --llm-model (and --llm-base-url for a non-OpenAI endpoint)")
+        settings = getattr(task, "llm", None)
+        extra = {**(settings.extra_body if settings else {}), **(getattr(options, "llm_extra_body", None) or {})}
+        timeout = getattr(options, "llm_timeout_s", None) or (settings.timeout_s if settings else 120)
+        results_as = getattr(options, "llm_tool_results", None) or (settings.tool_results_as if settings else "tool")
+        if results_as not in ("tool", "user"):
+            raise PolicyError(f"--llm-tool-results {results_as!r}: choose tool or user")
         try:
-            return LLMPolicy(model=options.llm_model, base_url=options.llm_base_url)
+            return LLMPolicy(model=options.llm_model, base_url=options.llm_base_url, extra_body=extra or None,
+                             timeout_s=timeout, tool_results_as=results_as)  # fmt: skip
         except ValueError as exc:  # no API key for a remote endpoint
             raise PolicyError(str(exc).removeprefix("LLMPolicy: ")) from None
     if name == "replay":
