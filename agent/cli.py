@@ -191,6 +191,14 @@ def run(
     _execute(the_run, resume=False)
 
 
+def _finished(run_dir: Path) -> bool:
+    """Whether the run's trace records its end (written last: a run killed just before it resumes to finish)."""
+    from .trace import iter_trace
+
+    trace = run_dir / "trace.jsonl"
+    return trace.exists() and any(e.kind == "run_finished" for e in iter_trace(trace))
+
+
 @app.command(epilog=EXIT_CODES)
 def resume(run_id: str = typer.Argument(..., help="a run under runs/")) -> None:
     """Continue a run that was interrupted or killed, without repeating a finished trial or commit. A run that
@@ -200,7 +208,7 @@ def resume(run_id: str = typer.Argument(..., help="a run under runs/")) -> None:
     try:
         check_run_id(run_id)
         summary = RUNS / run_id / "summary.json"
-        if summary.exists():
+        if summary.exists() and _finished(RUNS / run_id):
             code, words = _outcome(json.loads(summary.read_text()))
             console.print(Text(f"run {run_id} finished already: {words}; nothing to resume (exit code {code})"),
                           soft_wrap=True)  # fmt: skip

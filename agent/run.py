@@ -34,7 +34,7 @@ from tools.server import flags_to_argv
 from .outcomes import ExitCode, classify
 from .policies.base import Policy, PolicyContext
 from .state import AgentState, Best, Budget, Call
-from .trace import TraceWriter, read_trace
+from .trace import TraceWriter, iter_trace, read_trace
 
 RUNS_DIR = Path("runs")
 MIN_FREE_MB_ENV = "DAYZERO_MIN_FREE_MB"  # free space the runs folder needs before a run starts (default below)
@@ -257,7 +257,9 @@ class Run:
         for name, script in (("launch.sh", launch_script), ("bench.sh", bench_script)):
             (self.run_dir / name).write_text(script(self, state))
             (self.run_dir / name).chmod(0o755)  # runnable as ./launch.sh, as the README says
-        self.trace.emit("run_finished", status=state.finish_reason or "finished", summary=summary)
+        # once per run: a run killed after this line and before the graph's last checkpoint finishes again on resume
+        if not any(e.kind == "run_finished" for e in iter_trace(self.run_dir / "trace.jsonl")):
+            self.trace.emit("run_finished", status=state.finish_reason or "finished", summary=summary)
         self.sandbox.close()
         self.ctx.executor.close()
         return summary

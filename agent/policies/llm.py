@@ -629,7 +629,9 @@ class LLMPolicy:
         wire_calls: list[dict[str, Any]] = []
         refused: dict[str, str] = {}
         finish: tuple[str, dict[str, Any]] | None = None
-        seen: set[str] = set()
+        # ids already used in this run, this turn's included: a model that reuses an id from an earlier turn would
+        # otherwise be answered with that turn's recorded result (the trace keys results by id)
+        seen: set[str] = set(memo.setdefault("call_ids", []))
         for i, tc in enumerate(message.tool_calls or []):
             fn, custom = getattr(tc, "function", None), getattr(tc, "custom", None)
             if fn is not None:
@@ -644,6 +646,7 @@ class LLMPolicy:
             while call_id in seen:  # a duplicate id would make the replies ambiguous
                 call_id = f"{call_id}_{i}"
             seen.add(call_id)
+            memo["call_ids"].append(call_id)
             if len(raw) > self.max_reply_chars:
                 refused[call_id] = f"not run: its arguments are {len(raw)} characters, over the cap of " \
                                    f"{self.max_reply_chars}"  # fmt: skip

@@ -142,3 +142,30 @@ def test_killed_in_docker_ends_as_an_uninterrupted_run(reference, tmp_path):
     leftover = subprocess.run(["docker", "ps", "-a", "--format", "{{.Names}} {{.Labels}}"], capture_output=True,
                               text=True, check=True).stdout  # fmt: skip
     assert "killed-docker" not in leftover, leftover
+
+
+def test_killed_between_the_summary_and_the_end_of_the_trace(copy_of_finished_run):
+    """The last moments of a run: summary.json written, the trace's run_finished and the last checkpoint not. The
+    run is not taken as finished; resume finishes it, with one run_finished."""
+    import sqlite3
+
+    from tests.agent.conftest import FINISHED_RUN_ID
+
+    run_dir = copy_of_finished_run / "runs" / FINISHED_RUN_ID
+    trace = run_dir / "trace.jsonl"
+    lines = trace.read_text().splitlines(keepends=True)
+    assert '"kind":"run_finished"' in lines[-1]
+    trace.write_text("".join(lines[:-1]))
+    con = sqlite3.connect(run_dir / "checkpoints.sqlite")
+    with con:  # the finish node's checkpoint never made it to disk
+        last = con.execute("SELECT checkpoint_id FROM checkpoints ORDER BY checkpoint_id DESC LIMIT 1").fetchone()[0]
+        con.execute("DELETE FROM checkpoints WHERE checkpoint_id = ?", (last,))
+        con.execute("DELETE FROM writes WHERE checkpoint_id = ?", (last,))
+    con.close()
+    resumed = agent(copy_of_finished_run, "resume", FINISHED_RUN_ID)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert "finished already" not in resumed.stdout
+    kinds = Counter(e.kind for e in read_trace(trace))
+    assert kinds["run_finished"] == 1
+    again = agent(copy_of_finished_run, "resume", FINISHED_RUN_ID)  # now it is finished, and says so
+    assert again.returncode == 0 and "finished already" in again.stdout

@@ -243,3 +243,18 @@ def test_the_search_layers_view_in_the_system_prompt(ctx: PolicyContext):
     text = system_message(state, ctx, memo)
     assert "decode share, 45 % of GPU time" in text and "(out_of_memory)" in text
     assert "TPE's proposal" in text  # single_stream has no best yet
+
+
+def test_an_id_reused_in_a_later_turn_gets_its_own(ctx: PolicyContext):
+    """The trace keys results by call id: a model that reuses an earlier turn's id must not be answered with that
+    turn's recorded result (after a resume), so the policy gives the new call its own id, on the wire too."""
+    with ScriptedLLM([{"tool_calls": [("read_log", {}, "dup")]}, {"tool_calls": [("read_file", {"path": "a"}, "dup")]},
+                      {"tool_calls": [("read_log", {})]}]) as server:  # fmt: skip
+        p = policy(server)
+        d1 = p.decide(state := new_state(), ctx)
+        d2 = p.decide(state := advance(state, d1), ctx)
+        p.decide(advance(state, d2), ctx)
+    assert d1.calls[0].call_id == "dup" and d2.calls[0].call_id != "dup"
+    sent = [tc["id"] for m in server.requests[2]["messages"] if m["role"] == "assistant" for tc in m.get("tool_calls", [])]
+    replied = [m["tool_call_id"] for m in server.requests[2]["messages"] if m["role"] == "tool"]
+    assert sent == ["dup", d2.calls[0].call_id] and replied == sent  # each call answered under its own id
