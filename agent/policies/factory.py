@@ -6,12 +6,27 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
 from .base import Policy
 
 
 class PolicyError(ValueError):
     """A policy that cannot be made from these options; the message is one line."""
+
+
+_SECRET_QUERY = ("key", "token", "secret", "password", "auth", "signature", "sig")
+
+
+def _credentials_in(url: str) -> str | None:
+    """What secret a base URL carries (user:password@, or a key-like query parameter), if any."""
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        return "credentials (user:password@)"
+    names = [name for name, _ in parse_qsl(parts.query, keep_blank_values=True)]
+    if leaked := [n for n in names if any(w in n.lower().replace("-", "_") for w in _SECRET_QUERY)]:
+        return f"a secret query parameter ({leaked[0]})"
+    return None
 
 
 def make_policy(options, task=None) -> Policy:
@@ -30,6 +45,9 @@ def make_policy(options, task=None) -> Policy:
 
         if not options.llm_model:
             raise PolicyError("--policy llm needs --llm-model (and --llm-base-url for a non-OpenAI endpoint)")
+        if options.llm_base_url and (why := _credentials_in(options.llm_base_url)):
+            raise PolicyError(f"--llm-base-url holds {why}: the run records its URL, so give the key in "
+                              "OPENAI_API_KEY instead")  # fmt: skip
         settings = getattr(task, "llm", None)
         extra = {**(settings.extra_body if settings else {}), **(getattr(options, "llm_extra_body", None) or {})}
         timeout = getattr(options, "llm_timeout_s", None) or (settings.timeout_s if settings else 120)

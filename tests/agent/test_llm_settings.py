@@ -48,3 +48,13 @@ def test_bad_settings_are_refused_in_one_line(tmp_path):
                      "--run-id", "x")  # fmt: skip
     assert proc.returncode == 2 and "--llm-extra-body: expected a JSON object" in proc.stdout
     assert not (tmp_path / "runs" / "x").exists()
+
+
+@pytest.mark.parametrize("url", ["http://user:sk-123@127.0.0.1:9/v1", "https://api.example.com/v1?api-key=sk-123",
+                                 "https://x.example.com/v1?access_token=abc"])  # fmt: skip
+def test_a_base_url_carrying_a_secret_is_refused_before_the_run(tmp_path, url):
+    with pytest.raises(PolicyError, match="OPENAI_API_KEY"):
+        make_policy(options(llm_base_url=url), load_task(DEFAULT_TASK))
+    proc = run_agent(tmp_path, "run", str(DEFAULT_TASK), "--policy", "llm", "--llm-model", "m", "--llm-base-url", url,
+                     "--run-id", "x")  # fmt: skip
+    assert proc.returncode == 2 and "sk-123" not in proc.stdout + proc.stderr and not (tmp_path / "runs").exists()
