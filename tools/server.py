@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
+from . import flag_schema
 from .base import Cost, ToolInput, ToolResult, tool
 from .context import ServerState, ToolContext
 from .diagnose import Diagnosis, MoEShape, classify, moe_fallbacks, workspace_relative
@@ -75,7 +76,8 @@ class LaunchInput(ToolInput):
 
 
 class LaunchResult(ToolResult):
-    status: Literal["up", "crashed", "timeout"]
+    status: Literal["up", "crashed", "timeout"] | None = Field(None, description=(
+        "how the launch ended; None: not launched (flags the engine's parser refuses)"))
     endpoint: str | None = None
     startup_seconds: float | None = Field(None, description="simulated on the twin, wall on a real node")
     simulated: bool = False
@@ -113,10 +115,20 @@ def _stop_current(ctx: ToolContext) -> None:
         ctx.server = None
 
 
+def refused_flags(ctx: ToolContext, flags: dict[str, FlagValue]) -> list[str]:
+    """What the engine's argument parser (read from its source in the workspace) would refuse in ``flags``."""
+    parser = flag_schema.find_parser(list(ctx.repos.values()))
+    schema = flag_schema.load_schema(parser) if parser else None
+    return flag_schema.problems(schema, flags) if schema else []
+
+
 @tool
 def launch_server(ctx: ToolContext, args: LaunchInput) -> LaunchResult:
     """Start the engine with these flags and environment (stopping any server this run started) and wait
-    until it is ready, has crashed, or timed out. A crash comes back with its log tail and a diagnosis."""
+    until it is ready, has crashed, or timed out. A crash comes back with its log tail and a diagnosis. Flags
+    the engine's own argument parser would refuse are refused before anything starts."""
+    if refused := refused_flags(ctx, args.flags):
+        return LaunchResult(ok=False, summary="not launched: " + "; ".join(refused))
     _stop_current(ctx)
     ctx.sandbox.trial = ctx.trial + 1
     port = ctx.sandbox.free_port()

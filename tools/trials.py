@@ -178,7 +178,7 @@ def _run_trial(job: TrialJob, task, gpu_ids: list[int] | None) -> TrialOutcome:
         launched = launch_server(ctx, LaunchInput(flags=spec.flags, env=env))
         cost = launched.cost
         if launched.status != "up":
-            return TrialOutcome(job_id=job.job_id, spec=spec, status=launched.status, gpus=gpus_of(spec.flags),
+            return TrialOutcome(job_id=job.job_id, spec=spec, status=launched.status or "crashed", gpus=gpus_of(spec.flags),
                                 diagnosis=launched.diagnosis.summary if launched.diagnosis else None,
                                 summary=launched.summary, cost=cost)  # fmt: skip
         served = None
