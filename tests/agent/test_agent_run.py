@@ -143,7 +143,8 @@ def check_handover_reproduces(run_dir: Path, summary: dict, out: Path) -> None:
 def check_replay(tmp_path: Path, task_file: Path, run_id: str, summary: dict) -> None:
     replay = agent(tmp_path, "run", str(task_file), "--policy", "replay", "--replay", f"runs/{run_id}/trace.jsonl",
                    "--run-id", "again")  # fmt: skip
-    assert replay.returncode == 0, replay.stdout[-2000:] + replay.stderr[-2000:]
+    # the replay ends as the run did: its target out of reach on purpose, exit 3
+    assert replay.returncode == summary["outcome"]["exit_code"] == 3, replay.stdout[-2000:] + replay.stderr[-2000:]
 
     def calls(run: str):  # the run id (in commit patch ids) is the only thing that differs
         return [(e.tool, {k: v for k, v in e.input.items() if k != "patch_id"})
