@@ -9,20 +9,10 @@ from pathlib import Path
 import pytest
 
 from tasks.spec import TaskError, load_task
+from tests.tasks.test_spec import BASE  # a minimal valid task
 
 REPO = Path(__file__).resolve().parents[2]
 
-BASE = """\
-name: t
-model: {name: m, architecture: A, quantization: mxfp4}
-hardware: {accelerator: X, gpus: 8}
-engines:
-  twin: {launch: [a], benchmark: [b], tune_moe: [c]}
-workloads:
-  w: {dataset: random-ids}
-targets:
-  - {name: speed, metric: decode_tok_s, workload: w, min: 10}
-"""
 
 
 def write(path: Path, text: str) -> Path:
