@@ -678,9 +678,14 @@ class LLMPolicy:
             memo["echo"] = 0
         memo["last_turn"] = {"calls": turn, "context": context}
         if memo["echo"] >= ECHO_LIMIT:
-            why = (f"the model made the same call ({_calls_summary(calls)[:200]}) {memo['echo'] + 1} times in a row, "
-                   "each right after its result: the server does not seem to show tool results to the model (its chat "
-                   "format may drop role 'tool' messages); try tool_results_as='user' or another chat format")  # fmt: skip
+            why = f"the model made the same call ({_calls_summary(calls)[:200]}) {memo['echo'] + 1} times in a row, "
+            if self.tool_results_as == "user":  # every chat format renders user messages: it saw them
+                why += ("each right after its result, which it was sent as a user message: the model does not act on "
+                        "tool results")  # fmt: skip
+            else:
+                why += ("each right after its result: the server does not seem to show tool results to the model (its "
+                        "chat format may drop role 'tool' messages); try --llm-tool-results user (task: "
+                        "llm.tool_results_as: user) or another chat format")  # fmt: skip
             self._note(ctx, step, why, level="error")
             memo["pending"] = [w["id"] for w in wire_calls]
             memo["synthetic"] = {w["id"]: json.dumps({"ok": False, "error": "not run: " + why}) for w in wire_calls}

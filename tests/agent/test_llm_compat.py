@@ -258,3 +258,16 @@ def test_an_id_reused_in_a_later_turn_gets_its_own(ctx: PolicyContext):
     sent = [tc["id"] for m in server.requests[2]["messages"] if m["role"] == "assistant" for tc in m.get("tool_calls", [])]
     replied = [m["tool_call_id"] for m in server.requests[2]["messages"] if m["role"] == "tool"]
     assert sent == ["dup", d2.calls[0].call_id] and replied == sent  # each call answered under its own id
+
+
+def test_a_model_that_ignores_results_sent_as_user_messages_is_named_for_what_it_is(ctx: PolicyContext):
+    """With results sent as user messages (which every chat format renders) a repeated call is the model's, not
+    the server's: the line says so instead of suggesting the switch already made (Gemma 3 270M did this)."""
+    with ScriptedLLM([{"tool_calls": [("read_log", {})]}] * 5) as server:
+        p, state = policy(server, tool_results_as="user"), new_state()
+        for _ in range(5):
+            d = p.decide(state, ctx)
+            state = advance(state, d)
+            if d.done:
+                break
+    assert d.done and "does not act on tool results" in d.rationale and "--llm-tool-results" not in d.rationale

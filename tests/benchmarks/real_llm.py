@@ -122,6 +122,7 @@ def report(run_dir: Path) -> dict[str, Any]:
     calls = [e for e in events if e["kind"] == "tool_call"]
     notes = [e["message"] for e in events if e["kind"] == "note" and e.get("level") in ("warning", "error")]
     hidden = any("does not seem to show tool results" in n for n in notes)
+    ignored = any("does not act on tool results" in n for n in notes)
     summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
     return {
         "run": str(run_dir),
@@ -135,6 +136,7 @@ def report(run_dir: Path) -> dict[str, Any]:
         "tool_calls_ok": sum(1 for e in calls if e.get("ok")),
         "tool_results_sent": len(sent) + len(as_user),
         "tool_results_reached_the_model": "no (the model repeated its call after the result)" if hidden
+        else "yes, as user messages (every chat format renders them); the model repeated its call anyway" if ignored
         else "not contradicted (no call repeated right after its result)",
         "policy_notes": notes,
         "finish_reason": summary.get("finish_reason"),
@@ -156,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", default=str(CACHE / "runs"), help="where runs/<run-id>/ goes")
     ap.add_argument("--timeout-min", type=float, default=40, help="the agent run is stopped after this long")
     ap.add_argument("--report-only", metavar="RUN_DIR", help="read an earlier run's trace again and stop")
+    ap.add_argument("--tool-results", choices=["tool", "user"], default="tool",
+                    help="how tool results go back to the model (agent run --llm-tool-results)")
     args = ap.parse_args(argv)
     if args.report_only:
         print(json.dumps(report(Path(args.report_only)), indent=2))
@@ -174,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         env.pop("OPENAI_API_KEY", None)
         cmd = [sys.executable, "-c", "from agent.cli import app; app()", "run", args.task, "--policy", "llm",
                "--llm-model", "gemma", "--llm-base-url", f"http://127.0.0.1:{port}/v1", "--run-id", run_id,
-               "--max-trials", str(args.max_trials)]  # fmt: skip
+               "--max-trials", str(args.max_trials), "--llm-tool-results", args.tool_results]  # fmt: skip
         print("running:", " ".join(cmd[3:]), flush=True)
         try:
             proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True,
