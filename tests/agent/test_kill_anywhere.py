@@ -5,8 +5,8 @@ no process or container of the run left behind.
 The points are drawn from the uninterrupted run's own trace (a kill lands once the killed run's trace holds that
 many events), with a seeded generator: ``DAYZERO_KILL_SEED`` picks other points, ``DAYZERO_KILL_POINTS`` more of
 them (``python -m pytest tests/agent/test_kill_anywhere.py`` with ``DAYZERO_KILL_POINTS=20`` is the long version).
-Each point costs about one run, so the default keeps the suite short: one random point locally, one with Docker,
-and one fixed point where the engine fix's server is up with pristine files.
+Each point costs about one run, so the default keeps the suite short: one random point locally (whose run is then
+also cut between its summary and the end of its trace, and resumed again) and one with Docker.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import json
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -25,7 +26,7 @@ import pytest
 import yaml
 
 from agent.trace import read_trace
-from tests.agent.test_agent_run import _server_pids, agent, check_finished_run, stopping_at_the_targets
+from tests.agent.test_agent_run import _server_pids, agent, stopping_at_the_targets
 
 REPO = Path(__file__).resolve().parents[2]
 TASK = REPO / "tasks" / "glm52_mi355x.yaml"
@@ -41,18 +42,15 @@ def _lines(path: Path) -> int:
         return 0
 
 
-def killed_then_resumed(root: Path, task: Path, run_id: str, *, events: int | None = None,
-                        tool_calls: int | None = None) -> Path:  # fmt: skip
-    """``agent run`` killed (SIGKILL, the whole process group) once its trace holds ``events`` events (or
-    ``tool_calls`` tool calls), then ``agent resume``d to the end."""
+def killed_then_resumed(root: Path, task: Path, run_id: str, *, events: int) -> Path:
+    """``agent run`` killed (SIGKILL, the whole process group) once its trace holds ``events`` events, then
+    ``agent resume``d to the end."""
     proc = subprocess.Popen([sys.executable, "-c", "from agent.cli import app; app()", "run", str(task), "--policy",
                              "playbook", "--run-id", run_id], cwd=root, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     trace = root / "runs" / run_id / "trace.jsonl"
     while proc.poll() is None:
-        if events is not None and _lines(trace) >= events:
-            break
-        if tool_calls is not None and trace.exists() and trace.read_text().count('"kind":"tool_call"') >= tool_calls:
+        if _lines(trace) >= events:
             break
         time.sleep(0.02)
     killed = proc.poll() is None
@@ -109,17 +107,30 @@ def test_killed_at_a_random_point_ends_as_an_uninterrupted_run(reference, tmp_pa
     run_dir = killed_then_resumed(tmp_path, stopping_at_the_targets(tmp_path, TASK), "killed", events=point)
     assert end_state(run_dir) == expected, f"killed after {point} of {total} trace events (seed {SEED})"
     check_clean(run_dir)
+    if nth == 0:
+        killed_between_the_summary_and_the_end_of_the_trace(tmp_path, "killed")
 
 
-def test_killed_while_the_engine_fix_is_up_with_pristine_files(reference, tmp_path):
-    """After 12 tool calls the engine fix's server is up, launched with the checkpoint's config as released."""
-    _, expected, _ = reference
-    run_dir = killed_then_resumed(tmp_path, stopping_at_the_targets(tmp_path, TASK), "killed", tool_calls=12)
-    events = read_trace(run_dir / "trace.jsonl")
-    assert any(e.kind == "note" and "resumed" in e.message for e in events)
-    assert end_state(run_dir) == expected
-    check_finished_run(run_dir)
-    check_clean(run_dir)
+def killed_between_the_summary_and_the_end_of_the_trace(root: Path, run_id: str) -> None:
+    """The last moments of a run: summary.json written, the trace's run_finished and the last checkpoint not. The
+    run is not taken as finished; resume finishes it, with one run_finished."""
+    run_dir = root / "runs" / run_id
+    trace = run_dir / "trace.jsonl"
+    lines = trace.read_text().splitlines(keepends=True)
+    assert '"kind":"run_finished"' in lines[-1]
+    trace.write_text("".join(lines[:-1]))
+    con = sqlite3.connect(run_dir / "checkpoints.sqlite")
+    with con:  # the finish node's checkpoint never made it to disk
+        last = con.execute("SELECT checkpoint_id FROM checkpoints ORDER BY checkpoint_id DESC LIMIT 1").fetchone()[0]
+        con.execute("DELETE FROM checkpoints WHERE checkpoint_id = ?", (last,))
+        con.execute("DELETE FROM writes WHERE checkpoint_id = ?", (last,))
+    con.close()
+    resumed = agent(root, "resume", run_id)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert "finished already" not in resumed.stdout
+    assert Counter(e.kind for e in read_trace(trace))["run_finished"] == 1
+    again = agent(root, "resume", run_id)  # now it is finished, and says so
+    assert again.returncode == 0 and "finished already" in again.stdout
 
 
 def test_killed_in_docker_ends_as_an_uninterrupted_run(reference, tmp_path):
@@ -143,29 +154,3 @@ def test_killed_in_docker_ends_as_an_uninterrupted_run(reference, tmp_path):
                               text=True, check=True).stdout  # fmt: skip
     assert "killed-docker" not in leftover, leftover
 
-
-def test_killed_between_the_summary_and_the_end_of_the_trace(copy_of_finished_run):
-    """The last moments of a run: summary.json written, the trace's run_finished and the last checkpoint not. The
-    run is not taken as finished; resume finishes it, with one run_finished."""
-    import sqlite3
-
-    from tests.agent.conftest import FINISHED_RUN_ID
-
-    run_dir = copy_of_finished_run / "runs" / FINISHED_RUN_ID
-    trace = run_dir / "trace.jsonl"
-    lines = trace.read_text().splitlines(keepends=True)
-    assert '"kind":"run_finished"' in lines[-1]
-    trace.write_text("".join(lines[:-1]))
-    con = sqlite3.connect(run_dir / "checkpoints.sqlite")
-    with con:  # the finish node's checkpoint never made it to disk
-        last = con.execute("SELECT checkpoint_id FROM checkpoints ORDER BY checkpoint_id DESC LIMIT 1").fetchone()[0]
-        con.execute("DELETE FROM checkpoints WHERE checkpoint_id = ?", (last,))
-        con.execute("DELETE FROM writes WHERE checkpoint_id = ?", (last,))
-    con.close()
-    resumed = agent(copy_of_finished_run, "resume", FINISHED_RUN_ID)
-    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
-    assert "finished already" not in resumed.stdout
-    kinds = Counter(e.kind for e in read_trace(trace))
-    assert kinds["run_finished"] == 1
-    again = agent(copy_of_finished_run, "resume", FINISHED_RUN_ID)  # now it is finished, and says so
-    assert again.returncode == 0 and "finished already" in again.stdout
