@@ -32,6 +32,34 @@ def finished_run_root(tmp_path_factory) -> Path:
     return root
 
 
+SHORT_RUN_ID = "short"
+
+
+@pytest.fixture(scope="session")
+def short_run_root(tmp_path_factory) -> Path:
+    """A folder whose ``runs/short`` holds a finished playbook run of the default task stopped at its targets
+    (nothing spent after them): the reference of tests that re-run a whole run (kill and resume, replay, an LLM
+    taking the playbook's path), half the length of the full run. Read-only, like :func:`finished_run_root`."""
+    root = tmp_path_factory.mktemp("short")
+    task = root / "to_targets.yaml"
+    task.write_text(f"extends: {DEFAULT_TASK}\nbudgets:\n  after_targets: {{node_hours: 0}}\n")
+    proc = run_agent(root, "run", str(task), "--policy", "playbook", "--run-id", SHORT_RUN_ID)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return root
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks into the node ids
+def pytest_collection_modifyitems(config, items):
+    """Tests that share a run fixture go to one xdist worker (``--dist loadgroup``), so each run is made once,
+    not once per worker."""
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        for fixture, group in (("finished_run_root", "finished-run"), ("short_run_root", "short-run")):
+            if fixture in names:
+                item.add_marker(pytest.mark.xdist_group(group))
+                break
+
+
 @pytest.fixture
 def copy_of_finished_run(finished_run_root, tmp_path) -> Path:
     """A private copy of the finished run's folder (cwd with ``runs/e2e``) that a test may write into."""

@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from agent.trace import read_trace
+from tests.agent.conftest import SHORT_RUN_ID
 from tests.agent.test_agent_run import _server_pids, agent, stopping_at_the_targets
 
 REPO = Path(__file__).resolve().parents[2]
@@ -84,14 +85,11 @@ def check_clean(run_dir: Path) -> None:
     assert not _server_pids(run_dir / "workspace")  # the killed run's servers reaped, the resumed run's stopped
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> tuple[Path, dict, int]:
-    """An uninterrupted run of the task (stopping at its targets): its folder, end state and event count."""
-    root = tmp_path_factory.mktemp("reference")
-    task = stopping_at_the_targets(root, TASK)
-    proc = agent(root, "run", str(task), "--policy", "playbook", "--run-id", "ref")
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    run_dir = root / "runs" / "ref"
+@pytest.fixture
+def reference(short_run_root) -> tuple[Path, dict, int]:
+    """An uninterrupted run of the task stopping at its targets (the shared short run): its folder, end state
+    and event count."""
+    run_dir = short_run_root / "runs" / SHORT_RUN_ID
     return run_dir, end_state(run_dir), _lines(run_dir / "trace.jsonl")
 
 

@@ -16,7 +16,7 @@ import pytest
 from agent.audit import audit_run
 from agent.replay import compare_traces
 from agent.trace import read_trace
-from tests.agent.conftest import FINISHED_RUN_ID
+from tests.agent.conftest import FINISHED_RUN_ID, SHORT_RUN_ID
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -40,6 +40,17 @@ def records_copy(finished_run_root, tmp_path) -> Path:
     dest = tmp_path / "records"
     shutil.copytree(src, dest / "runs" / FINISHED_RUN_ID, ignore=shutil.ignore_patterns("workspace"))
     (dest / "runs" / FINISHED_RUN_ID / "workspace").symlink_to(src / "workspace")
+    return dest
+
+
+@pytest.fixture
+def short_copy(short_run_root, tmp_path) -> Path:
+    """A writable copy of the run stopped at its targets (records copied, workspace linked): the runs these
+    tests make again are half the length of the full run."""
+    src = short_run_root / "runs" / SHORT_RUN_ID
+    dest = tmp_path / "short"
+    shutil.copytree(src, dest / "runs" / SHORT_RUN_ID, ignore=shutil.ignore_patterns("workspace"))
+    (dest / "runs" / SHORT_RUN_ID / "workspace").symlink_to(src / "workspace")
     return dest
 
 
@@ -216,26 +227,24 @@ def test_bad_input_is_one_line_and_exit_2(records_copy):
 # --- --execute and --from-step (one twin run each) ----------------------------------------------------------
 
 
-def test_execute_replays_the_twin_exactly_and_finds_a_tampered_figure(
-    copy_of_finished_run, finished_run_root
-):
-    proc = _agent(copy_of_finished_run, "replay", FINISHED_RUN_ID, "--execute", "--run-id", "again")
+def test_execute_replays_the_twin_exactly_and_finds_a_tampered_figure(short_copy, short_run_root):
+    proc = _agent(short_copy, "replay", SHORT_RUN_ID, "--execute", "--run-id", "again")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "no divergence beyond 2.0%" in proc.stdout
-    again = copy_of_finished_run / "runs" / "again"
+    again = short_copy / "runs" / "again"
     options = json.loads((again / "run.json").read_text())
-    assert options["replay_of"] == FINISHED_RUN_ID and options["policy"] == "replay"
+    assert options["replay_of"] == SHORT_RUN_ID and options["policy"] == "replay"
     assert any(
-        e.kind == "note" and f"re-execution of run {FINISHED_RUN_ID}" in e.message
+        e.kind == "note" and f"re-execution of run {SHORT_RUN_ID}" in e.message
         for e in read_trace(again / "trace.jsonl")
     )
     # exactly, not merely within the tolerance: the twin is deterministic
-    recorded = finished_run_root / "runs" / FINISHED_RUN_ID / "trace.jsonl"
+    recorded = short_run_root / "runs" / SHORT_RUN_ID / "trace.jsonl"
     compared, divergence = compare_traces(recorded, again / "trace.jsonl", tolerance=0.0)
     assert divergence is None and compared == sum(e.kind == "tool_call" for e in read_trace(recorded))
 
     # a recorded figure 10 % off is found at its step; within a 20 % tolerance it is noise
-    run_dir = copy_of_finished_run / "runs" / FINISHED_RUN_ID
+    run_dir = short_copy / "runs" / SHORT_RUN_ID
     events = _lines(run_dir)
     i, bench = _best_benchmark(events, json.loads((run_dir / "summary.json").read_text()))
     bench["result"]["runs"][-1]["output_throughput"] *= 1.1
@@ -255,17 +264,17 @@ def test_execute_replays_the_twin_exactly_and_finds_a_tampered_figure(
     assert missing is not None and missing.kind == "missing call" and missing.tool == "stop_server"
 
 
-def test_a_fork_from_an_early_step_finishes_with_the_same_commits(records_copy):
-    run_dir = records_copy / "runs" / FINISHED_RUN_ID
+def test_a_fork_from_an_early_step_finishes_with_the_same_commits(short_copy):
+    run_dir = short_copy / "runs" / SHORT_RUN_ID
     recorded = read_trace(run_dir / "trace.jsonl")
     first_commit = next(e for e in recorded if e.kind == "tool_call" and e.tool == "commit")
     step = _step(
         first_commit.call_id
     )  # after the first commit: the fork must rebuild the committed workspace
     proc = _agent(
-        records_copy,
+        short_copy,
         "replay",
-        FINISHED_RUN_ID,
+        SHORT_RUN_ID,
         "--from-step",
         str(step),
         "--policy",
@@ -274,17 +283,17 @@ def test_a_fork_from_an_early_step_finishes_with_the_same_commits(records_copy):
         "fork",
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    fork = records_copy / "runs" / "fork"
+    fork = short_copy / "runs" / "fork"
     options = json.loads((fork / "run.json").read_text())
     assert (options["parent"]["run_id"], options["parent"]["step"], options["policy"]) == (
-        FINISHED_RUN_ID,
+        SHORT_RUN_ID,
         step,
         "playbook",
     )
     events = read_trace(fork / "trace.jsonl")
     assert events[0].kind == "run_started" and events[0].policy == "playbook"
     notes = [e.message for e in events if e.kind == "note"]
-    assert any(f"forked from run {FINISHED_RUN_ID} at step {step}" in n for n in notes), notes
+    assert any(f"forked from run {SHORT_RUN_ID} at step {step}" in n for n in notes), notes
     assert any("replayed state matches the recorded one" in n for n in notes), notes
     policies = [(e.step, e.policy) for e in events if e.kind == "decision"]
     assert all(p == "replay" for s, p in policies if s <= step) and all(
