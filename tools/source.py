@@ -115,6 +115,11 @@ def edit_file(ctx: ToolContext, args: EditInput) -> EditResult:
     try:
         before = ctx.sandbox.read_file(args.path)
         count = before.count(args.old)
+        if args.new and args.new in before and args.old not in before.replace(args.new, ""):
+            # already made (a resumed run repeats a call whose record the killed process did not write)
+            pre = before.replace(args.new, args.old, 1)
+            return EditResult(path=args.path, diff=unified_diff(args.path, pre, before),
+                              summary=f"already edited: {args.path} holds the new text; nothing changed")  # fmt: skip
         if count != 1:
             return EditResult(ok=False, path=args.path,
                               summary=f"'old' occurs {count} times in {args.path}; it must occur exactly once")  # fmt: skip
@@ -187,6 +192,9 @@ def apply_patch(ctx: ToolContext, args: PatchInput) -> PatchResult:
             per_file[current].append(line)
     if not per_file:
         return PatchResult(ok=False, summary="no file headers (+++ b/<path>) in the diff")
+    if _already_applied(ctx, per_file):  # a resumed run repeats a call whose record was never written
+        return PatchResult(files=sorted(per_file), summary=f"already applied: {', '.join(sorted(per_file))} hold "
+                           "the patched text; nothing changed")  # fmt: skip
     new_texts: dict[str, str] = {}
     try:
         for path, lines in per_file.items():
@@ -202,3 +210,31 @@ def apply_patch(ctx: ToolContext, args: PatchInput) -> PatchResult:
     for path, text in new_texts.items():
         ctx.sandbox.write_file(path, text)
     return PatchResult(files=sorted(new_texts), summary=f"patched {', '.join(sorted(new_texts))}")
+
+
+def _reversed(diff_lines: list[str]) -> list[str]:
+    """One file's hunks the other way round: what undoes them."""
+    out = []
+    for line in diff_lines:
+        if m := _HUNK.match(line):
+            a, b = m.group(1), m.group(2)
+            c, d = m.group(3), m.group(4)
+            out.append(f"@@ -{c}{',' + d if d is not None else ''} +{a}{',' + b if b is not None else ''} @@\n")
+        elif line[:1] == "+":
+            out.append("-" + line[1:])
+        elif line[:1] == "-":
+            out.append("+" + line[1:])
+        else:
+            out.append(line)
+    return out
+
+
+def _already_applied(ctx: ToolContext, per_file: dict[str, list[str]]) -> bool:
+    """Whether every file already holds the patched text: the patch's reverse applies (its added lines are there
+    in their context, its removed ones gone)."""
+    try:
+        for path, lines in per_file.items():
+            apply_unified(ctx.sandbox.read_file(path), _reversed(lines))
+    except (ValueError, SandboxError):
+        return False
+    return True

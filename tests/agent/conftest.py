@@ -48,18 +48,6 @@ def short_run_root(tmp_path_factory) -> Path:
     return root
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks into the node ids
-def pytest_collection_modifyitems(config, items):
-    """Tests that share a run fixture go to one xdist worker (``--dist loadgroup``), so each run is made once,
-    not once per worker."""
-    for item in items:
-        names = getattr(item, "fixturenames", ())
-        for fixture, group in (("finished_run_root", "finished-run"), ("short_run_root", "short-run")):
-            if fixture in names:
-                item.add_marker(pytest.mark.xdist_group(group))
-                break
-
-
 @pytest.fixture
 def copy_of_finished_run(finished_run_root, tmp_path) -> Path:
     """A private copy of the finished run's folder (cwd with ``runs/e2e``) that a test may write into."""

@@ -116,3 +116,28 @@ def test_workspace_files_are_still_edited(world):
     assert (root / "model" / "config.json").read_text() != config
     assert runner.call("edit_file", {"path": "model/config.json", "old": '"exclude":  [', "new": '"exclude": ['}).ok
     assert (root / "model" / "config.json").read_text() == config
+
+
+def test_a_repeated_edit_or_patch_is_recognised_as_made(tmp_path):
+    """A resumed run repeats a call whose record the killed process never wrote: the second edit (or patch) finds
+    its text already there and changes nothing, instead of failing or wrapping it twice."""
+    from types import SimpleNamespace
+
+    from sandboxes.local import LocalSandbox
+    from tools.source import EditInput, PatchInput, apply_patch, edit_file
+
+    sb = LocalSandbox(tmp_path / "ws")
+    (tmp_path / "ws").mkdir(exist_ok=True)
+    (tmp_path / "ws" / "k.cuh").write_text("#pragma once\n#include <cuda_runtime.h>\nint x;\n")
+    ctx = SimpleNamespace(sandbox=sb)
+    wrap = EditInput(path="k.cuh", old="#include <cuda_runtime.h>\n",
+                     new="#ifndef USE_ROCM\n#include <cuda_runtime.h>\n#endif\n")
+    first, again = edit_file(ctx, wrap), edit_file(ctx, wrap)
+    assert first.ok and again.ok and "already edited" in again.summary and again.diff == first.diff
+    assert (tmp_path / "ws" / "k.cuh").read_text().count("#ifndef USE_ROCM") == 1
+    diff = "--- a/k.cuh\n+++ b/k.cuh\n@@ -5 +5,2 @@\n int x;\n+int y;\n"
+    p1, p2 = apply_patch(ctx, PatchInput(diff=diff)), apply_patch(ctx, PatchInput(diff=diff))
+    assert p1.ok and p2.ok and "already applied" in p2.summary
+    assert (tmp_path / "ws" / "k.cuh").read_text().count("int y;") == 1
+    bad = apply_patch(ctx, PatchInput(diff="--- a/k.cuh\n+++ b/k.cuh\n@@ -1 +1 @@\n-nothing\n+else\n"))
+    assert not bad.ok and "does not apply" in bad.summary  # neither way: still a failure
