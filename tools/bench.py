@@ -269,9 +269,9 @@ def find_knee(ctx: ToolContext, args: KneeInput) -> KneeResult:
     # what the next run will cost: the workload's length on the server's share of the node, then the last run's
     last_run_hours = (args.duration_s or workload.duration_s or 0.0) / 3600 * ctx.node_fraction()
 
-    def ok(rate: float, with_seeds: list[int]) -> bool | None:
-        """Whether every one of ``with_seeds`` sustains ``rate`` (None: a run failed); stops at the first seed
-        that does not."""
+    def ok(rate: float, with_seeds: list[int]) -> bool:
+        """Whether every one of ``with_seeds`` sustains ``rate`` (a failed run raises _RunFailed); stops at the
+        first seed that does not."""
         nonlocal cost, last_run_hours
         rate = round(rate, 3)
         for seed in with_seeds:
@@ -282,11 +282,10 @@ def find_knee(ctx: ToolContext, args: KneeInput) -> KneeResult:
                 cost = _add(cost, c)
                 if metrics is None:
                     errors.append(err)
-                    return None
+                    raise _RunFailed
                 results[(rate, seed)] = metrics
                 last_run_hours = c.node_hours
-            m = results[(rate, seed)]
-            if not (m.median_ttft_ms <= limit and m.success_rate >= 0.99):
+            if not _sustains(results[(rate, seed)], limit):
                 return False
         return True
 
@@ -308,17 +307,16 @@ class _RunFailed(Exception):
     """A benchmark run failed (no figures)."""
 
 
-def _search(args: KneeInput, seeds: list[int], ok, tried) -> tuple[float | None, float | None]:
+def _sustains(m: BenchMetrics, limit: float) -> bool:
+    """Whether one benchmark run sustained its rate: TTFT p50 within the limit, (nearly) every request served."""
+    return m.median_ttft_ms <= limit and m.success_rate >= 0.99
+
+
+def _search(args: KneeInput, seeds: list[int], check, tried) -> tuple[float | None, float | None]:
     """Bracket and bisect with the first seed; then the other seeds confirm the knee, which steps down (and the
     bisection resumes with every seed) while one of them does not sustain it. Returns (knee or None, the lowest
-    rate seen failing). ``tried()`` lists the rates the first seed has run."""
-
-    def check(rate: float, with_seeds: list[int]) -> bool:
-        verdict = ok(rate, with_seeds)
-        if verdict is None:
-            raise _RunFailed
-        return verdict
-
+    rate seen failing). ``check(rate, seeds)`` says whether those seeds sustain a rate; ``tried()`` lists the
+    rates the first seed has run."""
     lo, hi = None, None
     rate = args.start_rate
     while rate <= args.max_rate:
@@ -338,9 +336,8 @@ def _search(args: KneeInput, seeds: list[int], ok, tried) -> tuple[float | None,
     early = args.max_node_hours is not None
     confirmed, bisect_with = False, seeds[:1]
     while lo is not None and not confirmed:
-        if early and hi is not None and hi - lo > args.resolution and not check(lo, seeds):
-            confirmed = False
-        else:
+        confirm_first = early and hi is not None and hi - lo > args.resolution
+        if not confirm_first or check(lo, seeds):
             while hi is not None and hi - lo > args.resolution:
                 mid = round((lo + hi) / 2, 3)
                 lo, hi = (mid, hi) if check(mid, bisect_with) else (lo, mid)
@@ -354,11 +351,8 @@ def _search(args: KneeInput, seeds: list[int], ok, tried) -> tuple[float | None,
 
 def _sustained(results: dict[tuple[float, int], BenchMetrics], seeds: list[int], limit: float) -> list[float]:
     """Rates every seed has run and sustained."""
-    def good(m: BenchMetrics) -> bool:
-        return m.median_ttft_ms <= limit and m.success_rate >= 0.99
-
     rates = {r for r, _ in results}
-    return sorted(r for r in rates if all((r, s) in results and good(results[(r, s)]) for s in seeds))
+    return sorted(r for r in rates if all((r, s) in results and _sustains(results[(r, s)], limit) for s in seeds))
 
 
 def _knee_result(lo: float | None, hi: float | None, seeds: list[int], results: dict, cost: Cost, limit: float,
