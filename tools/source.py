@@ -192,15 +192,14 @@ def apply_patch(ctx: ToolContext, args: PatchInput) -> PatchResult:
             per_file[current].append(line)
     if not per_file:
         return PatchResult(ok=False, summary="no file headers (+++ b/<path>) in the diff")
-    if _already_applied(ctx, per_file):  # a resumed run repeats a call whose record was never written
-        return PatchResult(files=sorted(per_file), summary=f"already applied: {', '.join(sorted(per_file))} hold "
-                           "the patched text; nothing changed")  # fmt: skip
     new_texts: dict[str, str] = {}
     try:
+        befores = {path: ctx.sandbox.read_file(path) if ctx.sandbox.resolve(path).exists() else "" for path in per_file}
+        if _already_applied(befores, per_file):  # a resumed run repeats a call whose record was never written
+            return PatchResult(files=sorted(per_file), summary=f"already applied: {', '.join(sorted(per_file))} "
+                               "hold the patched text; nothing changed")  # fmt: skip
         for path, lines in per_file.items():
-            full = ctx.sandbox.resolve(path)
-            before = ctx.sandbox.read_file(path) if full.exists() else ""
-            new_texts[path] = apply_unified(before, lines)
+            new_texts[path] = apply_unified(befores[path], lines)
         for path in new_texts:  # every target writable before any is written: all or nothing
             ctx.sandbox.check_writable(path)
     except SandboxError as exc:
@@ -229,12 +228,12 @@ def _reversed(diff_lines: list[str]) -> list[str]:
     return out
 
 
-def _already_applied(ctx: ToolContext, per_file: dict[str, list[str]]) -> bool:
-    """Whether every file already holds the patched text: the patch's reverse applies (its added lines are there
-    in their context, its removed ones gone)."""
+def _already_applied(texts: dict[str, str], per_file: dict[str, list[str]]) -> bool:
+    """Whether every file's ``texts`` already hold the patched text: the patch's reverse applies (its added lines
+    are there in their context, its removed ones gone)."""
     try:
         for path, lines in per_file.items():
-            apply_unified(ctx.sandbox.read_file(path), _reversed(lines))
-    except (ValueError, SandboxError):
+            apply_unified(texts[path], _reversed(lines))
+    except ValueError:
         return False
     return True
