@@ -192,8 +192,14 @@ class LocalSandbox(Sandbox):
         if full.is_dir():
             raise SandboxError(f"{path!r} is a directory")
         full.parent.mkdir(parents=True, exist_ok=True)
-        with open(full, "w", encoding="utf-8", newline="") as f:
+        # written beside and renamed over: a process killed mid-write leaves the old file or the new, never a
+        # truncated one (a resumed run then finds its edit made, or not made)
+        tmp = full.with_name(f".{full.name}.dayzero-tmp")
+        with open(tmp, "w", encoding="utf-8", newline="") as f:
             f.write(text)
+        if full.exists():
+            os.chmod(tmp, full.stat().st_mode & 0o7777)
+        os.replace(tmp, full)
 
     def list_files(self, path: str = ".", pattern: str = "**/*") -> list[FileEntry]:
         base = self.resolve(path)

@@ -331,3 +331,22 @@ def test_trial_containers_of_a_killed_run_are_reaped_and_lookalikes_are_not(dock
     finally:
         lookalike.remove(force=True)
         trial.close()
+
+
+def test_a_write_replaces_the_file_whole(tmp_path):
+    """write_file writes beside and renames over, so a kill mid-write cannot leave a truncated file: the file keeps
+    its mode, and no temporary file stays behind."""
+    import os
+    import stat
+
+    from sandboxes.local import LocalSandbox
+
+    (tmp_path / "ws").mkdir()
+    target = tmp_path / "ws" / "run.sh"
+    target.write_text("old\n")
+    target.chmod(0o755)
+    inode = target.stat().st_ino
+    LocalSandbox(tmp_path / "ws").write_file("run.sh", "new\n")
+    assert target.read_text() == "new\n" and stat.S_IMODE(target.stat().st_mode) == 0o755
+    assert target.stat().st_ino != inode  # a new file renamed into place, not the old one truncated
+    assert not [n for n in os.listdir(tmp_path / "ws") if n.endswith(".dayzero-tmp")]
