@@ -45,6 +45,7 @@ class Tool:
     input_model: type[ToolInput]
     result_model: type[ToolResult]
     fn: Callable[..., ToolResult]
+    idempotent: bool = False  # running it again after a failure part-way changes nothing more (safe to retry)
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI function-calling description of this tool."""
@@ -57,14 +58,21 @@ class Tool:
 REGISTRY: dict[str, Tool] = {}
 
 
-def tool(fn: Callable[..., ToolResult]) -> Callable[..., ToolResult]:
-    """Register ``fn(ctx, args: InputModel) -> ResultModel``; the docstring's first paragraph describes it."""
-    hints = typing.get_type_hints(fn)
-    params = list(inspect.signature(fn).parameters)
-    input_model, result_model = hints[params[1]], hints["return"]
-    description = inspect.cleandoc(fn.__doc__ or "").split("\n\n")[0].replace("\n", " ")
-    REGISTRY[fn.__name__] = Tool(fn.__name__, description, input_model, result_model, fn)
-    return fn
+def tool(fn: Callable[..., ToolResult] | None = None, *, idempotent: bool = False):
+    """Register ``fn(ctx, args: InputModel) -> ResultModel``; the docstring's first paragraph describes it.
+
+    ``@tool(idempotent=True)`` marks a tool that may be run again after a transient failure (a file tool whose
+    repeat finds its change made, a reader): the runner retries it; others fail on the first error."""
+
+    def register(fn: Callable[..., ToolResult]) -> Callable[..., ToolResult]:
+        hints = typing.get_type_hints(fn)
+        params = list(inspect.signature(fn).parameters)
+        input_model, result_model = hints[params[1]], hints["return"]
+        description = inspect.cleandoc(fn.__doc__ or "").split("\n\n")[0].replace("\n", " ")
+        REGISTRY[fn.__name__] = Tool(fn.__name__, description, input_model, result_model, fn, idempotent)
+        return fn
+
+    return register(fn) if fn is not None else register
 
 
 def all_tools() -> dict[str, Tool]:

@@ -509,7 +509,7 @@ class DiagnoseResult(ToolResult):
     moe_fallback_shapes: list[MoEShape] = []
 
 
-@tool
+@tool(idempotent=True)
 def diagnose_crash(ctx: ToolContext, args: DiagnoseInput) -> DiagnoseResult:
     """Classify why the engine failed (weight shape mismatch, compile error, out of memory, invalid flag,
     hang, collective error, port in use, unknown) and extract the parameter, shapes, file, line, header or flag."""

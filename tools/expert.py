@@ -90,7 +90,7 @@ def _edit_proposal(edit: tuple[Any, dict[str, Any]] | None, diag: dict[str, Any]
                     if upstream else None)  # fmt: skip
 
 
-@tool
+@tool(idempotent=True)
 def propose_exclude_fix(ctx: ToolContext, args: ProposeInput) -> Proposal:
     """For a weight shape mismatch at load time: propose the quantization exclude entries under the engine's module
     names (the checkpoint names a layer one way, the engine builds it under another), with the rationale and the
@@ -105,7 +105,7 @@ def propose_exclude_fix(ctx: ToolContext, args: ProposeInput) -> Proposal:
     return _edit_proposal(PlaybookPolicy()._exclude_fix(_View(ctx), diag), diag, "exclude-list fix")
 
 
-@tool
+@tool(idempotent=True)
 def propose_include_guard(ctx: ToolContext, args: ProposeInput) -> Proposal:
     """For a compile error on a CUDA-only header in a ROCm build: propose guarding the include with #ifndef USE_ROCM
     (and the HIP header that declares the same API), with the rationale and the edit_file call that applies it."""
@@ -123,7 +123,7 @@ class MemoryInput(ProposeInput):
     flags: dict[str, Any] = Field(description="the server flags of the launch that ran out of memory")
 
 
-@tool
+@tool(idempotent=True)
 def propose_memory_fix(ctx: ToolContext, args: MemoryInput) -> Proposal:
     """For an out-of-memory crash: propose the flags to relaunch with, moved the way the memory that ran out says
     (more static memory when the KV cache had no room, less then smaller graph batches for a runtime allocation,

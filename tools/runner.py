@@ -2,10 +2,13 @@
 
 Invalid arguments come back as a failed call carrying the validation error (an LLM can correct itself);
 an exception inside a tool comes back as a failed call with the error text; nothing is raised to the caller.
+A transient OS error (a busy or stale file, an interrupted call) in a tool that is safe to run again is retried
+a few times before it counts as a failure; the record keeps what was retried.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import time
 import traceback
@@ -18,6 +21,14 @@ from pydantic import BaseModel, ValidationError
 from .base import Cost, Tool, all_tools
 from .context import ToolContext
 
+# errors that a moment later may not recur: a file busy or locked, an NFS handle gone stale, a call interrupted
+TRANSIENT_ERRNOS = frozenset({errno.EAGAIN, errno.EINTR, errno.EBUSY, errno.ESTALE, errno.ETIMEDOUT, errno.ETXTBSY})
+RETRY_DELAYS_S = (0.1, 0.5, 2.0)  # before each retry of a transient failure; then it counts as failed
+
+
+def is_transient(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in TRANSIENT_ERRNOS
+
 
 class ToolCallRecord(BaseModel):
     call_id: str
@@ -28,10 +39,11 @@ class ToolCallRecord(BaseModel):
     error: str | None = None
     wall_seconds: float
     cost: Cost
+    retried: list[str] = []  # the transient errors of earlier attempts, when it was run again
 
     def trace_fields(self) -> dict[str, Any]:
         """The fields of a ``tool_call`` trace event."""
-        data = self.model_dump(mode="json", exclude={"cost"})
+        data = self.model_dump(mode="json", exclude={"cost"} | ({"retried"} if not self.retried else set()))
         return data | {"simulated_seconds": self.cost.simulated_seconds, "node_hours": self.cost.node_hours}
 
 
@@ -52,6 +64,7 @@ class ToolRunner:
         result: dict[str, Any] = {}
         ok = False
         cost = Cost()
+        retried: list[str] = []
         tool = self.tools.get(name)
         try:
             if isinstance(raw, str):
@@ -59,7 +72,15 @@ class ToolRunner:
             if tool is None:
                 raise LookupError(f"unknown tool {name!r}; tools: {', '.join(self.tools)}")
             args = tool.input_model.model_validate(raw)
-            out = tool.fn(self.ctx, args)
+            for delay in (*RETRY_DELAYS_S, None):
+                try:
+                    out = tool.fn(self.ctx, args)
+                    break
+                except OSError as exc:
+                    if not (tool.idempotent and is_transient(exc)) or delay is None:
+                        raise
+                    retried.append(f"{type(exc).__name__}: {exc}")
+                    time.sleep(delay)
             result = out.model_dump(mode="json")
             ok, cost = out.ok, out.cost
             if not ok:
@@ -77,7 +98,8 @@ class ToolRunner:
         if cost.wall_seconds == 0:
             cost = cost.model_copy(update={"wall_seconds": wall})
         record = ToolCallRecord(call_id=call_id, tool=name, input=raw if isinstance(raw, dict) else {"raw": raw},
-                                result=result, ok=ok, error=error, wall_seconds=wall, cost=cost)  # fmt: skip
+                                result=result, ok=ok, error=error, wall_seconds=wall, cost=cost,
+                                retried=retried)  # fmt: skip
         if self.on_call:
             self.on_call(record)
         return record

@@ -291,7 +291,7 @@ class ReadLogResult(ToolResult):
     total_lines: int = 0
 
 
-@tool
+@tool(idempotent=True)
 def read_log(ctx: ToolContext, args: ReadLogInput) -> ReadLogResult:
     """Read the server log: its last lines, or the lines matching a regex with context."""
     path = ctx.run_dir / args.log_path if args.log_path else ctx.last_log

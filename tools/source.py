@@ -37,7 +37,7 @@ class SearchResult(ToolResult):
     truncated: bool = False
 
 
-@tool
+@tool(idempotent=True)
 def search_source(ctx: ToolContext, args: SearchInput) -> SearchResult:
     """Search the workspace's files for a regular expression (optionally only paths matching a glob)."""
     try:
@@ -78,7 +78,7 @@ class ReadFileResult(ToolResult):
     total_lines: int = 0
 
 
-@tool
+@tool(idempotent=True)
 def read_file(ctx: ToolContext, args: ReadFileInput) -> ReadFileResult:
     """Read lines of a workspace file, numbered."""
     try:
@@ -109,7 +109,7 @@ def unified_diff(path: str, before: str, after: str) -> str:
     return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), f"a/{path}", f"b/{path}"))
 
 
-@tool
+@tool(idempotent=True)
 def edit_file(ctx: ToolContext, args: EditInput) -> EditResult:
     """Replace one exact, unique occurrence of text in a workspace file; returns the diff."""
     try:
@@ -176,7 +176,7 @@ def apply_unified(original: str, diff_lines: list[str]) -> str:
     return "".join(out)
 
 
-@tool
+@tool(idempotent=True)
 def apply_patch(ctx: ToolContext, args: PatchInput) -> PatchResult:
     """Apply a unified diff to workspace files (all hunks must apply, or nothing changes)."""
     per_file: dict[str, list[str]] = {}
