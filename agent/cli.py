@@ -54,9 +54,10 @@ def _progress_table(state, task, elapsed: float) -> Table:
 
 def _execute(run, resume: bool) -> None:
     """Run (or resume) ``run`` to its end, print the summary and exit with the outcome's code."""
+    import contextlib
     import sqlite3
 
-    from sandboxes.base import SandboxError
+    from sandboxes.base import SandboxError, SandboxUnavailable
 
     from .graph import execute
     from .outcomes import ExitCode
@@ -72,9 +73,13 @@ def _execute(run, resume: bool) -> None:
         console.print(f"[yellow]interrupted; continue with: agent resume {run.run_id}[/]")
         raise typer.Exit(ExitCode.INTERRUPTED) from None
     except (OSError, sqlite3.Error, SandboxError) as exc:  # the disk, the engine, Docker: the run can continue
-        run.close()
         what = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0]
         where = f" ({exc.filename})" if isinstance(exc, OSError) and exc.filename else ""
+        if isinstance(exc, SandboxUnavailable):  # the trace takes a line still (a full disk's would not)
+            with contextlib.suppress(Exception):
+                run.trace.emit("note", level="error", message=f"stopped: infrastructure failure: {what}; agent "
+                               f"resume {run.run_id} continues once it is back")  # fmt: skip
+        run.close()
         _error(f"run {run.run_id} stopped: infrastructure failure: {what}{where}; once fixed: agent resume {run.run_id}")
         raise typer.Exit(ExitCode.INFRASTRUCTURE) from None
     finally:

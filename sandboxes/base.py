@@ -39,6 +39,12 @@ class RunLocked(SandboxError):
     """The workspace is held by another live run (``agent resume`` of a run that is still running)."""
 
 
+class SandboxUnavailable(SandboxError):
+    """What runs the engine (the Docker engine) stopped answering mid-run. Not the configuration's failure:
+    tools let it through, never recording it as a failed call; the run stops (exit 5) and ``agent resume``
+    continues it once the engine is back."""
+
+
 # Top-level workspace entries the sandbox (or the twin's materialiser) writes for itself: the process record and
 # token, the run lock, the GPU ledger, pristine launch views, the twin's scenario (its ground truth).
 CONTROL_PREFIX = ".dayzero"

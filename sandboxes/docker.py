@@ -13,11 +13,17 @@ when the run is opened again.
 Containers are never privileged, get exactly the devices the task names (or the render nodes of a GPU subset),
 and never a capability that would hand them the host (``ALL``, ``SYS_ADMIN``, ``SYS_MODULE``...): a task asking
 for one is refused with a clear error.
+
+A Docker engine that stops answering mid-run (its socket refuses, a connection drops mid-call, no answer in
+time) is :class:`SandboxUnavailable`, naming Docker and what was being done: the tools let it through and the
+run stops, resumably (exit 5). Closing the sandbox then leaves its containers where they are; the next open of
+the run (``agent resume``) reaps them, as it reaps a killed agent's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 import time
 import urllib.request
@@ -26,11 +32,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import docker
+import requests
+import urllib3
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
 from tasks.spec import DockerSpec
 
-from .base import CommandResult, ReadyResult, SandboxError, ServerHandle
+from .base import CommandResult, ReadyResult, SandboxError, SandboxUnavailable, ServerHandle
 from .local import LocalSandbox
 
 LABEL = "dayzero"
@@ -39,12 +47,40 @@ FORBIDDEN_CAPS = frozenset({"ALL", "SYS_ADMIN", "SYS_MODULE", "SYS_RAWIO", "SYS_
                             "DAC_READ_SEARCH", "MAC_ADMIN", "MAC_OVERRIDE", "BPF", "PERFMON", "SYSLOG"})  # fmt: skip
 
 
+# What the Docker SDK raises when the engine is not there, unwrapped (never a DockerException): requests' and
+# urllib3's errors and the socket's own, for a socket that refuses, a connection dropped mid-call, no answer in time
+ENGINE_LOST = (requests.exceptions.ConnectionError, requests.exceptions.Timeout,
+               requests.exceptions.ChunkedEncodingError, urllib3.exceptions.HTTPError, ConnectionError,
+               socket.timeout)  # fmt: skip
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost error of a wrapped one (``('Connection aborted.', ConnectionRefusedError(111, ...))`` is
+    ``[Errno 111] Connection refused``)."""
+    for _ in range(8):
+        held = (*exc.args, getattr(exc, "reason", None), exc.__cause__)
+        inner = next((a for a in held if isinstance(a, BaseException)), None)
+        if inner is None:
+            break
+        exc = inner
+    return (str(exc) or type(exc).__name__).splitlines()[0][:200]
+
+
+@contextlib.contextmanager
+def _engine(doing: str):
+    """Docker SDK calls inside: the engine going away mid-call becomes :class:`SandboxUnavailable`, one line."""
+    try:
+        yield
+    except ENGINE_LOST as exc:
+        raise SandboxUnavailable(f"the Docker engine stopped answering ({doing}): {_reason(exc)}") from None
+
+
 def docker_available() -> str | None:
     """None when a Docker engine answers; else why not (one line)."""
     try:
         docker.from_env().ping()
         return None
-    except DockerException as exc:
+    except (DockerException, *ENGINE_LOST) as exc:
         return f"no Docker engine: {str(exc).splitlines()[0][:160]}"
 
 
@@ -60,8 +96,8 @@ class DockerSandbox(LocalSandbox):
             self.client.images.get(spec.image)
         except ImageNotFound:
             raise SandboxError(f"Docker image {spec.image!r} is not here (for the twin: agent twin image)") from None
-        except DockerException as exc:
-            raise SandboxError(f"no Docker engine: {exc}") from None
+        except (DockerException, *ENGINE_LOST) as exc:  # a trial's sandbox opened after the engine went away
+            raise SandboxUnavailable(f"no Docker engine: {_reason(exc)}") from None
         self._containers: dict[str, object] = {}
         self._exit: dict[str, int | None] = {}
 
@@ -122,7 +158,9 @@ class DockerSandbox(LocalSandbox):
         else:
             kw["ports"] = {f"{port}/tcp": ("127.0.0.1", port)}
         try:
-            container = self.client.containers.run(self.spec.image, command=list(argv), environment=self._env(env), **kw)
+            with _engine("starting a server container"):
+                container = self.client.containers.run(self.spec.image, command=list(argv), environment=self._env(env),
+                                                       **kw)  # fmt: skip
         except (APIError, DockerException) as exc:
             raise SandboxError(f"could not start a container of {self.spec.image}: {exc}") from None
         handle = ServerHandle(id=container.id, argv=list(argv), host="127.0.0.1", port=port, log_path=log_path)
@@ -137,7 +175,7 @@ class DockerSandbox(LocalSandbox):
             try:
                 for chunk in container.logs(stream=True, follow=True):
                     f.write(chunk)
-            except (APIError, DockerException):
+            except (DockerException, *ENGINE_LOST):  # the container or the engine went away: the log ends
                 pass
 
     def _own(self, handle: ServerHandle):
@@ -148,7 +186,8 @@ class DockerSandbox(LocalSandbox):
 
     def _status(self, container) -> tuple[str, int | None]:
         try:
-            container.reload()
+            with _engine(f"reading the state of container {container.id[:12]}"):
+                container.reload()
         except NotFound:
             return "removed", self._exit.get(container.id)
         return container.status, container.attrs.get("State", {}).get("ExitCode")
@@ -178,9 +217,10 @@ class DockerSandbox(LocalSandbox):
             return self._exit[container.id]
         code = None
         try:
-            container.stop(timeout=int(grace_s))
-            code = container.wait(timeout=grace_s + 10).get("StatusCode")
-            container.remove(force=True)
+            with _engine(f"stopping container {container.id[:12]}"):
+                container.stop(timeout=int(grace_s))
+                code = container.wait(timeout=grace_s + 10).get("StatusCode")
+                container.remove(force=True)
         except NotFound:
             pass
         except (APIError, DockerException) as exc:
@@ -195,18 +235,19 @@ class DockerSandbox(LocalSandbox):
         command = ["timeout", "--kill-after=5", str(max(int(timeout_s), 1)), *argv]
         live = [c for cid, c in self._containers.items() if cid not in self._exit and self._status(c)[0] == "running"]
         t0 = time.monotonic()
-        if live:
-            res = live[-1].exec_run(command, environment=self._env(env), workdir=workdir, demux=True)
-            code, (out, err) = res.exit_code, res.output
-        else:
-            container = self.client.containers.run(self.spec.image, command=command, environment=self._env(env),
-                                                   **{**self._run_kwargs("command"), "working_dir": workdir})  # fmt: skip
-            try:
-                code = container.wait(timeout=timeout_s + 30).get("StatusCode")
-                out = container.logs(stdout=True, stderr=False)
-                err = container.logs(stdout=False, stderr=True)
-            finally:
-                container.remove(force=True)
+        with _engine(f"running {Path(argv[0]).name if argv else 'a command'}"):
+            if live:
+                res = live[-1].exec_run(command, environment=self._env(env), workdir=workdir, demux=True)
+                code, (out, err) = res.exit_code, res.output
+            else:
+                container = self.client.containers.run(self.spec.image, command=command, environment=self._env(env),
+                                                       **{**self._run_kwargs("command"), "working_dir": workdir})  # fmt: skip
+                try:
+                    code = container.wait(timeout=timeout_s + 30).get("StatusCode")
+                    out = container.logs(stdout=True, stderr=False)
+                    err = container.logs(stdout=False, stderr=True)
+                finally:
+                    container.remove(force=True)
         timed_out = code in (124, 137)
         return CommandResult(argv=list(argv), exit_code=None if timed_out else code,
                              stdout=(out or b"").decode(errors="replace"), stderr=(err or b"").decode(errors="replace"),
@@ -219,7 +260,8 @@ class DockerSandbox(LocalSandbox):
         run's and its trials'. Both are matched on the workspace's random token, never on a name or prefix."""
         key = [f"{LABEL}.token={self.token}"] + ([] if workspace else [f"{LABEL}.sandbox={self.id}"])
         try:
-            return self.client.containers.list(all=True, filters={"label": key})
+            with _engine("listing the run's containers"):
+                return self.client.containers.list(all=True, filters={"label": key})
         except DockerException:
             return []
 
@@ -230,16 +272,19 @@ class DockerSandbox(LocalSandbox):
         removed = []
         for c in self.ours(workspace=True):
             if c.labels.get(f"{LABEL}.sandbox") != self.id and c.labels.get(f"{LABEL}.token") == self.token:
-                with contextlib.suppress(NotFound):
+                with contextlib.suppress(NotFound), _engine(f"removing container {c.id[:12]}"):
                     c.remove(force=True)
                 removed.append(c.id)
         super().reap_stale()
         return removed
 
     def close(self) -> None:
-        for c in self.ours():
-            with contextlib.suppress(DockerException):
-                c.remove(force=True)
+        """Remove this sandbox's containers. Never raises: with the engine gone they stay, and the next open of
+        the run reaps them (:meth:`reap_stale`)."""
+        with contextlib.suppress(SandboxUnavailable):
+            for c in self.ours():
+                with contextlib.suppress(DockerException, *ENGINE_LOST):
+                    c.remove(force=True)
         for cid in list(self._containers):
             self._exit.setdefault(cid, None)
         self.release()

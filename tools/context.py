@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,9 +38,13 @@ class ToolContext:
     trial: int = 0
     task_path: str = ""
     executor: Any = field(default_factory=lambda: InlineExecutor())  # runs independent trials (run_trials)
-    _counter: itertools.count = field(default_factory=lambda: itertools.count(1))
+    _counter: itertools.count | None = None
 
     def next_id(self) -> int:
+        """The number of a call's files (server and tuner logs, benchmark records, trials), after every number the
+        run's folder holds: a resumed run's calls never write over (or append to) an earlier process's files."""
+        if self._counter is None:
+            self._counter = itertools.count(last_file_id(self.run_dir) + 1)
         return next(self._counter)
 
     def placeholders(self, **extra: Any) -> dict[str, str]:
@@ -67,6 +72,21 @@ class ToolContext:
         tp, dp = int(flags.get("tp-size", 1) or 1), int(flags.get("dp-size", 1) or 1)
         gpus = tp if flags.get("enable-dp-attention") else tp * dp
         return min(1.0, gpus / self.task.hardware.gpus)
+
+
+# the files next_id numbers: logs/server-007.log, logs/tune-003.log, bench/006-single_stream.jsonl,
+# trials/<run-id>-t031-2/
+_NUMBERED = {"logs": re.compile(r"^[a-z_]+-(\d+)\.log$"), "bench": re.compile(r"^(\d+)-"),
+             "trials": re.compile(r"-t(\d+)-\d+$")}  # fmt: skip
+
+
+def last_file_id(run_dir: Path) -> int:
+    """The highest number of a call's files under ``run_dir`` (0 for none)."""
+    ids = [0]
+    for folder, pattern in _NUMBERED.items():
+        if (run_dir / folder).is_dir():
+            ids += [int(m.group(1)) for p in (run_dir / folder).iterdir() if (m := pattern.search(p.name))]
+    return max(ids)
 
 
 class _Missing(dict):

@@ -1,7 +1,8 @@
 """Calling tools by name with untrusted arguments (from a policy or an LLM), recording every call.
 
 Invalid arguments come back as a failed call carrying the validation error (an LLM can correct itself);
-an exception inside a tool comes back as a failed call with the error text; nothing is raised to the caller.
+an exception inside a tool comes back as a failed call with the error text; nothing is raised to the caller
+but :class:`~sandboxes.base.SandboxUnavailable` (the Docker engine gone), which stops the run.
 A transient OS error (a busy or stale file, an interrupted call) in a tool that is safe to run again is retried
 a few times before it counts as a failure; the record keeps what was retried.
 """
@@ -17,6 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+
+from sandboxes.base import SandboxUnavailable
 
 from .base import Cost, Tool, all_tools
 from .context import ToolContext
@@ -92,6 +95,8 @@ class ToolRunner:
             error = f"invalid arguments for {name}: not valid JSON: {exc}"
         except LookupError as exc:
             error = str(exc)
+        except SandboxUnavailable:  # Docker went away: the run stops (resumably); not this call's failure
+            raise
         except Exception as exc:  # a tool bug or an environment failure: reported, never raised into the loop
             error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
         wall = time.monotonic() - t0
