@@ -350,3 +350,57 @@ def test_a_write_replaces_the_file_whole(tmp_path):
     assert target.read_text() == "new\n" and stat.S_IMODE(target.stat().st_mode) == 0o755
     assert target.stat().st_ino != inode  # a new file renamed into place, not the old one truncated
     assert not [n for n in os.listdir(tmp_path / "ws") if n.endswith(".dayzero-tmp")]
+
+
+# the agent's secrets, planted in its environment: long and unique, so that finding one anywhere means a leak
+PLANTED = {"OPENAI_API_KEY": "sk-planted-5b0f9c3e7a21d84e", "HF_TOKEN": "hf_planted_9d41c7e2b6a03f58",
+           "SOMETHING_SECRET": "planted-secret-2c8e61f0d9b7a435", "GH_TOKEN": "ghp_planted_71e3a9c05d2b8f64"}  # fmt: skip
+
+
+def test_containers_never_see_the_agents_secrets(docker_client, tmp_path, monkeypatch):
+    """The Docker task opened as a run opens it, its tools run as a run runs them: `docker inspect` of every
+    container they make (taken as each is made: a command's container is gone once it ends), and the environment
+    of what runs in them (the server, a command exec'd beside it), hold none of the agent's secrets."""
+    from docker.models.containers import ContainerCollection
+
+    for name, value in PLANTED.items():
+        monkeypatch.setenv(name, value)
+    inspected: dict[str, dict] = {}
+    make = ContainerCollection.run
+
+    def made_and_inspected(self, *args, **kwargs):
+        container = make(self, *args, **kwargs)
+        inspected[container.id] = docker_client.api.inspect_container(container.id)
+        return container
+
+    monkeypatch.setattr(ContainerCollection, "run", made_and_inspected)
+    task = load_task("tasks/glm52_mi355x_docker.yaml")
+    choice = choose(task, "docker")
+    run_dir = tmp_path / "run"
+    sandbox, repos = open_workspace(task, choice, run_dir / "workspace", f"planted-{tmp_path.name}")
+    ctx = ToolContext(task=task, engine_name=choice.engine, engine=task.engines.twin, sandbox=sandbox,
+                      run_id=sandbox.run_id, run_dir=run_dir, repos=repos)  # fmt: skip
+    runner = ToolRunner(ctx)
+    try:
+        launch = runner.call("launch_server", {"flags": {"tp-size": 8}})
+        assert launch.ok and launch.result["moe_fallback_shapes"], launch.error
+        assert runner.call("run_benchmark", {"workload": "single_stream"}).ok  # exec'd beside the server
+        show = "tr '\\0' '\\n' < /proc/1/environ; echo; env"  # the server's environment, then a command's
+        inside = sandbox.run(["sh", "-c", show], env=ctx.engine_env())
+        assert inside.exit_code == 0 and "TWIN_TIME_SCALE" in inside.stdout, inside.stderr
+        for c in docker_client.api.containers(all=True, filters={"label": f"dayzero.token={sandbox.token}"}):
+            inspected[c["Id"]] = docker_client.api.inspect_container(c["Id"])  # as they are now
+        assert runner.call("stop_server", {}).ok
+        # no server up: the tuner runs in a container of its own
+        tune = runner.call("tune_moe", {"shapes": launch.result["moe_fallback_shapes"]})
+        assert tune.ok, tune.error
+    finally:
+        sandbox.close()
+    assert {i["Config"]["Labels"]["dayzero.role"] for i in inspected.values()} == {"server", "command"}
+    assert all(i["Config"]["Labels"]["dayzero.run"] == sandbox.run_id for i in inspected.values())
+    for name, value in PLANTED.items():
+        assert value not in inside.stdout and name not in inside.stdout
+        for info in inspected.values():  # Config (Env, Cmd, Labels), HostConfig, Mounts: all of it
+            text = json.dumps(info)
+            assert value not in text and name not in text, (name, info["Config"]["Labels"]["dayzero.role"])
+    assert docker_client.containers.list(all=True, filters={"label": f"dayzero.token={sandbox.token}"}) == []
