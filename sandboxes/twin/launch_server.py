@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from . import faults, jit, memory, messages, moe_csv, server_args, tracebacks, weights
+from . import faults, jit, memory, messages, moe_csv, server_args, tracebacks, weights, weights_cache
 from .http_api import ServerState, make_server
 from .perf_model import CostModel, single_stream_tpot
 from .scenario import Scenario, ScenarioError, load
@@ -173,6 +173,20 @@ def serving_config(args, ws: Workspace, moe_tuned: bool) -> ServingConfig:
     )  # fmt: skip
 
 
+def load_weights(ws: Workspace, args) -> weights.WeightLoadReport:
+    """The checkpoint loaded into the workspace's engine, or the outcome of the last identical load (nothing it
+    reads changed since: ``weights_cache``)."""
+    mtp = ws.scenario.model.mtp
+    inputs = {"with_draft": bool(args.speculative_algorithm), "tp_size": args.tp_size,
+              "attn_tp_size": args.tp_size // args.dp_size if args.enable_dp_attention else args.tp_size,
+              "draft": (mtp.draft_model_file, mtp.draft_model_class, mtp.engine_prefix) if mtp else None}  # fmt: skip
+    twin_dir = ws.model_dir.parent / ".twin"
+    scenario_file = Path(os.environ.get("TWIN_SCENARIO") or twin_dir / "scenario.yaml")
+    key = weights_cache.cache_key(inputs, [ws.model_dir, ws.sglang_root], [scenario_file, twin_dir / "scenario.yaml"])
+    cache_dir = twin_dir / "weights-cache" if twin_dir.is_dir() else None
+    return weights_cache.remembered(cache_dir, key, lambda: weights.load_weights(ws.model_dir, ws.sglang_root, **inputs))
+
+
 def start(args) -> tuple[ServerState, float]:
     """Everything before serving. Returns the HTTP state and the simulated start-up seconds."""
     scale = time_scale()
@@ -188,10 +202,7 @@ def start(args) -> tuple[ServerState, float]:
     avail = sc.hardware.memory_gb * 0.985
     log.info(f"Load weight begin. avail mem={avail:.2f} GB")
     try:
-        report = weights.load_weights(
-            ws.model_dir, ws.sglang_root, with_draft=bool(args.speculative_algorithm), tp_size=args.tp_size,
-            attn_tp_size=args.tp_size // args.dp_size if args.enable_dp_attention else args.tp_size,
-            draft=(mtp.draft_model_file, mtp.draft_model_class, mtp.engine_prefix) if (mtp := sc.model.mtp) else None)
+        report = load_weights(ws, args)
     except weights.WeightLoadError as exc:
         raise SchedulerError(str(exc), exc.log) from None
     for line in report.log_lines:

@@ -1,0 +1,100 @@
+"""A launch remembers its weight load, and loads again whenever a file the load reads changed: the model's files,
+any file of the workspace's SGLang tree, the scenario. A remembered failure comes back with the same log."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from sandboxes.twin import launch_server, weights
+from sandboxes.twin.materialize import materialize
+from sandboxes.twin.weights import QUARK_UTILS, WeightLoadError
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory) -> Path:
+    dest = tmp_path_factory.mktemp("cache") / "ws"
+    materialize("glm52_mi355x", dest)
+    return dest
+
+
+@pytest.fixture
+def world(pristine, tmp_path, monkeypatch):
+    ws = tmp_path / "ws"
+    shutil.copytree(pristine, ws, symlinks=True)
+    loads = []
+    real = weights.load_weights
+
+    def counting(*args, **kwargs):
+        loads.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(weights, "load_weights", counting)
+    monkeypatch.delenv("TWIN_SCENARIO", raising=False)
+
+    def load(draft: bool = False, tp: int = 8):
+        args = SimpleNamespace(model_path=str(ws / "model"), sglang_root=str(ws / "sglang"), tp_size=tp, dp_size=1,
+                               enable_dp_attention=False, speculative_algorithm="EAGLE" if draft else None)  # fmt: skip
+        return launch_server.load_weights(launch_server.find_workspace(args), args)
+
+    return ws, load, loads
+
+
+def test_an_unchanged_workspace_is_loaded_once(world):
+    ws, load, loads = world
+    first = load()
+    second = load()
+    assert len(loads) == 1 and second == first and first.target_bytes > 0
+    load(tp=4)  # other arguments: another load
+    assert len(loads) == 2
+    assert len(list((ws / ".twin" / "weights-cache").glob("*.json"))) == 2
+
+
+def test_any_edit_loads_again(world):
+    ws, load, loads = world
+    load()
+    config = ws / "model" / "config.json"
+    cfg = json.loads(config.read_text())
+    cfg["quantization_config"]["exclude"].append("re:never\\.matches")
+    config.write_text(json.dumps(cfg, indent=2))
+    load()
+    assert len(loads) == 2
+    source = min((ws / "sglang" / "python").rglob("*.py"))  # any file of the tree, not only those the load reads
+    source.write_text(source.read_text() + "\n# touched\n")
+    load()
+    assert len(loads) == 3
+    scenario = ws / ".twin" / "scenario.yaml"
+    st = scenario.stat()
+    os.utime(scenario, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    load()
+    assert len(loads) == 4
+
+
+def test_a_remembered_failure_comes_back_the_same_until_fixed(world):
+    ws, load, loads = world
+    with pytest.raises(WeightLoadError) as first:
+        load(draft=True)  # the released workspace: the draft model does not load
+    with pytest.raises(WeightLoadError) as again:
+        load(draft=True)
+    assert len(loads) == 1
+    assert type(again.value) is type(first.value)
+    assert (again.value.summary, again.value.log, again.value.param, again.value.draft) == \
+        (first.value.summary, first.value.log, first.value.param, first.value.draft)  # fmt: skip
+    utils = ws / "sglang" / QUARK_UTILS
+    utils.write_text(utils.read_text().replace("def should_ignore_layer(", "def should_ignore_layer(  # edited\n", 1))
+    with pytest.raises(WeightLoadError):
+        load(draft=True)
+    assert len(loads) == 2  # the edit is seen: loaded again, not answered from the cache
+
+
+def test_an_unwritable_cache_is_not_used(world):
+    ws, load, loads = world
+    (ws / ".twin" / "weights-cache").write_text("not a folder")
+    load()
+    load()
+    assert len(loads) == 2
