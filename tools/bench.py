@@ -224,6 +224,9 @@ class KneeInput(ToolInput):
     growth: float = Field(1.5, gt=1, description=(
         "the rate grows by this factor until it fails; small when start_rate is already a good estimate"))
     duration_s: float | None = Field(None, gt=0, description="shorter runs for a cheap, coarser search")
+    min_rate: float | None = Field(None, gt=0, description=(
+        "only a knee at or above this rate is wanted (a configuration that must beat a known knee): when the first "
+        "seed does not sustain start_rate, stop there instead of searching lower rates"))
     seeds: list[int] | None = Field(None, min_length=1, description=(
         "benchmark seeds every sustained rate must pass with (default: the workload's knee_seeds); a screening "
         "pass may use one"))
@@ -317,13 +320,18 @@ def _search(args: KneeInput, seeds: list[int], check, tried) -> tuple[float | No
     bisection resumes with every seed) while one of them does not sustain it. Returns (knee or None, the lowest
     rate seen failing). ``check(rate, seeds)`` says whether those seeds sustain a rate; ``tried()`` lists the
     rates the first seed has run."""
+    # with an allowance, the first rate sustained and the bracket's low end are confirmed by every seed before
+    # going on, so that a search stopped half-way still has a rate to report
+    early = args.max_node_hours is not None
     lo, hi = None, None
-    rate = args.start_rate
+    rate = max(args.start_rate, args.min_rate or 0.0)
     while rate <= args.max_rate:
-        if not check(rate, seeds[:1]):
+        if not check(rate, seeds[:1]) or (early and lo is None and not check(rate, seeds)):
             hi = rate
             break
         lo, rate = rate, rate * args.growth
+    if lo is None and hi is not None and args.min_rate is not None and hi <= args.min_rate:
+        return None, hi  # below the rate asked for: nothing to search
     if lo is None and hi is not None:  # even the first rate fails: search downwards
         rate = hi / 2
         while rate >= args.resolution:
@@ -331,9 +339,6 @@ def _search(args: KneeInput, seeds: list[int], check, tried) -> tuple[float | No
                 lo = rate
                 break
             hi, rate = rate, rate / 2
-    # with an allowance, the bracket's low end is confirmed by every seed before bisecting, so that a search
-    # stopped half-way still has a rate to report
-    early = args.max_node_hours is not None
     confirmed, bisect_with = False, seeds[:1]
     while lo is not None and not confirmed:
         confirm_first = early and hi is not None and hi - lo > args.resolution

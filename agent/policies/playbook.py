@@ -533,16 +533,6 @@ class PlaybookPolicy:
             if obs.tool == "find_knee" and obs.result.get("stopped_by_budget") and not obs.result.get("runs"):
                 memo["current"], memo["phase"] = None, "done"
                 return [], f"the budget left ({obs.args.get('max_node_hours', 0):.3f} node-hours) buys no more benchmark runs"
-            if cur.get("probe"):  # one run just above the best knee so far: only a pass earns a knee search
-                cur.pop("probe")
-                run = (obs.result.get("runs") or [{}])[-1]
-                limit = self._knee_target(task)[1]
-                if obs.ok and run.get("median_ttft_ms", limit + 1) <= limit and run.get("success_rate", 0) >= 0.99:
-                    return [self._knee_call(self._allowance(state, task), workload=self._knee_target(task)[0],
-                                            start_rate=obs.args["request_rate"], resolution=0.1,
-                                            growth=NEAR_GROWTH)], \
-                        f"{cur['label']} sustains {obs.args['request_rate']} req/s: find its knee"  # fmt: skip
-                obs = obs.model_copy(update={"tool": "find_knee", "result": {"throughput_at_knee": 0.0}})
             value = self._value(obs)
             trial = state.current_trial()
             if trial and trial.accuracy_ok is False:
@@ -607,10 +597,11 @@ class PlaybookPolicy:
         if cur["measure"] == "knee_full" and not known:  # a full-length knee, from just below the predicted rate
             start = cur.get("start_rate") or max(0.25, round((memo.get("knee_rate") or 1.0) - 0.2, 3))
             return [self._knee_call(allowance, workload=workload, start_rate=start, resolution=0.1, growth=NEAR_GROWTH)]
-        if known:  # one run just above the best knee so far: only a configuration that sustains it gets a search
-            cur["probe"] = True
+        if known:  # from just above the best knee so far: a configuration that does not sustain it is done in one run,
+            # and the run that shows it does is the search's first (a short allowance still confirms it)
             rate = round(memo["knee_rate"] + 0.1, 3)
-            return [Call(tool="run_benchmark", args={"workload": workload, "request_rate": rate})]
+            return [self._knee_call(allowance, workload=workload, start_rate=rate, min_rate=rate, resolution=0.1,
+                                    growth=NEAR_GROWTH)]  # fmt: skip
         return [self._knee_call(allowance, workload=workload, start_rate=1.0, resolution=0.1)]
 
     @staticmethod

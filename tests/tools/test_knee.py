@@ -84,8 +84,9 @@ def test_an_allowance_stops_the_search_before_the_run_that_would_pass_it(served)
     # each run costs 0.1 node-hours: the fifth would pass 0.45, so four run
     assert len(served.calls) == 4 < full_runs and r.cost.node_hours <= 0.45
     assert r.stopped_by_budget and not unlimited.stopped_by_budget
-    # what it claims is only what every seed sustained: no rate had both seeds, so no knee
-    assert not r.ok and r.knee_rate is None and "allowance" in r.summary
+    # what it claims is only what every seed sustained: the first rate, which both seeds ran before going higher
+    assert (1.0, 2) in served.calls[:2]
+    assert r.ok and r.knee_rate == 1.0 and "allowance" in r.summary
 
 
 def test_a_stopped_search_reports_the_best_rate_every_seed_sustained(served):
@@ -118,3 +119,21 @@ def test_an_ample_allowance_finds_the_same_knee(served):
 def test_the_resolution_cannot_be_finer_than_the_rates_are_kept():
     with pytest.raises(ValueError):
         KneeInput(workload="tp", resolution=0.0005)
+
+
+def test_a_rate_below_the_minimum_is_never_searched(served):
+    served.capacity.update({1: 2.0, 2: 2.0})  # does not sustain the knee it must beat
+    r = find_knee(fake_ctx(), KneeInput(workload="tp", start_rate=2.5, min_rate=2.5, resolution=0.1))
+    assert served.calls == [(2.5, 1)]  # one run shows it, nothing lower is tried
+    assert not r.ok and r.knee_rate is None and r.first_failing_rate == 2.5
+
+
+def test_a_minimum_that_holds_is_the_searchs_first_run(served):
+    served.capacity.update({1: 2.9, 2: 2.9})
+    # an allowance of two runs: the first run at the minimum and its confirmation by the second seed
+    r = find_knee(fake_ctx(), KneeInput(workload="tp", start_rate=2.5, min_rate=2.5, growth=1.1, resolution=0.1,
+                                        max_node_hours=0.25))
+    assert r.ok and r.stopped_by_budget and r.knee_rate == 2.5
+    assert served.calls[:1] == [(2.5, 1)] and (2.5, 2) in served.calls
+    free = find_knee(fake_ctx(), KneeInput(workload="tp", start_rate=2.5, min_rate=2.5, growth=1.1, resolution=0.1))
+    assert free.ok and 2.8 < free.knee_rate <= 2.9
