@@ -14,12 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 
 from tools.git_ops import Evidence
 
+from .checkpoints import ItemSaver, ItemSerializer
 from .outcomes import after_targets_spent, apply_observations, bests_met, budget_exhausted
 from .run import Run
 from .state import AgentState, Best, Observation, TargetsMet
@@ -174,16 +173,17 @@ def build_graph(run: Run):
 _STATE_TYPES = ("AgentState", "Budget", "Best", "Call", "Observation", "Patch", "TargetsMet", "Trial")
 
 
-def serializer() -> JsonPlusSerializer:
-    """LangGraph's serializer, allowed to rebuild exactly the state's own types."""
-    return JsonPlusSerializer(allowed_msgpack_modules=[("agent.state", name) for name in _STATE_TYPES])
+def serializer(conn: sqlite3.Connection | None = None) -> ItemSerializer:
+    """LangGraph's serializer, allowed to rebuild exactly the state's own types, storing the items of the
+    state's growing collections once in ``conn`` (``agent/checkpoints.py``)."""
+    return ItemSerializer(conn, allowed_msgpack_modules=[("agent.state", name) for name in _STATE_TYPES])
 
 
-def checkpointer(run_dir: Path) -> SqliteSaver:
+def checkpointer(run_dir: Path) -> ItemSaver:
     conn = sqlite3.connect(run_dir / "checkpoints.sqlite", check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
-    return SqliteSaver(conn, serde=serializer())
+    return ItemSaver(conn, serde=serializer(conn))
 
 
 def saved_states(run_dir: Path, run_id: str) -> list[AgentState]:
@@ -194,7 +194,8 @@ def saved_states(run_dir: Path, run_id: str) -> list[AgentState]:
         return []
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
     try:
-        history = list(SqliteSaver(conn, serde=serializer()).list({"configurable": {"thread_id": run_id}}))
+        saver = ItemSaver(conn, serde=serializer(conn))
+        history = list(saver.list({"configurable": {"thread_id": run_id}}))
     finally:
         conn.close()
     values = [h.checkpoint["channel_values"] for h in reversed(history)]
