@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     server = make_server(state, args.host, args.port)
     host, port = server.server_address[:2]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     # uvicorn logs through its own handler ("INFO:     ..."), the warm-up request as an access-log line
     print(f"INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)", flush=True)

@@ -18,6 +18,7 @@ import git
 import pytest
 
 from agent.trace import read_trace
+from tests.shared_runs import NO_PACING
 
 REPO = Path(__file__).resolve().parents[2]
 TASK = REPO / "tasks" / "glm52_mi355x.yaml"
@@ -193,7 +194,7 @@ def test_bad_task_file_is_one_line(tmp_path):
 def stopping_at_the_targets(tmp_path: Path, task: Path) -> Path:
     """The task with no budget after its targets: for tests of bring-up, fixes and resume, not of the search."""
     variant = tmp_path / f"{task.stem}_to_targets.yaml"
-    variant.write_text(f"extends: {task}\nbudgets:\n  after_targets: {{node_hours: 0}}\n")
+    variant.write_text(f"extends: {task}\nbudgets:\n  after_targets: {{node_hours: 0}}\n{NO_PACING}")
     return variant
 
 
@@ -225,7 +226,7 @@ def test_playbook_fixes_the_new_defect_variants(tmp_path, task):
     engine fix for the MTP layer is its own commit verified with the checkpoint's config as released. Only the
     single-stream stage runs (where both defects meet the agent); the full tasks' knee is left to `agent run`."""
     short = tmp_path / f"{task}_single.yaml"
-    short.write_text(f"extends: {REPO / 'tasks' / f'{task}.yaml'}\n"
+    short.write_text(f"extends: {REPO / 'tasks' / f'{task}.yaml'}\n{NO_PACING}"
                      "targets:\n  - {name: single_stream, metric: decode_tok_s, workload: single_stream, min: 100000}\n")
     proc = agent(tmp_path, "run", str(short), "--policy", "playbook", "--run-id", task)
     # the target is out of reach on purpose (only the stage where the defects are met runs): exit 3, missed
