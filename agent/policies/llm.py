@@ -609,11 +609,18 @@ class LLMPolicy:
                 if ctx.trace is not None:
                     ctx.trace.emit("llm_response", step=step, call_id=llm_call_id, message={}, wall_seconds=wall,
                                    error=error)  # fmt: skip
-                done = memo["errors"] >= MAX_ERRORS
+                # an endpoint that has never answered and refuses connections after the SDK's retries is not
+                # there: asking again only makes the user wait
+                import openai
+
+                never_there = (isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError)
+                               and not memo.get("answered"))  # fmt: skip
+                done = memo["errors"] >= MAX_ERRORS or never_there
                 why = f"LLM request failed ({memo['errors']} in a row): {error}"
                 return decision([], why + ("; giving up" if done else ""), done=done)
         wall = time.monotonic() - t0
         memo["errors"] = 0
+        memo["answered"] = True
         memo.pop("last_error", None)
 
         usage = completion.usage

@@ -76,16 +76,12 @@ def test_an_engine_that_cannot_start_is_an_infrastructure_failure(tmp_path):
     assert "winning launch command" not in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # closed again on return: nothing listens there
-
-
 def test_an_unreachable_llm_endpoint_is_an_infrastructure_failure(tmp_path):
-    url = f"http://127.0.0.1:{_closed_port()}/v1"
-    proc = run_agent(tmp_path, "run", str(TASK), "--policy", "llm", "--llm-model", "m", "--llm-base-url", url,
-                     "--run-id", "nollm")  # fmt: skip
+    with socket.socket() as held:  # bound, never listening: connections are refused, and no one else can take it
+        held.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{held.getsockname()[1]}/v1"
+        proc = run_agent(tmp_path, "run", str(TASK), "--policy", "llm", "--llm-model", "m", "--llm-base-url", url,
+                         "--run-id", "nollm")  # fmt: skip
     assert proc.returncode == 5, proc.stdout[-2000:] + proc.stderr[-2000:]
     o = outcome(tmp_path, "nollm")
     assert o["kind"] == "infrastructure" and "the LLM endpoint failed" in o["words"]

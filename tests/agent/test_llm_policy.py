@@ -242,6 +242,26 @@ def test_three_consecutive_errors_end_the_run(ctx: PolicyContext, trace: TraceWr
     assert len(responses) == 3 and all(e.error and "500" in e.error for e in responses)
 
 
+def test_an_endpoint_that_was_never_there_ends_the_run_at_once(ctx: PolicyContext):
+    import socket
+
+    with socket.socket() as held:  # bound, never listening: connections are refused, and no one else can take it
+        held.bind(("127.0.0.1", 0))
+        pol = LLMPolicy(model="m", base_url=f"http://127.0.0.1:{held.getsockname()[1]}/v1", api_key="k",
+                        max_retries=0)  # fmt: skip
+        d = pol.decide(new_state(), ctx)
+    assert d.done and d.calls == [] and "APIConnectionError" in d.rationale and "giving up" in d.rationale
+    assert d.memo["llm"]["errors"] == 1  # one request (after the SDK's own retries), not three
+
+
+def test_a_connection_lost_after_answers_is_retried_on_the_next_turn(ctx: PolicyContext):
+    with ScriptedLLM([{"tool_calls": [("read_log", {})]}]) as server:
+        pol = policy(server, max_retries=0)
+        d1 = pol.decide(state := new_state(), ctx)
+    d2 = pol.decide(advance(state, d1), ctx)  # the server is gone now: one failure, not the end
+    assert d1.calls and not d2.done and "APIConnectionError" in d2.rationale
+
+
 def test_an_error_then_success_resets_the_counter(ctx: PolicyContext):
     with ScriptedLLM([{"status": 500}, {"tool_calls": [("read_log", {})]}]) as server:
         pol = policy(server, max_retries=0)
