@@ -13,7 +13,7 @@ import fcntl
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,10 +25,13 @@ SHORT_RUN_ID = "short"
 NO_PACING = 'engines:\n  twin:\n    env: {TWIN_TIME_SCALE: "0"}\n'
 
 
-def run_agent(cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """``agent ARGS`` in ``cwd`` (its ``runs/`` folder), as a user's shell would run it."""
+def run_agent(cwd: Path, *args: str, timeout: float = 600, env: Mapping[str, str] | None = None,
+              ) -> subprocess.CompletedProcess:  # fmt: skip
+    """``agent ARGS`` in ``cwd`` (its ``runs/`` folder), as a user's shell would run it (``env``: its whole
+    environment, else this process's)."""
     return subprocess.run([sys.executable, "-c", "from agent.cli import app; app()", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+                          env=None if env is None else dict(env), capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
 
 
 def build_finished(root: Path) -> None:

@@ -42,7 +42,7 @@ CONFIRM_TOP = 2
 # coarser bracket and runs this share of the workload's length, so that they leave the after-targets budget to search
 REFERENCE_LENGTH = 0.25
 KNEE_MEASURES = ("knee", "knee_full", "baseline")  # measurements whose value is a throughput at the knee
-NEAR_GROWTH = 1.1  # a knee search that starts near the knee (a prediction, or a probe that passed) steps up by 10 %
+NEAR_GROWTH = 1.1  # a knee search that starts near the knee (a prediction, or the best knee it must beat) steps up by 10 %
 # CUDA headers and the HIP headers that declare the same API (hipify's mapping)
 HIP_COUNTERPARTS = {
     "cuda_runtime.h": "hip/hip_runtime.h", "cuda_runtime_api.h": "hip/hip_runtime_api.h", "cuda.h": "hip/hip_runtime.h",

@@ -182,7 +182,8 @@ def load_weights(ws: Workspace, args) -> weights.WeightLoadReport:
               "draft": (mtp.draft_model_file, mtp.draft_model_class, mtp.engine_prefix) if mtp else None}  # fmt: skip
     twin_dir = ws.model_dir.parent / ".twin"
     scenario_file = Path(os.environ.get("TWIN_SCENARIO") or twin_dir / "scenario.yaml")
-    key = weights_cache.cache_key(inputs, [ws.model_dir, ws.sglang_root], [scenario_file, twin_dir / "scenario.yaml"])
+    scenarios = list(dict.fromkeys([scenario_file, twin_dir / "scenario.yaml"]))  # the one given, the one the draft reads
+    key = weights_cache.cache_key(inputs, [ws.model_dir, ws.sglang_root], scenarios)
     cache_dir = twin_dir / "weights-cache" if twin_dir.is_dir() else None
     return weights_cache.remembered(cache_dir, key, lambda: weights.load_weights(ws.model_dir, ws.sglang_root, **inputs))
 

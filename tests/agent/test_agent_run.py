@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from collections import Counter
@@ -19,14 +18,10 @@ import pytest
 
 from agent.trace import read_trace
 from tests.shared_runs import NO_PACING
+from tests.shared_runs import run_agent as agent
 
 REPO = Path(__file__).resolve().parents[2]
 TASK = REPO / "tasks" / "glm52_mi355x.yaml"
-
-
-def agent(cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "from agent.cli import app; app()", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
 
 
 def check_finished_run(run_dir: Path) -> dict:

@@ -22,7 +22,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 from collections import Counter
@@ -34,6 +33,7 @@ import yaml
 
 from agent.trace import read_trace
 from tests.agent.conftest import DEFAULT_TASK
+from tests.shared_runs import run_agent
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER_TASK = REPO / "tasks" / "glm52_mi355x_docker.yaml"
@@ -144,9 +144,7 @@ def docker_engine() -> str:
 
 
 def agent(cwd: Path, docker_host: str, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DOCKER_HOST": docker_host}
-    return subprocess.run([sys.executable, "-c", "from agent.cli import app; app()", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    return run_agent(cwd, *args, env={**os.environ, "DOCKER_HOST": docker_host})
 
 
 def committed(trace: Path) -> bool:

@@ -16,14 +16,10 @@ from pathlib import Path
 import pytest
 
 from agent.trace import read_trace
+from tests.shared_runs import run_agent
 
 REPO = Path(__file__).resolve().parents[2]
 
-
-def run_agent(cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """``agent ARGS`` in ``cwd`` (its ``runs/`` folder), as a user's shell would run it."""
-    return subprocess.run([sys.executable, "-c", "from agent.cli import app; app()", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
 
 TASK = REPO / "tasks" / "glm52_mi355x.yaml"
 

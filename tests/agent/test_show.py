@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 from agent.timeline import read_timeline
 from agent.trace import TraceWriter
+from tests.shared_runs import run_agent
 
 
 def _write_run(root: Path, run_id: str = "r1") -> Path:
@@ -41,8 +41,7 @@ def test_the_timeline_pairs_decisions_with_their_calls(tmp_path):
 
 
 def _agent(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "from agent.cli import app; app()", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+    return run_agent(cwd, *args, timeout=120, env={**os.environ, "COLUMNS": "200"})
 
 
 def test_agent_show_prints_it_and_refuses_what_is_not_a_run(tmp_path):

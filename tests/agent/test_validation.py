@@ -8,27 +8,20 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.shared_runs import run_agent
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def run_agent(cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """``agent ARGS`` in ``cwd`` (its ``runs/`` folder), as a user's shell would run it."""
-    return subprocess.run([sys.executable, "-c", "from agent.cli import app; app()", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
-
 TASK = REPO / "tasks" / "glm52_mi355x.yaml"
 DOCKER_TASK = REPO / "tasks" / "glm52_mi355x_docker.yaml"
 
 
 def agent_env(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     """``agent ARGS`` in ``cwd`` with the environment ``env``."""
-    return subprocess.run([sys.executable, "-c", "from agent.cli import app; app()", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    return run_agent(cwd, *args, env=env, timeout=300)
 
 
 def one_error_line(proc: subprocess.CompletedProcess) -> str:
