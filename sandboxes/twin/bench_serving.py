@@ -371,6 +371,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "total_throughput_per_gpu": m["total_throughput"] / cfg.gpus_used,
         "output_throughput_per_gpu": m["output_throughput"] / cfg.gpus_used,
         "tokens_per_s_per_user": 1000.0 / m["median_tpot_ms"] if m["median_tpot_ms"] > 0 else 0.0,
+        # what SGLang logs as "KV cache pool is full. Retract requests." (the scheduler's warning), summed
+        "retracted_requests": result.retracted,
     })  # fmt: skip
     print_table(args, record)
     out = args.output_file or f"{args.backend}_{datetime.now().strftime('%m%d')}_{args.num_prompts}_sim.jsonl"

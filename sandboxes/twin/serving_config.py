@@ -37,6 +37,7 @@ class ServingConfig:
     mem_fraction_static: float = 0.90  # the launcher passes the resolved value (server_args.resolve)
     enable_mixed_chunk: bool = False
     context_length: int | None = None  # the served context length (None: the model's max_position_embeddings)
+    schedule_conservativeness: float = 1.0  # resolved (x 0.3 under DP attention): scales the admission's reserve
 
     @property
     def speculative(self) -> bool:

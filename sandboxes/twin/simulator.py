@@ -8,6 +8,12 @@ priority over decode as in SGLang's default policy — or one decode step of the
 
 The client side plays ``bench_serving``: Poisson arrivals, an optional ``--max-concurrency`` gate, and the
 same metrics (TTFT, TPOT, ITL, end-to-end latency) computed from the simulated timestamps.
+
+Admission reserves KV for the requests' future output as SGLang's ``PrefillAdder`` does (``Reservation``):
+with the radix cache on, a running request reserves only ``new_token_ratio`` of what it may still write, so the
+pool is over-committed, and a decode step that finds no room retracts requests back to the waiting queue
+(``ScheduleBatch.retract_decode``); with the radix cache off, ``bench_serving``'s ``ignore_eos`` requests take
+SGLang's exact path (``add_one_req_ignore_eos``), which never over-commits: their whole output is reserved.
 """
 
 from __future__ import annotations
@@ -32,14 +38,43 @@ class RequestTrace:
     join_step: int = 0
     holds_prefix: bool = False  # this request's KV still owns its prefix (not yet in the radix cache)
     error: str = ""
+    resumed: int = 0  # output tokens written before a retraction: prefilled again with the prompt
+    retracted_at: float | None = None  # when it was last retracted (its last token before the gap)
+    retractions: int = 0
 
     @property
     def to_prefill(self) -> int:
-        return self.req.input_len - self.cached - self.prefilled
+        return self.req.input_len + self.resumed - self.cached - self.prefilled
 
     @property
     def own_tokens(self) -> int:
         return self.req.input_len - self.cached + self.req.output_len
+
+
+@dataclass
+class Reservation:
+    """SGLang's estimate of the output running requests will still write (scheduler.py ``new_token_ratio``).
+
+    It starts at ``SGLANG_INIT_NEW_TOKEN_RATIO`` (0.7) x ``--schedule-conservativeness`` (x 0.3 under DP
+    attention), falls by a 600th of the way to 0.14 of that after every decode step that fits, and after a
+    retraction becomes the share of their output the remaining requests have written (plus 20 steps each).
+    Outputs count at most ``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION`` (4096) tokens (environ.py, 0.5.12).
+    """
+
+    ratio: float
+    floor: float
+    decay: float
+    clip: int = 4096
+    retract_steps: int = 20
+
+    @classmethod
+    def sglang(cls, conservativeness: float) -> Reservation:
+        init = min(0.7 * conservativeness, 1.0)
+        floor = min(init * 0.14, 1.0)
+        return cls(ratio=init, floor=floor, decay=(init - floor) / 600)
+
+    def after_decode(self) -> None:
+        self.ratio = max(self.ratio - self.decay, self.floor)
 
 
 @dataclass
@@ -50,6 +85,7 @@ class RankScheduler:
     accept: float
     verify_tokens: int
     radix: bool = True
+    reservation: Reservation | None = None  # None: every request reserves its whole output (ignore_eos path)
     waiting: deque = field(default_factory=deque)
     prefilling: list = field(default_factory=list)
     running: dict = field(default_factory=dict)
@@ -69,6 +105,10 @@ class RankScheduler:
     idle: float = 0.0
     itl: list = field(default_factory=list)  # (gap seconds, how many requests saw it)
     peak_running: int = 0
+    finish_at: dict = field(default_factory=dict)  # request index -> the decode step it finishes at
+    sum_output: int = 0  # running requests' outputs (clipped as SGLang's estimate clips them)
+    batch_reserve: int = 0  # output reserved by requests admitted into the prefill batch being formed
+    retracted: int = 0
 
     # --- queue ------------------------------------------------------------------------------------------
 
@@ -85,12 +125,25 @@ class RankScheduler:
 
     # --- KV pool and radix cache ----------------------------------------------------------------------------
 
-    def _free(self) -> int:
-        return self.kv_capacity - self.kv_used - self.cache_tokens
+    def _generated(self) -> float:
+        """Output tokens the running requests hold in the pool (over-committing admission only)."""
+        return self.accept * (len(self.running) * self.step - self.sum_join)
 
-    def _evict(self, need: int) -> None:
+    def _free(self) -> float:
+        held = self.kv_used + self.cache_tokens
+        return self.kv_capacity - held - (self._generated() if self.reservation else 0.0)
+
+    def _room(self) -> float:
+        """Free tokens less what the running requests and the batch being formed reserve for their output."""
+        if self.reservation is None:
+            return self._free()
+        future = max(self.sum_output - self._generated(), 0.0) * self.reservation.ratio
+        return self._free() - future - self.batch_reserve
+
+    def _evict(self, need: float, room=None) -> None:
+        room = room or self._room
         for group in list(self.cache):
-            if self._free() >= need:
+            if room() >= need:
                 return
             if self.locks.get(group, 0) == 0:
                 self.cache_tokens -= self.cache.pop(group)
@@ -100,21 +153,27 @@ class RankScheduler:
         hit = self.radix and req.group is not None and req.group in self.cache
         cached = req.prefix_len if hit else 0
         need = req.input_len - cached + req.output_len
+        held = need  # what the pool holds for it from now on (the whole output, without over-commit)
+        if self.reservation is not None:  # PrefillAdder.add_one_req: prompt + clipped output + one page
+            held = req.input_len - cached
+            need = held + tr.resumed + min(req.output_len - tr.resumed, self.reservation.clip) + 1
         if need > self.kv_capacity:
             tr.error = f"Input length {req.input_len} plus output exceeds the KV pool ({self.kv_capacity} tokens)"
             return True
         if hit:  # lock first, so that making room never evicts the prefix this request reuses
             self.locks[req.group] = self.locks.get(req.group, 0) + 1
             self.cache.move_to_end(req.group)
-        if self._free() < need:
+        if self._room() < need:
             self._evict(need)
-            if self._free() < need:
+            if self._room() < need:
                 if hit:
                     self.locks[req.group] -= 1
                 return False
         tr.cached = cached
         tr.holds_prefix = not hit and req.group is not None
-        self.kv_used += need
+        self.kv_used += held
+        if self.reservation is not None:
+            self.batch_reserve += need - held
         return True
 
     def _prefix_done(self, tr: RequestTrace) -> None:
@@ -133,7 +192,8 @@ class RankScheduler:
         tr.prefilled -= tr.req.prefix_len
 
     def _release(self, tr: RequestTrace) -> None:
-        self.kv_used -= tr.own_tokens
+        # over-committing, the output's tokens leave the pool with the running sums (``_generated``)
+        self.kv_used -= tr.own_tokens if self.reservation is None else tr.req.input_len - tr.cached
         if tr.req.group is not None and tr.cached > 0:
             self.locks[tr.req.group] -= 1
 
@@ -149,6 +209,7 @@ class RankScheduler:
     def _prefill_step(self) -> list[RequestTrace] | None:
         budget = self.model.config.chunked_prefill_size
         budget = budget if budget > 0 else 10**12
+        self.batch_reserve = 0
         batch: list[tuple[RequestTrace, int]] = []
         failed: list[RequestTrace] = []
         for tr in self.prefilling:
@@ -182,23 +243,70 @@ class RankScheduler:
                 self._prefix_done(tr)
             if tr.to_prefill <= 0:
                 self.prefilling.remove(tr)
-                tr.first_token = self.clock
-                remaining = tr.req.output_len - 1
+                if tr.first_token is None:
+                    tr.first_token = self.clock
+                remaining = tr.req.output_len - 1 - tr.resumed
                 if remaining <= 0:
                     tr.done = self.clock
                     self._release(tr)
                     failed.append(tr)
                     continue
-                tr.join_step = self.step
+                # a resumed request counts its earlier output as written in steps before this one
+                tr.join_step = self.step - tr.resumed / self.accept
                 self.running[tr.req.index] = tr
                 self.sum_prompt += tr.req.input_len
-                self.sum_join += self.step
-                heapq.heappush(self.finish_heap, (self.step + math.ceil(remaining / self.accept), tr.req.index))
-                self.new_since_decode.append(self.clock)
+                self.sum_join += tr.join_step
+                self.sum_output += self._clipped_output(tr)
+                finish = self.step + math.ceil(remaining / self.accept)
+                self.finish_at[tr.req.index] = finish
+                heapq.heappush(self.finish_heap, (finish, tr.req.index))
+                self.new_since_decode.append(tr.retracted_at if tr.resumed else self.clock)
         self.peak_running = max(self.peak_running, len(self.running))
         return failed
 
+    def _clipped_output(self, tr: RequestTrace) -> int:
+        return min(tr.req.output_len, self.reservation.clip) if self.reservation else tr.req.output_len
+
+    def _leave(self, tr: RequestTrace) -> None:
+        """Take a request out of the running batch's sums."""
+        del self.running[tr.req.index]
+        self.finish_at.pop(tr.req.index, None)
+        self.sum_prompt -= tr.req.input_len
+        self.sum_join -= tr.join_step
+        self.sum_output -= self._clipped_output(tr)
+
+    def _retract(self, need: int) -> None:
+        """``ScheduleBatch.retract_decode``: no room for the next decode step's tokens; give back the requests
+        that wrote least (the longest prompt first among equals) until it fits, keeping one. They wait again at
+        the back of the queue and prefill their prompt and what they wrote so far."""
+        order = sorted(self.running.values(), key=lambda t: (self.step - t.join_step, -t.req.input_len))
+        first = True
+        while first or (self._evict(need, self._free), self._free())[1] < need:
+            if len(order) <= 1:
+                break
+            first = False
+            tr = order.pop(0)
+            written = min(round(self.accept * (self.step - tr.join_step)), tr.req.output_len - 1)
+            self._leave(tr)
+            self._release(tr)
+            tr.cached = tr.prefilled = 0
+            tr.resumed, tr.retracted_at = written, self.clock
+            tr.retractions += 1
+            self.retracted += 1
+            self.waiting.append(tr)
+        written = self._generated()
+        outputs = sum(t.req.output_len for t in self.running.values())
+        ratio = (written + self.reservation.retract_steps * len(self.running)) / (outputs + 1)
+        self.reservation.ratio = min(1.0, ratio)
+
     def _decode_step(self) -> list[RequestTrace]:
+        if self.reservation is not None and self.running:
+            need = len(self.running) * self.verify_tokens  # ScheduleBatch.check_decode_mem
+            self._evict(need, self._free)
+            if self._free() < need:
+                self._retract(need)
+            else:
+                self.reservation.after_decode()
         b = len(self.running)
         if b == 0:
             return []
@@ -215,11 +323,12 @@ class RankScheduler:
         self.prev_decode_end = self.clock
         done: list[RequestTrace] = []
         while self.finish_heap and self.finish_heap[0][0] <= self.step:
-            _, idx = heapq.heappop(self.finish_heap)
-            tr = self.running.pop(idx)
+            finish, idx = heapq.heappop(self.finish_heap)
+            if self.finish_at.get(idx) != finish:
+                continue  # retracted since: it finishes at the step its resumption set
+            tr = self.running[idx]
             tr.done = self.clock
-            self.sum_prompt -= tr.req.input_len
-            self.sum_join -= tr.join_step
+            self._leave(tr)
             self._release(tr)
             done.append(tr)
         return done
@@ -237,6 +346,13 @@ class SimulationResult:
     breakdown: dict[str, float]  # rank-seconds per category, idle included
     accept_length: float
     peak_running: int
+    retracted: int = 0  # requests sent back to the waiting queue because the KV pool was full
+
+
+def reservation(cfg) -> Reservation | None:
+    """How a rank reserves output: bench_serving sends ``ignore_eos``, for which SGLang reserves the whole output
+    only when the radix cache is off (``PrefillAdder.add_one_req``)."""
+    return None if cfg.disable_radix_cache else Reservation.sglang(cfg.schedule_conservativeness)
 
 
 def simulate(
@@ -263,6 +379,7 @@ def simulate(
             accept=model.accept_length(content),
             verify_tokens=model.tokens_per_verify(),
             radix=not cfg.disable_radix_cache,
+            reservation=reservation(cfg),
         )
         for _ in range(cfg.num_ranks)
     ]
@@ -306,4 +423,5 @@ def simulate(
         breakdown=breakdown,
         accept_length=ranks[0].accept,
         peak_running=max(r.peak_running for r in ranks),
+        retracted=sum(r.retracted for r in ranks),
     )
