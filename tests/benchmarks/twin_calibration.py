@@ -1,12 +1,15 @@
 """Print the twin's figures beside the published GLM-5.2 on 8x MI355X ones (what test_calibration asserts).
 
     python -m tests.benchmarks.twin_calibration
+    python -m tests.benchmarks.twin_calibration --ttft     # TTFT p50/p95 at every published rate, over seeds
 
 Runs real twin servers and the twin's bench_serving, as the calibration tests do.
 """
 
 from __future__ import annotations
 
+import statistics
+import sys
 import tempfile
 from pathlib import Path
 
@@ -24,9 +27,32 @@ class _Factory:
         return path
 
 
+# the case study's table (final configuration): rate -> (TTFT p50, TTFT p95) in seconds
+PUBLISHED_TTFT = {0.5: (0.59, 0.60), 1.0: (0.60, 0.81), 1.5: (0.62, 1.03), 2.0: (0.62, 1.05), 2.25: (0.63, 1.23),
+                  2.4: (0.81, 2.22)}  # fmt: skip
+
+
+def ttft_table(ws: Path, tmp: Path, seeds: range = range(4)) -> None:
+    """TTFT p50 and p95 of the final configuration at every published rate: the median over benchmark seeds,
+    and the seeds' range, beside the published pair."""
+    env = {"AITER_CONFIG_FMOE": str(ws / "tuned.csv")}
+    print(f"{'RPS':>5} {'p50 twin (seeds)':>22} {'pub':>5} {'p95 twin (seeds)':>23} {'pub':>5} {'retracted':>9}")
+    with running(ws, tmp / "ttft.log", TUNED_FLAGS, env) as s:
+        for rate, (p50, p95) in PUBLISHED_TTFT.items():
+            recs = [s.bench(tmp, *throughput_flags(rate), "--seed", str(seed)) for seed in seeds]
+            a = [r["median_ttft_ms"] / 1000 for r in recs]
+            b = [r["p95_ttft_ms"] / 1000 for r in recs]
+            out = sum(r["retracted_requests"] for r in recs)
+            print(f"{rate:>5} {statistics.median(a):>7.2f} ({min(a):.2f}-{max(a):.2f}) {p50:>5.2f} "
+                  f"{statistics.median(b):>7.2f} ({min(b):.2f}-{max(b):.2f}) {p95:>5.2f} {out:>9}")  # fmt: skip
+
+
 def main() -> None:
     tmp = Path(tempfile.mkdtemp())
     ws = fixed_workspace.__wrapped__(_Factory(tmp))
+    if "--ttft" in sys.argv[1:]:
+        ttft_table(ws, tmp)
+        return
     env = {"AITER_CONFIG_FMOE": str(ws / "tuned.csv")}
     print(f"{'figure':<48} {'twin':>9} {'published':>10}")
     with running(ws, tmp / "final.log", TUNED_FLAGS, env) as s:
