@@ -76,7 +76,8 @@ class SearchSpace:
     def canonical(self, candidate: Candidate) -> Candidate | None:
         """The candidate as the engine would run it (None: not valid on this node). Unset and default-like
         values are dropped, speculative settings without an algorithm are dropped, a top-1 draft tree has one
-        token per step plus the root (SGLang adjusts it so)."""
+        token per step plus the root (SGLang adjusts it so), a wider one verifies no more tokens than its draft
+        scored (``max_draft_tokens``)."""
         flags = {k: v for k, v in candidate.flags.items() if v is not None and v is not False}
         env = {k: v for k, v in candidate.env.items() if v}
         tp, dp = int(flags.get("tp-size", 1)), int(flags.get("dp-size", 1))
@@ -95,7 +96,7 @@ class SearchSpace:
             # the engine wants all three once an algorithm is set
             steps, topk = int(flags.get("speculative-num-steps", 1)), int(flags.get("speculative-eagle-topk", 1))
             draft = steps + 1 if topk == 1 else int(flags.get("speculative-num-draft-tokens", steps + 1))
-            if draft > topk * steps + 1:
+            if not 2 <= draft <= max_draft_tokens(steps, topk):
                 return None
             flags.update({"speculative-num-steps": steps, "speculative-eagle-topk": topk,
                           "speculative-num-draft-tokens": draft})  # fmt: skip
@@ -171,6 +172,104 @@ class SearchSpace:
             study.add_trial(optuna.trial.create_trial(params=params, value=m.value,
                                                       distributions={k: dists[k] for k in params}))  # fmt: skip
         return study
+
+
+def max_draft_tokens(steps: int, topk: int) -> int:
+    """The most tokens one verify step can check with a draft tree of ``steps`` levels and ``topk`` branches: the
+    root and every candidate the draft scored, ``topk`` at the first step and ``topk`` x ``topk`` at each later one
+    (SGLang 0.5.12 ``eagle_utils.organize_draft_results`` keeps the best ``num_draft_tokens - 1`` of them; fewer
+    prune the tree). A top-1 draft is a chain: one token per step."""
+    if topk <= 1:
+        return steps + 1
+    return 1 + topk + (steps - 1) * topk * topk
+
+
+Tree = tuple[int, int, int]  # a speculative configuration: (num-steps, eagle-topk, num-draft-tokens)
+# the draft tree's moves, in the order a local search tries them: deeper and wider first (what single-stream
+# decoding usually rewards), then back, then the verify budget of a wider tree
+TREE_MOVES = ("deeper", "wider", "shallower", "fewer draft tokens", "more draft tokens", "narrower")
+
+
+def tree_of(flags: dict[str, Any]) -> Tree | None:
+    """A configuration's draft tree as the engine runs it (None: no speculative decoding)."""
+    if not flags.get(SPECULATIVE):
+        return None
+    steps, topk = int(flags.get("speculative-num-steps") or 1), int(flags.get("speculative-eagle-topk") or 1)
+    draft = steps + 1 if topk == 1 else int(flags.get("speculative-num-draft-tokens") or steps + 1)
+    return steps, topk, draft
+
+
+def tree_neighbours(
+    allowed: dict[str, list[Any]], center: Tree, first: str | None = None
+) -> list[tuple[Tree, str]]:
+    """The draft trees one move away from ``center`` within the ``allowed`` values (a task's search space), each
+    with its move (``TREE_MOVES``; ``first``, the move that led to ``center``, is tried first again):
+
+    - deeper / shallower: the next allowed step count; a full tree keeps its width at every level (``topk``
+      draft tokens more or fewer), a pruned one keeps its draft tokens (as far as the shallower tree has nodes);
+    - wider / narrower: the next allowed top-k at the same depth, its draft tokens scaled with the width; where
+      the largest allowed verify budget cannot hold that tree, two trees instead: the deepest full tree of the
+      new width the budget holds, and the same depth pruned to the budget;
+    - fewer / more draft tokens: the next allowed verify budget of the same tree (top-k > 1: it prunes, or keeps
+      more of the candidates the draft scored).
+
+    Only valid trees (``max_draft_tokens``) whose values the space allows; a top-1 tree has one token per step."""
+    steps_ok = sorted(int(v) for v in allowed.get("speculative-num-steps", []) if v)
+    topk_ok = sorted(int(v) for v in allowed.get("speculative-eagle-topk", []) if v) or [1]
+    draft_ok = sorted(int(v) for v in allowed.get("speculative-num-draft-tokens", []) if v)
+    s, k, d = center
+
+    def step(values: list[int], v: int, by: int) -> int | None:
+        if v not in values:
+            return None
+        i = values.index(v) + by
+        return values[i] if 0 <= i < len(values) else None
+
+    def cap(steps: int, topk: int) -> int:
+        return min(max(draft_ok, default=0), max_draft_tokens(steps, topk))
+
+    def tree(steps: int | None, topk: int | None, draft: int) -> Tree | None:
+        if steps is None or topk is None or steps not in steps_ok or topk not in topk_ok:
+            return None
+        if topk == 1:
+            return steps, 1, steps + 1
+        fitting = [v for v in draft_ok if 2 <= v <= min(draft, cap(steps, topk))]
+        return (steps, topk, fitting[-1]) if fitting else None  # the largest allowed budget up to ``draft``
+
+    def deeper_or_shallower(by: int) -> list[Tree | None]:
+        s2 = step(steps_ok, s, by)
+        if s2 is None:
+            return []
+        full = d >= 1 + k * s
+        return [tree(s2, k, d + k * (s2 - s) if full else min(d, 1 + k * s2))]
+
+    def rewidth(by: int) -> list[Tree | None]:
+        k2 = step(topk_ok, k, by)
+        if k2 is None:
+            return []
+        want = 1 + (d - 1) * k2 // k  # the same depth at the new width
+        budget = cap(s, k2)
+        if k2 == 1 or want <= budget:
+            return [tree(s, k2, want)]
+        deepest = min(s, (budget - 1) // k2)
+        return [tree(deepest, k2, 1 + k2 * deepest), tree(s, k2, budget)]
+
+    def budget(by: int) -> list[Tree | None]:
+        if k == 1:
+            return []
+        d2 = step(draft_ok, d, by) if d in draft_ok else None
+        return [tree(s, k, d2)] if d2 is not None and 2 <= d2 <= cap(s, k) else []
+
+    moves = {"deeper": lambda: deeper_or_shallower(1), "shallower": lambda: deeper_or_shallower(-1),
+             "wider": lambda: rewidth(1), "narrower": lambda: rewidth(-1),
+             "fewer draft tokens": lambda: budget(-1), "more draft tokens": lambda: budget(1)}  # fmt: skip
+    order = [first] + [m for m in TREE_MOVES if m != first] if first in moves else list(TREE_MOVES)
+    out: list[tuple[Tree, str]] = []
+    for move in order:
+        for t in moves[move]():
+            if t is not None and t != center and t not in [o[0] for o in out]:
+                out.append((t, move))
+    return out
 
 
 def measured_on(trials: list[Trial], target: str) -> list[Measured]:

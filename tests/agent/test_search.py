@@ -1,16 +1,32 @@
 """The search layer: valid configurations on the node, the best's neighbours ordered by its bottleneck, TPE
-after them, crash regions and measured configurations never proposed again, and the same answer on resume."""
+after them, crash regions and measured configurations never proposed again, the same answer on resume, and the
+draft trees one move from a speculative configuration."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from agent.search import Candidate, Measured, SearchSpace, in_crash_region, next_candidate
+from agent.search import (
+    Candidate,
+    Measured,
+    SearchSpace,
+    in_crash_region,
+    max_draft_tokens,
+    next_candidate,
+    tree_neighbours,
+    tree_of,
+)
 from tasks.spec import load_task
 
 REPO = Path(__file__).resolve().parents[2]
 SPACE = SearchSpace(load_task(REPO / "tasks" / "glm52_mi355x.yaml"))  # 8 GPUs
 BEST = Candidate(flags={"tp-size": 8, "dp-size": 4, "enable-dp-attention": True}, env={"AITER_CONFIG_FMOE": "t.csv"})
+
+
+def spec(tree: tuple[int, int, int]) -> dict:
+    steps, topk, draft = tree
+    return {"speculative-algorithm": "EAGLE", "speculative-num-steps": steps, "speculative-eagle-topk": topk,
+            "speculative-num-draft-tokens": draft}  # fmt: skip
 
 
 def changed(c: Candidate) -> list[str]:
@@ -83,3 +99,33 @@ def test_a_value_the_best_is_already_served_with_is_no_neighbour():
     assert not any(c.flags.get("chunked-prefill-size") == 8192 for c in served)
     assert served[0].flags.get("kv-cache-dtype") == "fp8_e4m3"  # the decode share's first knob, a real change
     assert next_candidate(SPACE, [], best, {"decode": 1.0}, serving=serving) == served[0]
+
+
+def test_the_engine_prunes_a_draft_tree_to_its_draft_tokens_and_verifies_no_more_than_it_scored():
+    # SGLang 0.5.12: topk candidates at the first step, topk*topk at each later one, the best draft-1 of them kept
+    assert [max_draft_tokens(s, k) for s, k in [(3, 1), (1, 2), (3, 2), (2, 4)]] == [4, 3, 11, 21]
+    pruned = SPACE.canonical(Candidate(flags={"tp-size": 8, **spec((6, 2, 5))}))  # 5 < 2*6+1: pruned, valid
+    assert pruned is not None and tree_of(pruned.flags) == (6, 2, 5)
+    # more than two branches at a level (the draft scored 2 + 2 * 4 candidates)
+    bushy = SPACE.canonical(Candidate(flags={"tp-size": 8, **spec((3, 2, 8))}))
+    assert bushy is not None and tree_of(bushy.flags) == (3, 2, 8)
+    assert SPACE.canonical(Candidate(flags={"tp-size": 8, **spec((1, 2, 4))})) is None  # scored only 2
+    assert tree_of(SPACE.canonical(Candidate(flags=spec((4, 1, 8)))).flags) == (4, 1, 5)  # top-1: a chain
+
+
+def test_a_wider_tree_from_the_deepest_chain_is_proposed_pruned_and_as_a_full_tree_the_budget_holds():
+    # the task allows at most 8 draft tokens: top-2 at depth 6 (13 tokens) does not fit
+    wider = [t for t, move in tree_neighbours(SPACE.flags, (6, 1, 7)) if move == "wider"]
+    # the deepest full top-2 tree in 8 tokens, then depth 6 pruned to 8
+    assert wider == [(3, 2, 7), (6, 2, 8)]
+    steps, topk, draft = wider[1]
+    assert draft < topk * steps + 1
+    # every neighbour is one the engine runs as proposed, with values the task allows
+    flags = SPACE.flags
+    for center in [(3, 1, 4), (6, 1, 7), (3, 2, 7), (2, 4, 8), (1, 2, 3)]:
+        for tree, _ in tree_neighbours(flags, center):
+            assert tree != center and SPACE.canonical(Candidate(flags=spec(tree))).flags == spec(tree)
+            assert tree[0] in flags["speculative-num-steps"] and tree[1] in flags["speculative-eagle-topk"]
+            assert tree[1] == 1 or tree[2] in flags["speculative-num-draft-tokens"]
+    # the move that led to the center comes first
+    assert tree_neighbours(flags, (3, 2, 7), "fewer draft tokens")[0] == ((3, 2, 6), "fewer draft tokens")
