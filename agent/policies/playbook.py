@@ -1,11 +1,12 @@
 """The offline expert: a staged plan, and fixes reasoned from the diagnosis and the workspace.
 
 Stages: bring-up (the largest tensor-parallel layout, measured), kernel tuning (shapes the log says ran on a
-fallback path), single-stream decode (speculative depth, then the draft tree's width, KV-cache dtype and all-reduce
-fusion, each kept only if it helps), throughput layout (each TP x DP split, and DP attention, screened with one
-burst each; the best two measured at full length), knee (speculative decoding under load, shallowest first), then
-search (the shared search layer, ``agent/search.py``: the best's neighbours, its bottleneck's knobs first, then
-TPE) for as long as the budget lasts, targets met or not. Each stage starts from the best the previous one found.
+fallback path), single-stream decode (a short speculative chain, then a local search over the draft tree's
+depth, width and draft tokens, then KV-cache dtype and all-reduce fusion, each kept only if it helps),
+throughput layout (each TP x DP split, and DP attention, screened with one burst each; the best two measured at
+full length), knee (speculative decoding under load, shallowest first), then search (the shared search layer,
+``agent/search.py``: the best's neighbours, its bottleneck's knobs first, then TPE) for as long as the budget
+lasts, targets met or not. Each stage starts from the best the previous one found.
 
 A crash is answered from its diagnosis: a weight shape mismatch on a module the checkpoint keeps unquantized
 means the exclude list names it differently from the engine, so the same entries are added under the
@@ -28,7 +29,16 @@ from tools.source import unified_diff
 
 from ..ablation import explain_best
 from ..outcomes import node_hours_left
-from ..search import SPEC_DEPENDENT, SPECULATIVE, Candidate, Measured, SearchSpace, next_candidate
+from ..search import (
+    SPEC_DEPENDENT,
+    SPECULATIVE,
+    Candidate,
+    Measured,
+    SearchSpace,
+    next_candidate,
+    tree_neighbours,
+    tree_of,
+)
 from .base import Decision, PolicyContext
 from .upstream_fixes import _map_mtp_exclude_entry, draft_class, map_draft_excludes
 
@@ -50,6 +60,10 @@ HIP_COUNTERPARTS = {
     "cooperative_groups.h": "hip/hip_cooperative_groups.h", "cub/cub.cuh": "hipcub/hipcub.hpp",
 }
 SPEC_KEYS = (SPECULATIVE, *SPEC_DEPENDENT)  # the speculative-decoding flags, as the search layer names them
+# single-stream runs the draft tree's local search may spend after its first tree (``_tree_item``); on the twin's
+# scenarios it reaches the best allowed tree in at most this many (a coordinate search stops sooner when no
+# neighbour of the best improves)
+TREE_SEARCH_RUNS = 8
 
 
 def _allowed(task: TaskSpec, flag: str) -> list[Any]:
@@ -221,10 +235,12 @@ class PlaybookPolicy:
             if item.get("ablate"):  # the best without each change no measured pair isolates yet
                 memo["queue"][:0] = self._ablation_items(state, task, item)
                 return None
-            if item.get("widen"):  # a wider draft tree on the best speculative configuration so far
-                item = self._widened(task, base, item)
-                if item is None:
+            if item.get("tree_search"):  # the draft tree's next move from the best single-stream tree so far
+                step = self._tree_item(task, memo, base, item)
+                if step is None:
                     return None
+                memo["queue"].insert(0, item)  # the search goes on once this tree is measured
+                item = step
             flags, env = self._compose(memo, item)
             if item["from"] != "none" and flags == base["flags"] and env == base.get("env", {}):
                 return None  # nothing new to try
@@ -312,23 +328,49 @@ class PlaybookPolicy:
     def _single_plan(self, task: TaskSpec) -> list[dict]:
         plan = []
         algs = [a for a in _allowed(task, "speculative-algorithm") if a]
-        if algs:
-            # a common shallow depth first, then deeper one step at a time until depth stops paying
-            steps = sorted(s for s in _allowed(task, "speculative-num-steps") if s)
+        steps = sorted(s for s in _allowed(task, "speculative-num-steps") if s)
+        if algs and steps:
+            # a common shallow chain first, then a local search over the draft tree (depth, width, draft tokens)
+            # from the best tree so far, one move at a time, until no move improves (``_tree_item``)
             shallow = max([s for s in steps if s <= 3] or steps[:1])
-            for s in [shallow] + [s for s in steps if s > shallow]:
-                plan.append({"label": f"speculative decoding {s}/1/{s + 1}", "from": "single",
-                             "set": {"speculative-algorithm": algs[0], "speculative-num-steps": s,
-                                     "speculative-eagle-topk": 1, "speculative-num-draft-tokens": s + 1},
-                             "measure": "single", "keep_as": "single", "group": "depth" if s > shallow else None,
-                             "feature": "speculative decoding"})  # fmt: skip
-        # a wider draft tree at the best depth (top-k > 1 spends k draft tokens per level)
-        for k in sorted(v for v in _allowed(task, "speculative-eagle-topk") if v and v > 1):
-            plan.append({"label": f"draft tree top-{k}", "from": "single", "widen": k, "measure": "single",
+            plan.append({"label": f"speculative decoding {shallow}/1/{shallow + 1}", "from": "single",
+                         "set": {"speculative-algorithm": algs[0], "speculative-num-steps": shallow,
+                                 "speculative-eagle-topk": 1, "speculative-num-draft-tokens": shallow + 1},
+                         "measure": "single", "keep_as": "single", "feature": "speculative decoding"})  # fmt: skip
+            plan.append({"label": "draft tree search", "tree_search": True, "from": "single", "measure": "single",
                          "keep_as": "single", "feature": "speculative decoding"})  # fmt: skip
         plan += self._knob_items(task, "single", "single")
         plan.append({"label": "ablation of the single-stream best", "ablate": "single"})
         return plan
+
+    @staticmethod
+    def _tree_item(task: TaskSpec, memo: dict, base: dict, item: dict) -> dict | None:
+        """The draft tree search's next plan item: the first untried neighbour (``search.tree_neighbours``) of the
+        best single-stream tree so far, the move that led to it first (a coordinate search that keeps going the
+        way that paid). None, and the search ends, when every neighbour of the best has been tried, when the best
+        does not speculate, or after ``TREE_SEARCH_RUNS`` runs. The search state (trees tried, the move behind
+        each, runs spent) lives in the memo, so a resumed run proposes the same trees."""
+        flags = base.get("flags", {})
+        center = tree_of(flags)
+        search = memo.setdefault("tree_search", {"tried": {}, "runs": 0})
+        if center is None or search["runs"] >= TREE_SEARCH_RUNS:
+            return None
+        key = "/".join(map(str, center))
+        search["tried"].setdefault(key, None)  # the best was measured: never proposed again
+        first = search["tried"][key]  # the move that made it the best (None: where the search started)
+        for tree, move in tree_neighbours(task.search_space.flags, center, first):
+            label = "/".join(map(str, tree))
+            if label in search["tried"]:
+                continue
+            search["tried"][label] = move
+            search["runs"] += 1
+            steps, topk, draft = tree
+            what = f"speculative decoding {label}" if topk == 1 else f"draft tree top-{topk} {label}"
+            # no feature: a tree that crashes is one tree, not speculative decoding (the search goes on)
+            return {**item, "tree_search": False, "feature": None, "label": f"{what} ({move} than {key})",
+                    "set": {"speculative-algorithm": flags["speculative-algorithm"], "speculative-num-steps": steps,
+                            "speculative-eagle-topk": topk, "speculative-num-draft-tokens": draft}}  # fmt: skip
+        return None
 
     @staticmethod
     def _record(memo: dict, config: dict, value: float, crashed: bool = False, category: str | None = None) -> None:
@@ -382,21 +424,6 @@ class PlaybookPolicy:
         return [{"label": f"ablation: the best without {c.name}", "from": "none", "exact": True,
                  "set": c.without.flags, "env": c.without.env, "measure": "baseline" if knee else "single",
                  "keep_as": f"ablation {item['ablate']}"} for c in explanation.changes if c.effect is None]  # fmt: skip
-
-    @staticmethod
-    def _widened(task: TaskSpec, base: dict, item: dict) -> dict | None:
-        """The item's top-k on the base's speculative configuration: as deep as the largest allowed draft tree
-        of k branches per level reaches, no deeper than the base (None: no speculation to widen, or no tree)."""
-        flags, k = base.get("flags", {}), item["widen"]
-        if not flags.get("speculative-algorithm") or flags.get("speculative-eagle-topk") == k:
-            return None
-        drafts = sorted(v for v in _allowed(task, "speculative-num-draft-tokens") if v)
-        steps = min(int(flags.get("speculative-num-steps") or 1), (drafts[-1] - 1) // k if drafts else 0)
-        if steps < 1 or k * steps + 1 not in drafts:
-            return None
-        label = f"{item['label']} at depth {steps} ({steps}/{k}/{k * steps + 1})"
-        return {**item, "label": label, "set": {"speculative-eagle-topk": k, "speculative-num-steps": steps,
-                                                "speculative-num-draft-tokens": k * steps + 1}}  # fmt: skip
 
     @staticmethod
     def _already_served(base: dict, item: dict) -> str | None:

@@ -1,32 +1,100 @@
-"""The playbook's search beyond the first configuration that works: wider draft trees, launches that would
-change nothing, and configurations the engine already served."""
+"""The playbook's search beyond the first configuration that works: the draft tree's local search (depth,
+width, draft tokens), launches that would change nothing, and configurations the engine already served."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from agent.policies.playbook import PlaybookPolicy
-from tasks.spec import load_task
+from agent.policies import playbook
+from agent.policies.playbook import TREE_SEARCH_RUNS, PlaybookPolicy
+from agent.search import tree_neighbours, tree_of
+from tasks.spec import TaskSpec, load_task
 from tools.server import serving_config
 
 REPO = Path(__file__).resolve().parents[2]
 TASK = load_task(REPO / "tasks" / "glm52_mi355x.yaml")  # search space: top-k 1/2/4, draft tokens 2..8
-SPEC = {"speculative-algorithm": "EAGLE", "speculative-num-steps": 6, "speculative-eagle-topk": 1,
-        "speculative-num-draft-tokens": 7}  # fmt: skip
 
 
-def test_a_wider_draft_tree_is_as_deep_as_the_largest_allowed_tree_reaches():
-    base = {"flags": {"tp-size": 8, **SPEC}}
-    two = PlaybookPolicy._widened(TASK, base, {"label": "draft tree top-2", "widen": 2})
-    assert two["set"] == {"speculative-eagle-topk": 2, "speculative-num-steps": 3, "speculative-num-draft-tokens": 7}
-    four = PlaybookPolicy._widened(TASK, base, {"label": "draft tree top-4", "widen": 4})
-    assert four["set"] == {"speculative-eagle-topk": 4, "speculative-num-steps": 1, "speculative-num-draft-tokens": 5}
-    shallow = {"flags": {**SPEC, "speculative-num-steps": 2, "speculative-num-draft-tokens": 3}}
-    assert PlaybookPolicy._widened(TASK, shallow, {"label": "x", "widen": 2})["set"]["speculative-num-steps"] == 2
+def _task_with(**flags: list) -> TaskSpec:
+    """The default task with other allowed speculative values (a scenario the playbook has not seen)."""
+    space = TASK.search_space.model_copy(update={"flags": {**TASK.search_space.flags, **flags}})
+    return TASK.model_copy(update={"search_space": space})
 
 
-def test_nothing_to_widen_without_speculation():
-    assert PlaybookPolicy._widened(TASK, {"flags": {"tp-size": 8}}, {"label": "x", "widen": 2}) is None
+def _spec(tree: tuple[int, int, int]) -> dict:
+    steps, topk, draft = tree
+    return {"speculative-algorithm": "EAGLE", "speculative-num-steps": steps, "speculative-eagle-topk": topk,
+            "speculative-num-draft-tokens": draft}  # fmt: skip
+
+
+def _tree_search(task: TaskSpec, objective, start: tuple[int, int, int]) -> tuple[tuple, list[tuple]]:
+    """Run the playbook's draft tree search against ``objective`` (tree -> single-stream tok/s) the way its plan
+    does: each proposed tree is measured, and kept as the best when it beats it. Returns (best, proposed)."""
+    memo: dict = {"best": {"single": {"flags": {"tp-size": 8, **_spec(start)}, "value": objective(start)}}}
+    item = {"label": "draft tree search", "tree_search": True, "from": "single", "measure": "single",
+            "keep_as": "single", "feature": "speculative decoding"}  # fmt: skip
+    proposed = []
+    while (step := PlaybookPolicy._tree_item(task, memo, memo["best"]["single"], item)) is not None:
+        assert step["feature"] is None and not step["tree_search"]  # one tree's crash does not end the search
+        tree = tree_of(step["set"])
+        proposed.append(tree)
+        value = objective(tree)
+        if value > memo["best"]["single"]["value"]:
+            flags = {**memo["best"]["single"]["flags"], **step["set"]}
+            memo["best"]["single"] = {"flags": flags, "value": value}
+    return tree_of(memo["best"]["single"]["flags"]), proposed
+
+
+def _bowl(peak: tuple[int, int, int]):
+    """A single-stream speed with one peak, the width weighing most."""
+    return lambda t: 300.0 - (t[0] - peak[0]) ** 2 - 5 * (t[1] - peak[1]) ** 2 - (t[2] - peak[2]) ** 2
+
+
+def test_the_tree_search_follows_the_task_allowed_values():
+    task = _task_with(**{"speculative-num-steps": [1, 2, 4, 8], "speculative-eagle-topk": [1, 3],
+                         "speculative-num-draft-tokens": [2, 4, 7, 10, 13]})  # fmt: skip
+    moves = dict((move, tree) for tree, move in reversed(tree_neighbours(task.search_space.flags, (4, 1, 5))))
+    assert moves["deeper"] == (8, 1, 9) and moves["shallower"] == (2, 1, 3)
+    assert moves["wider"] == (4, 3, 13)  # depth 4 at width 3: 13 tokens, allowed here
+    best, proposed = _tree_search(task, _bowl((4, 3, 10)), (2, 1, 3))
+    assert best == (4, 3, 10) and len(proposed) == len(set(proposed)) <= TREE_SEARCH_RUNS
+    assert all(t[1] == 1 or t[2] in [2, 4, 7, 10, 13] for t in proposed)
+
+
+def test_the_tree_search_climbs_to_a_pruned_tree_and_stops_when_no_neighbour_improves(monkeypatch):
+    monkeypatch.setattr(playbook, "TREE_SEARCH_RUNS", 100)  # the stopping rule alone, not the run bound
+    peak = (4, 2, 6)  # a top-2 tree of depth 4 pruned to 6 draft tokens (a full one has 9)
+    best, proposed = _tree_search(TASK, _bowl(peak), (3, 1, 4))
+    assert best == peak and len(proposed) == len(set(proposed))
+    # it stopped because every neighbour of the peak was measured and none beat it
+    around = [t for t, _ in tree_neighbours(TASK.search_space.flags, peak)]
+    assert around and set(around) <= set(proposed) and proposed[-1] in around
+    # a start no neighbour of which improves: each neighbour once, then done
+    best, proposed = _tree_search(TASK, _bowl((3, 1, 4)), (3, 1, 4))
+    around = [t for t, _ in tree_neighbours(TASK.search_space.flags, (3, 1, 4))]
+    assert best == (3, 1, 4) and sorted(proposed) == sorted(around)
+
+
+def test_the_tree_search_is_bounded_in_runs():
+    best, proposed = _tree_search(TASK, _bowl((4, 2, 6)), (3, 1, 4))
+    assert len(proposed) == TREE_SEARCH_RUNS and _bowl((4, 2, 6))(best) > _bowl((4, 2, 6))((3, 1, 4))
+
+
+def test_the_deepest_chain_wins_when_depth_pays_and_wider_trees_are_tried_once():
+    def chain_pays(t):  # deeper always pays, a wider tree costs more than it accepts
+        steps, topk, draft = t
+        return 100.0 + 10 * min(steps, (draft - 1) // topk) - 5 * topk - draft
+
+    best, proposed = _tree_search(TASK, chain_pays, (3, 1, 4))
+    assert best == (6, 1, 7)
+    assert proposed[:3] == [(4, 1, 5), (5, 1, 6), (6, 1, 7)]  # deeper while it pays
+    assert proposed[3:] == [(3, 2, 7), (6, 2, 8)]  # then the wider trees around the best, and done
+
+
+def test_nothing_to_search_without_speculation():
+    memo: dict = {"best": {"single": {"flags": {"tp-size": 8}, "value": 50.0}}}
+    item = {"label": "x", "tree_search": True}
+    assert PlaybookPolicy._tree_item(TASK, memo, memo["best"]["single"], item) is None
 
 
 def test_a_value_the_engine_already_serves_is_not_launched():
