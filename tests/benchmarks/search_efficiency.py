@@ -424,18 +424,34 @@ def plot(results: Results, path: Path) -> None:
 def main(
     tasks: Annotated[list[Path] | None, typer.Option("--tasks", help="a task file (repeat; default: 3 tasks)")] = None,
     seeds: Annotated[int, typer.Option("--seeds", min=1, help="seeds per task")] = 5,
+    first_seed: Annotated[int, typer.Option("--first-seed", min=0, help="the first seed (split a measurement)")] = 0,
     trials: Annotated[int, typer.Option("--trials", min=1, help="launches per seed for each black-box method")] = 60,
     methods: Annotated[str, typer.Option("--methods", help="comma-separated: agent,tpe,random")] = ",".join(METHODS),
     out: Annotated[Path, typer.Option("--out", help="where results, table and plot go")] = Path("runs/search_efficiency"),
     report_only: Annotated[bool, typer.Option("--report-only", help="redo table and plot from <out>/results.json")] = False,
+    include: Annotated[list[Path] | None, typer.Option("--include", help="with --report-only: add the runs of "
+                                                       "another measurement's folder (repeat)")] = None,  # fmt: skip
 ) -> None:
     """Measure the agent's, TPE's and random search's spend until each target is met (simulated)."""
     if report_only:
-        saved = out / "results.json"
-        if not saved.exists():
-            console.print(f"error: no {saved}: run the measurement first")
-            raise typer.Exit(2)
-        report(Results.model_validate_json(saved.read_text()), out)
+        merged: Results | None = None
+        for folder in [out, *(include or [])]:
+            saved = folder / "results.json"
+            if not saved.exists():
+                console.print(f"error: no {saved}: run the measurement first")
+                raise typer.Exit(2)
+            part = Results.model_validate_json(saved.read_text())
+            if merged is not None and part.trials_per_seed != merged.trials_per_seed:
+                console.print(f"error: {saved} has {part.trials_per_seed} trials per seed, {out} has "
+                              f"{merged.trials_per_seed}: not one measurement")  # fmt: skip
+                raise typer.Exit(2)
+            merged = part if merged is None else Results(trials_per_seed=merged.trials_per_seed,
+                                                         runs=merged.runs + part.runs)  # fmt: skip
+        # one run per method, task and seed: a later folder's measurement replaces an earlier one's
+        latest = {(r.method, r.task, r.seed): r for r in merged.runs}
+        if len(latest) < len(merged.runs):
+            console.print(f"{len(merged.runs) - len(latest)} run(s) measured again in a later folder: the later kept")
+        report(Results(trials_per_seed=merged.trials_per_seed, runs=list(latest.values())), out)
         return
     chosen = [m.strip() for m in methods.split(",") if m.strip()]
     if bad := [m for m in chosen if m not in METHODS]:
@@ -451,7 +467,7 @@ def main(
                   f"{trials} launches per black-box seed, methods {', '.join(chosen)}")  # fmt: skip
     for path in paths:
         base = load_task(path)
-        for seed in range(seeds):
+        for seed in range(first_seed, first_seed + seeds):
             task_copy = seeded_task(path, seed, out)
             task = load_task(task_copy)
             console.print(f"[bold]{base.name}[/] seed {seed} (knee seeds {2 * seed + 1}, {2 * seed + 2})")
