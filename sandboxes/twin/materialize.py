@@ -21,8 +21,12 @@ does. Nothing here knows what a fix looks like.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import hashlib
 import json
 import math
+import os
 import re
 import shutil
 import sys
@@ -31,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import moe_csv, release
+from . import checkpoint, moe_csv, release
 from . import scenario as scenario_mod
 from .checkpoint import ModelDims, checkpoint_modules, param_specs, quantizable, tensor_bytes
 from .scenario import MoEShape, Scenario
@@ -247,6 +251,79 @@ def _generation_config(cfg: dict[str, Any]) -> dict[str, Any]:
         "top_p": 0.95,
         "transformers_version": cfg["transformers_version"],
     }
+
+
+def index_text(sc: Scenario) -> tuple[str, int, int]:
+    """``model.safetensors.index.json`` for scenario ``sc``: its text, its number of tensors and their bytes."""
+    dims, fmt = ModelDims.from_spec(sc.model), sc.quantization.weight_format
+    params = checkpoint_params(dims, fmt, sc.exclude_entries())
+    total = sum(tensor_bytes(p["dtype"], p["shape"]) for p in params.values())
+    index = {
+        "metadata": {
+            "total_size": total,
+            "simulated": True,
+            "note": f"{simulated_label(sc)}: tensor metadata only (dtype, shape); the tensors are not stored",
+        },
+        "weight_map": params,
+    }
+    return json.dumps(index, separators=(",", ":")) + "\n", len(params), total
+
+
+INDEX_CACHE_KEEP = 16  # indexes kept in the per-user cache; the least recently used go first
+
+
+def index_cache() -> Path:
+    return release.cache_dir() / "checkpoint-index"
+
+
+def _index_cache_key(sc: Scenario) -> str:
+    """What the index is computed from: the model's dimensions, the weight format, the exclude list, the label
+    the file carries, and the code that computes it (this module and ``checkpoint.py``)."""
+    digest = hashlib.sha256(json.dumps([dataclasses.asdict(ModelDims.from_spec(sc.model)),
+                                        sc.quantization.weight_format, sc.exclude_entries(), simulated_label(sc)],
+                                       sort_keys=True, default=str).encode())  # fmt: skip
+    for module in (__file__, checkpoint.__file__):
+        digest.update(Path(module).read_bytes())
+    return digest.hexdigest()[:32]
+
+
+def write_index(sc: Scenario, dest: Path) -> tuple[int, int]:
+    """Write the checkpoint's index to ``dest``; returns its number of tensors and their bytes.
+
+    Every workspace of a scenario holds the same index (about a second and a half to compute for a 100k-tensor
+    model), so it is remembered in the per-user cache (``release.cache_dir()``, beside the SGLang releases) under
+    the hash of everything it is computed from, and copied from there. A cache that cannot be read or written is
+    simply not used."""
+    folder = index_cache()
+    try:
+        key = _index_cache_key(sc)
+    except OSError:
+        key = None
+    if key is not None:
+        text, sizes = folder / f"{key}.json", folder / f"{key}.sizes.json"
+        try:
+            counts = json.loads(sizes.read_text())
+            shutil.copyfile(text, dest)
+            os.utime(sizes)  # recently used: the last to go
+            return int(counts["num_params"]), int(counts["total"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    body, num_params, total = index_text(sc)
+    dest.write_text(body)
+    if key is not None:
+        with contextlib.suppress(OSError):
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp = f".tmp{os.getpid()}"
+            shutil.copyfile(dest, text.with_suffix(tmp))
+            # the index first, then its sizes: the sizes say it is whole
+            os.replace(text.with_suffix(tmp), text)
+            sizes.with_suffix(tmp).write_text(json.dumps({"num_params": num_params, "total": total}))
+            os.replace(sizes.with_suffix(tmp), sizes)
+            entries = sorted(folder.glob("*.sizes.json"), key=lambda p: p.stat().st_mtime_ns)
+            for old in entries[:-INDEX_CACHE_KEEP]:
+                old.unlink(missing_ok=True)
+                old.with_name(old.name.removesuffix(".sizes.json") + ".json").unlink(missing_ok=True)
+    return num_params, total
 
 
 # --- sglang/: the real release, or the bundled excerpt ------------------------------------------------------
@@ -542,18 +619,8 @@ def materialize(scenario: Scenario | str | Path, dest: str | Path, *, force: boo
     # model/
     cfg = build_config(sc)
     write(model_dir / "config.json", json.dumps(cfg, indent=2) + "\n")
-    dims = ModelDims.from_spec(sc.model)
-    params = checkpoint_params(dims, sc.quantization.weight_format, sc.exclude_entries())
-    total = sum(tensor_bytes(p["dtype"], p["shape"]) for p in params.values())
-    index = {
-        "metadata": {
-            "total_size": total,
-            "simulated": True,
-            "note": f"{simulated_label(sc)}: tensor metadata only (dtype, shape); the tensors are not stored",
-        },
-        "weight_map": params,
-    }
-    write(model_dir / "model.safetensors.index.json", json.dumps(index, separators=(",", ":")) + "\n")
+    num_params, total = write_index(sc, model_dir / "model.safetensors.index.json")
+    written.append(model_dir / "model.safetensors.index.json")
     write(model_dir / "tokenizer_config.json", json.dumps(_tokenizer_config(sc), indent=2) + "\n")
     write(model_dir / "generation_config.json", json.dumps(_generation_config(cfg), indent=2) + "\n")
 
@@ -574,7 +641,7 @@ def materialize(scenario: Scenario | str | Path, dest: str | Path, *, force: boo
     source_note.write_text(json.dumps({"sglang": provenance, "version": sc.engine.version, "defects": edits},
                                       indent=2) + "\n")
     written.append(source_note)
-    return MaterializeResult(dest, model_dir, sglang_root, scenario_copy, len(params), total, written,
+    return MaterializeResult(dest, model_dir, sglang_root, scenario_copy, num_params, total, written,
                              provenance=provenance, defect_edits=edits, simulated=simulated_label(sc))
 
 

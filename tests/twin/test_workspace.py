@@ -6,6 +6,7 @@ load weights / build JIT kernels again. Nothing in the twin knows what "the fix"
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import re
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sandboxes.twin import materialize as materialize_mod
 from sandboxes.twin import moe_csv
 from sandboxes.twin import scenario as scenario_mod
 from sandboxes.twin.__main__ import main as cli_main
@@ -128,6 +130,32 @@ def test_materialize_writes_the_workspace(pristine: Path) -> None:
     assert (aiter / sc.engine.default_moe_config).read_text().startswith("# dayzero digital twin (simulated)")
     assert json.loads((pristine / ".twin" / "source.json").read_text())["version"] == sc.engine.version
     assert workspace_scenario(pristine).name == "glm52_mi355x"
+
+
+def test_the_checkpoint_index_is_computed_once_per_scenario(tmp_path: Path, monkeypatch) -> None:
+    """Every workspace of a scenario holds the same index: computed once, copied from the per-user cache after,
+    and computed again when what it is computed from differs (or the cache holds no whole entry)."""
+    monkeypatch.setattr(materialize_mod, "index_cache", lambda: tmp_path / "cache")
+    computed = []
+    real = materialize_mod.index_text
+    monkeypatch.setattr(materialize_mod, "index_text", lambda sc: computed.append(sc.name) or real(sc))
+    sc = scenario_mod.load()
+    first = materialize_mod.write_index(sc, tmp_path / "first.json")
+    again = materialize_mod.write_index(sc, tmp_path / "again.json")
+    assert computed == ["glm52_mi355x"]
+    assert again == first and (tmp_path / "again.json").read_bytes() == (tmp_path / "first.json").read_bytes()
+    assert (tmp_path / "first.json").read_text() == real(sc)[0] and first == real(sc)[1:]
+    quant = dataclasses.replace(sc.quantization, exclude=(*sc.quantization.exclude, "model.layers.1.mlp.gate_proj"))
+    sc = dataclasses.replace(sc, quantization=quant)  # another exclude list: another index
+    other = materialize_mod.write_index(sc, tmp_path / "other.json")
+    assert computed == ["glm52_mi355x"] * 2 and other[1] > first[1]
+    weight_map = json.loads((tmp_path / "other.json").read_text())["weight_map"]
+    assert weight_map["model.layers.1.mlp.gate_proj.weight"]["dtype"] == "BF16"
+    for sizes in (tmp_path / "cache").glob("*.sizes.json"):
+        sizes.write_text("{")  # cut short: not a whole entry
+    assert materialize_mod.write_index(sc, tmp_path / "cut.json") == other
+    assert (tmp_path / "cut.json").read_bytes() == (tmp_path / "other.json").read_bytes()
+    assert computed == ["glm52_mi355x"] * 3
 
 
 def test_catalogue_from_config_equals_from_spec() -> None:
