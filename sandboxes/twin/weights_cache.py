@@ -1,18 +1,23 @@
-"""Weight loads remembered per workspace: a launch loads the checkpoint again only when something it reads changed.
+"""Weight loads remembered: a launch loads the checkpoint again only when something the load reads changed.
 
 Loading walks every tensor of the checkpoint's index through the workspace's own name mapping and exclude
 matching (about a second for a 100k-tensor model), and a run launches the same workspace a dozen times, mostly
 with the files the load reads unchanged: an agent's patch to a JIT kernel, or a pristine file put back, leaves
-the weight load as it was. The outcome of a load (the report, or the error and the log SGLang would print)
-depends only on the arguments and on files, so an entry is found in two steps:
+the weight load as it was; and every workspace of a scenario starts with the same files. The outcome of a load
+(the report, or the error and the log SGLang would print) depends only on the arguments, on files, and on where
+those files are (the paths a traceback prints), so an entry is found in two steps:
 
-- its key: the arguments, the scenario's contents, and which files exist in the model folder and the SGLang
-  tree (a file that appears or disappears can change what an import or a lookup finds);
-- the files the load opened under those folders (an audit hook on ``open`` records them while it runs), each
-  with the hash of its contents: the entry answers only while every one of them still has those contents.
+- its key: the arguments, the scenario's contents, which files exist in the model folder and the SGLang tree
+  (a file that appears or disappears can change what an import or a lookup finds), and the twin's own code;
+- the files the load opened in those folders (an audit hook on ``open`` records them while it runs), each with
+  the hash of its contents: the entry answers only while every one of them has those contents still.
 
-So an edit of any file the load reads computes it again, and an edit of any other file does not. Entries live in
-the workspace's ``.twin/`` (out of the tools' reach); a cache that cannot be read or written is simply not used.
+An edit of any file the load reads computes it again; an edit of any other file does not. The paths of the
+folders are kept out of the outcome (each is written as a placeholder and put back on the way out), so a
+workspace with the same files elsewhere, the next run's, finds the entry too: entries live in the workspace's
+``.twin/`` (out of the tools' reach) and in the per-user cache (beside the SGLang releases). An outcome that
+names the workspace in some other form is kept for its own folders only. A cache that cannot be read or
+written is simply not used.
 """
 
 from __future__ import annotations
@@ -23,20 +28,26 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import pure_code, tracebacks
+from . import pure_code, release, tracebacks
 from .weights import WeightLoadError, WeightLoadReport, WorkspaceImportError
 
 KEEP = 32  # entries per workspace; the least recently used go first
+SHARED_KEEP = 256  # entries in the per-user cache
 _ERRORS = {cls.__name__: cls for cls in (WeightLoadError, WorkspaceImportError)}
 
 
+def shared_cache() -> Path:
+    """The per-user folder of entries any workspace with the same files can use."""
+    return release.cache_dir() / "weight-loads"
+
+
 class CacheKey(str):
-    """The key of a load's arguments, the scenario and the files that exist; ``scope``: the folders and files
-    whose reads an entry depends on (absolute paths)."""
+    """The key of a load's arguments, the scenario's contents and which files exist, the same wherever the
+    workspace is; ``scope``: the folders and files whose reads an entry depends on (absolute paths)."""
 
     scope: tuple[str, ...] = ()
 
@@ -61,12 +72,30 @@ def _content(path: str) -> str | None:
         return None
 
 
+def _given(path: Path) -> str:
+    """How a path was given, where that is not just where it is: a relative path may be printed as given."""
+    return "" if os.path.isabs(path) else str(path)
+
+
+_CODE: list[str] = []
+
+
+def _code() -> str:
+    """The hash of the twin's own code (an entry computed by other code is not this code's outcome)."""
+    if not _CODE:
+        digest = hashlib.sha256(repr(sys.version_info[:2]).encode())
+        for path in sorted(Path(__file__).parent.glob("*.py")):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+        _CODE.append(digest.hexdigest())
+    return _CODE[0]
+
+
 def cache_key(inputs: dict[str, Any], folders: list[Path], files: list[Path]) -> CacheKey:
-    digest = hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode())
+    digest = hashlib.sha256(json.dumps([inputs, len(folders), _code()], sort_keys=True, default=str).encode())
     for folder in folders:
-        digest.update(json.dumps([str(folder), _listing(folder)]).encode())
+        digest.update(json.dumps([_given(folder), _listing(folder)]).encode())
     for f in files:
-        digest.update(json.dumps([str(f), _content(str(f))]).encode())
+        digest.update(json.dumps([_given(f), _content(str(f))]).encode())
     key = CacheKey(digest.hexdigest()[:32])
     key.scope = tuple(os.path.abspath(p) for p in (*folders, *files))
     return key
@@ -84,8 +113,8 @@ def _audit(event: str, args: tuple) -> None:
 
 
 def _recorded(load: Callable[[], WeightLoadReport], opened: set[str]) -> WeightLoadReport:
-    """``load()``, with every file it opens added to ``opened``, and every file it parsed from memory as well
-    (this process's caches of parsed and rendered sources would otherwise hide a second load's reads)."""
+    """``load()``, with every file it opens added to ``opened``, and every file this process parsed as well
+    (its caches of parsed and quoted sources would otherwise hide a second load's reads)."""
     global _HOOKED
     if not _HOOKED:
         sys.addaudithook(_audit)
@@ -99,81 +128,150 @@ def _recorded(load: Callable[[], WeightLoadReport], opened: set[str]) -> WeightL
         opened.update(os.path.abspath(p) for p in pure_code.parsed_files())  # read now or by an earlier load
 
 
-def _in_scope(path: str, scope: Iterable[str]) -> bool:
-    return any(path == s or path.startswith(s + os.sep) for s in scope)
+def _where(path: str, scope: tuple[str, ...]) -> tuple[int, str] | None:
+    """(index in ``scope``, path relative to it) of a file in the scope, else None."""
+    for i, s in enumerate(scope):
+        if path == s:
+            return i, ""
+        if path.startswith(s + os.sep):
+            return i, os.path.relpath(path, s)
+    return None
+
+
+# --- the paths in an outcome ----------------------------------------------------------------------------------
+
+
+def _placeholder(i: int) -> str:
+    return f"\0{i}\0"
+
+
+def _map_strings(obj: Any, fn: Callable[[str], str]) -> Any:
+    if isinstance(obj, str):
+        return fn(obj)
+    if isinstance(obj, list | tuple):
+        return [_map_strings(v, fn) for v in obj]
+    if isinstance(obj, dict):
+        return {k: _map_strings(v, fn) for k, v in obj.items()}
+    return obj
+
+
+def _without_paths(outcome: dict[str, Any], scope: tuple[str, ...]) -> tuple[dict[str, Any], bool]:
+    """``outcome`` with each scope path as its placeholder, and whether nothing else in it names the workspace
+    (a parent folder, a resolved path): only then can it stand for a workspace elsewhere."""
+    order = sorted(range(len(scope)), key=lambda i: -len(scope[i]))
+    found: list[str] = []
+
+    def strip(text: str) -> str:
+        for i in order:
+            text = text.replace(scope[i], _placeholder(i))
+        found.append(text)
+        return text
+
+    out = _map_strings(outcome, strip)
+    names = {os.path.dirname(s) for s in scope} | {p for s in scope for p in (os.path.realpath(s),
+                                                                              os.path.dirname(os.path.realpath(s)))}  # fmt: skip
+    names.discard("")
+    return out, not any(n in text for n in names for text in found)
+
+
+def _with_paths(outcome: dict[str, Any], scope: tuple[str, ...]) -> dict[str, Any]:
+    def put(text: str) -> str:
+        for i, s in enumerate(scope):
+            text = text.replace(_placeholder(i), s)
+        return text
+
+    return _map_strings(outcome, put)
 
 
 # --- entries ------------------------------------------------------------------------------------------------
 
 
+def _answer(outcome: dict[str, Any]) -> WeightLoadReport:
+    if "error" in outcome:
+        e = outcome["error"]
+        raise _ERRORS.get(e["kind"], WeightLoadError)(e["summary"], e["log"], param=e["param"],
+                                                     checkpoint_param=e["checkpoint_param"], draft=e["draft"])  # fmt: skip
+    return WeightLoadReport(**outcome["report"])
+
+
 def remembered(cache_dir: Path | None, key: str, load: Callable[[], WeightLoadReport]) -> WeightLoadReport:
-    """``load()``'s outcome, from ``cache_dir`` when an entry of ``key`` whose files are unchanged is there (an
-    error is raised again as it was)."""
+    """``load()``'s outcome, from the workspace's ``cache_dir`` or the per-user cache when an entry of ``key``
+    whose files are unchanged is there (an error is raised again as it was)."""
+    scope = getattr(key, "scope", ())
+    if not scope:
+        return load()
+    try:
+        shared: Path | None = shared_cache()
+    except (OSError, RuntimeError):  # no home folder
+        shared = None
     contents: dict[str, str | None] = {}
 
-    def same(reads: dict[str, str | None]) -> bool:
-        for path, h in reads.items():
+    def same(reads: list[list[Any]]) -> bool:
+        for i, rel, h in reads:
+            path = os.path.join(scope[i], rel) if rel else scope[i]
             if path not in contents:
                 contents[path] = _content(path)
             if contents[path] != h:
                 return False
         return True
 
-    for entry in _entries(cache_dir, key):
-        try:
-            data = json.loads(entry.read_text())
-            if not same(data["reads"]):
+    for folder in (cache_dir, shared):
+        for entry in _entries(folder, key):
+            try:
+                data = json.loads(entry.read_text())
+                if not data["relocatable"] and data["scope"] != list(scope):
+                    continue
+                if not same(data["reads"]):
+                    continue
+                outcome = _with_paths(data["outcome"], scope) if data["relocatable"] else data["outcome"]
+            except (OSError, ValueError, KeyError, TypeError, IndexError):
                 continue
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            continue
-        with contextlib.suppress(OSError):
-            os.utime(entry)  # recently used: the last to go
-        if "error" in data:
-            e = data["error"]
-            raise _ERRORS.get(e["kind"], WeightLoadError)(e["summary"], e["log"], param=e["param"],
-                                                         checkpoint_param=e["checkpoint_param"], draft=e["draft"])  # fmt: skip
-        return WeightLoadReport(**data["report"])
-    opened: set[str] = set()
-    scope = getattr(key, "scope", ()) or ()
-    cache_root = os.path.abspath(cache_dir) if cache_dir else None
+            with contextlib.suppress(OSError):
+                os.utime(entry)  # recently used: the last to go
+            return _answer(outcome)
 
-    def reads() -> dict[str, str | None]:
-        kept = sorted(p for p in opened if (_in_scope(p, scope) if scope else True)
-                      and not (cache_root and _in_scope(p, [cache_root])))  # fmt: skip
-        return {p: _content(p) for p in kept}
+    opened: set[str] = set()
+
+    def store(outcome: dict[str, Any]) -> None:
+        reads = sorted([*where, _content(p)] for p in opened if (where := _where(p, scope)))
+        stripped, relocatable = _without_paths(outcome, scope)
+        data = {"scope": list(scope), "relocatable": relocatable, "reads": reads,
+                "outcome": stripped if relocatable else outcome}  # fmt: skip
+        name = f"{key}-{hashlib.sha256(json.dumps(reads).encode()).hexdigest()[:16]}.json"
+        _store(cache_dir, name, data, KEEP)
+        if relocatable:
+            _store(shared, name, data, SHARED_KEEP)
 
     try:
         report = _recorded(load, opened)
     except WeightLoadError as exc:
-        _store(cache_dir, key, reads(), {"error": {"kind": type(exc).__name__, "summary": exc.summary, "log": exc.log,
-                                                  "param": exc.param, "checkpoint_param": exc.checkpoint_param,
-                                                  "draft": exc.draft}})  # fmt: skip
+        store({"error": {"kind": type(exc).__name__, "summary": exc.summary, "log": exc.log, "param": exc.param,
+                         "checkpoint_param": exc.checkpoint_param, "draft": exc.draft}})  # fmt: skip
         raise
-    _store(cache_dir, key, reads(), {"report": dataclasses.asdict(report)})
+    store({"report": dataclasses.asdict(report)})
     return report
 
 
-def _entries(cache_dir: Path | None, key: str) -> list[Path]:
-    if cache_dir is None:
+def _entries(folder: Path | None, key: str) -> list[Path]:
+    if folder is None:
         return []
     try:
-        return sorted(cache_dir.glob(f"{key}-*.json"))
+        return sorted(folder.glob(f"{key}-*.json"))
     except OSError:
         return []
 
 
-def _store(cache_dir: Path | None, key: str, reads: dict[str, str | None], data: dict[str, Any]) -> None:
-    if cache_dir is None:
+def _store(folder: Path | None, name: str, data: dict[str, Any], keep: int) -> None:
+    if folder is None:
         return
-    name = hashlib.sha256(json.dumps(reads, sort_keys=True).encode()).hexdigest()[:16]
-    entry = cache_dir / f"{key}-{name}.json"
+    entry = folder / name
     try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True, exist_ok=True)
         tmp = entry.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"reads": reads, **data}))
+        tmp.write_text(json.dumps(data))
         os.replace(tmp, entry)
-        old = sorted(cache_dir.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
-        for p in old[:-KEEP]:
+        old = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
+        for p in old[:-keep]:
             p.unlink(missing_ok=True)
     except OSError:
         pass

@@ -1,6 +1,7 @@
 """A launch remembers its weight load, and loads again whenever a file the load reads changed (the model's files,
 the SGLang files it parses, the scenario) or a file appeared or disappeared in those folders; an edit of any other
-file keeps the load. A remembered failure comes back with the same log."""
+file keeps the load. A workspace elsewhere with the same files (the next run's) finds the load too, with its own
+paths in the log. A remembered failure comes back with the same log."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sandboxes.twin import launch_server, weights
+from sandboxes.twin import launch_server, weights, weights_cache
 from sandboxes.twin.materialize import materialize
 from sandboxes.twin.weights import QUARK_UTILS, WeightLoadError
 
@@ -28,6 +29,7 @@ def pristine(tmp_path_factory) -> Path:
 def world(pristine, tmp_path, monkeypatch):
     ws = tmp_path / "ws"
     shutil.copytree(pristine, ws, symlinks=True)
+    monkeypatch.setattr(weights_cache, "shared_cache", lambda: tmp_path / "user-cache")  # this test's own
     loads = []
     real = weights.load_weights
 
@@ -38,8 +40,8 @@ def world(pristine, tmp_path, monkeypatch):
     monkeypatch.setattr(weights, "load_weights", counting)
     monkeypatch.delenv("TWIN_SCENARIO", raising=False)
 
-    def load(draft: bool = False, tp: int = 8):
-        args = SimpleNamespace(model_path=str(ws / "model"), sglang_root=str(ws / "sglang"), tp_size=tp, dp_size=1,
+    def load(draft: bool = False, tp: int = 8, at: Path = ws):
+        args = SimpleNamespace(model_path=str(at / "model"), sglang_root=str(at / "sglang"), tp_size=tp, dp_size=1,
                                enable_dp_attention=False, speculative_algorithm="EAGLE" if draft else None)  # fmt: skip
         return launch_server.load_weights(launch_server.find_workspace(args), args)
 
@@ -123,9 +125,44 @@ def test_a_remembered_failure_comes_back_the_same_until_fixed(world):
     assert len(loads) == 2  # the edit is seen: loaded again, not answered from the cache
 
 
-def test_an_unwritable_cache_is_not_used(world):
+def test_a_workspace_elsewhere_with_the_same_files_finds_its_load(world, tmp_path, monkeypatch):
+    ws, load, loads = world
+    other = tmp_path / "elsewhere" / "ws"  # the next run's workspace, say
+    shutil.copytree(ws, other, symlinks=True)
+    report = load()
+    with pytest.raises(WeightLoadError) as here:
+        load(draft=True)  # the released workspace: the draft model does not load, and the log names its files
+    assert load(at=other) == report
+    with pytest.raises(WeightLoadError) as there:
+        load(draft=True, at=other)
+    assert len(loads) == 2  # both from the per-user cache
+    assert str(ws) in here.value.log and str(other) in there.value.log and str(ws) not in there.value.log
+    monkeypatch.setattr(weights_cache, "shared_cache", lambda: tmp_path / "no-cache")
+    shutil.rmtree(other / ".twin" / "weights-cache", ignore_errors=True)
+    with pytest.raises(WeightLoadError) as computed:
+        load(draft=True, at=other)
+    assert len(loads) == 3
+    assert (there.value.summary, there.value.log, there.value.param, there.value.draft) == \
+        (computed.value.summary, computed.value.log, computed.value.param, computed.value.draft)  # fmt: skip
+
+
+def test_an_outcome_naming_the_workspace_otherwise_stays_with_it() -> None:
+    scope = ("/runs/a/workspace/model", "/runs/a/workspace/sglang")
+    log = {"error": {"log": "File /runs/a/workspace/sglang/x.py\nno such file: /runs/a/workspace/tuning"}}
+    stripped, relocatable = weights_cache._without_paths(log, scope)
+    assert not relocatable  # the workspace's own folder, not one of the two the entry is keyed on
+    stripped, relocatable = weights_cache._without_paths({"error": {"log": "File /runs/a/workspace/sglang/x.py"}},
+                                                         scope)  # fmt: skip
+    assert relocatable and "/runs/a" not in stripped["error"]["log"]
+    moved = weights_cache._with_paths(stripped, ("/b/model", "/b/sglang"))
+    assert moved == {"error": {"log": "File /b/sglang/x.py"}}
+
+
+def test_an_unwritable_cache_is_not_used(world, tmp_path, monkeypatch):
     ws, load, loads = world
     (ws / ".twin" / "weights-cache").write_text("not a folder")
+    (tmp_path / "user-file").write_text("not a folder either")
+    monkeypatch.setattr(weights_cache, "shared_cache", lambda: tmp_path / "user-file")
     load()
     load()
     assert len(loads) == 2
