@@ -1,10 +1,13 @@
 """Session-wide arrangements for the suite's expensive shared runs (``tests/shared_runs.py``): they start
 building in the background as the session begins, and the tests that read them run last, so that by then
-they are built and no test worker sits waiting for one."""
+they are built and no test worker sits waiting for one. The old sessions' folders pytest deletes are deleted
+in the background too, from the start, instead of after the last test."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,11 +25,42 @@ def _whole_suite_or_agent_tests(config) -> bool:
     return any(Path(config.invocation_params.dir, a).resolve() in wanted for a in args)
 
 
+# pytest's own clean-up of old session folders (its locks respected), run as a command
+_CLEANUP = "; ".join([
+    "import sys, time",
+    "from pathlib import Path",
+    "from _pytest.pathlib import LOCK_TIMEOUT, cleanup_numbered_dir",
+    "cleanup_numbered_dir(Path(sys.argv[1]), 'pytest-', int(sys.argv[2]), time.time() - LOCK_TIMEOUT)",
+])  # fmt: skip
+
+
+def _old_sessions_cleared_in_the_background(config) -> None:
+    """When a session ends, pytest deletes the folders of the sessions beyond ``tmp_path_retention_count``:
+    about 7 GB for one of this suite's sessions, a minute after the last test. The same deletion starts as the
+    session begins instead, at idle priority while the tests run; what it has not finished by the end, pytest
+    finishes then, as before."""
+    factory = config._tmp_path_factory
+    keep = int(config.getini("tmp_path_retention_count"))
+    if config.getini("tmp_path_retention_policy") == "none":
+        keep = 0  # pytest deletes this session's own folder at its end: nothing to do before
+    if factory._given_basetemp is not None or keep < 1:
+        return
+    root = factory.getbasetemp().parent
+    idle = ["ionice", "-c", "3"] if shutil.which("ionice") else []
+    with contextlib.suppress(OSError):
+        subprocess.Popen([*idle, sys.executable, "-c", _CLEANUP, str(root), str(keep)], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                         preexec_fn=lambda: os.nice(19))  # fmt: skip
+
+
 def pytest_sessionstart(session) -> None:
     global _builder
     config = session.config
-    if hasattr(config, "workerinput") or config.option.collectonly or not _whole_suite_or_agent_tests(config):
-        return  # a test worker (the controller starts the builds), or no tests run, or a narrow selection
+    if hasattr(config, "workerinput") or config.option.collectonly:
+        return  # a test worker (the controller starts what is session-wide), or no tests run
+    _old_sessions_cleared_in_the_background(config)
+    if not _whole_suite_or_agent_tests(config):
+        return  # a narrow selection builds the shared runs on first use
     base = config._tmp_path_factory.getbasetemp()  # the workers' folders are inside it
     with open(base / "built-once.log", "w") as log:  # what went wrong, if a build failed (its fixture says too)
         _builder = subprocess.Popen([sys.executable, "-m", "tests.shared_runs", str(base)], cwd=REPO,
