@@ -333,21 +333,39 @@ class CostModel:
         return max(1, self.config.speculative_num_draft_tokens) if self.config.speculative else 1
 
 
-def expected_accept_length(alpha: float, decay: float, steps: int, topk: int, draft_tokens: int) -> float:
-    """1 + sum over positions i of P(first i drafts accepted).
+def scored_draft_tokens(steps: int, topk: int) -> int:
+    """How many candidates an EAGLE draft scores: ``topk`` at its first step, ``topk`` x ``topk`` (each of the
+    ``topk`` best paths so far, widened by its ``topk`` best next tokens) at every later one. SGLang 0.5.12 keeps
+    the best ``num_draft_tokens - 1`` of them (``eagle_utils.organize_draft_results``, ``torch.topk``), so a
+    verify budget larger than this plus the root cannot run."""
+    k = max(topk, 1)
+    return k + max(steps - 1, 0) * k * k if steps > 0 else 0
 
-    Position i (0-based) is accepted with probability ``alpha * decay**i``; top-k drafting widens each
-    position's chance to ``1 - (1 - a)**topk`` but spends ``topk`` of the verify step's draft tokens per level.
+
+def expected_accept_length(alpha: float, decay: float, steps: int, topk: int, draft_tokens: int) -> float:
+    """Tokens one verify step yields on average: the root's token plus, for every draft token verified, the
+    probability that the path to it is what the target model writes.
+
+    The draft's candidate of rank ``j`` (0-based) at depth ``i`` is the right token with probability
+    ``a * (1 - a)**j``, ``a = alpha * decay**i``; a path's probability is the product along it. The draft keeps
+    the ``topk`` most likely paths at every step and scores their ``topk`` next tokens; the verify step checks the
+    best ``draft_tokens - 1`` of everything scored (``scored_draft_tokens``), which always includes a kept
+    node's parent (a path is never likelier than its prefix). A top-1 draft is a chain of ``steps`` tokens; a
+    wider tree pruned to a small budget stays deep along its likeliest path, as SGLang's does.
     """
-    # a tree of ``draft_tokens`` nodes with ``topk`` branches per level covers (draft_tokens - 1) // topk levels
-    depth = min(steps, max(draft_tokens - 1, 0) // max(topk, 1)) if draft_tokens else steps
-    total, p = 1.0, 1.0
-    for i in range(depth):
-        a = alpha * decay**i
-        a = 1.0 - (1.0 - a) ** max(topk, 1)
-        p *= a
-        total += p
-    return total
+    k = max(topk, 1)
+    budget = (draft_tokens - 1) if draft_tokens else scored_draft_tokens(steps, k)
+    if budget <= 0 or steps <= 0:
+        return 1.0
+    scored: list[float] = []
+    paths = [1.0]
+    for i in range(steps):
+        a = min(alpha * decay**i, 1.0)
+        ranked = [a * (1.0 - a) ** j for j in range(k)]
+        widened = sorted((p * q for p in paths for q in ranked), reverse=True)
+        scored += widened
+        paths = widened[:k]
+    return 1.0 + sum(sorted(scored, reverse=True)[:budget])
 
 
 def single_stream_tpot(model: CostModel, context: int) -> float:
