@@ -29,7 +29,7 @@ from types import ModuleType
 
 from . import faults, jit, memory, messages, moe_csv, server_args, tracebacks, weights, weights_cache
 from .http_api import ServerState, make_server
-from .perf_model import CostModel, single_stream_tpot
+from .perf_model import CostModel, scored_draft_tokens, single_stream_tpot
 from .scenario import Scenario, ScenarioError, load
 from .serving_config import ServingConfig
 
@@ -53,6 +53,10 @@ class LaunchError(RuntimeError):
 
 class SchedulerError(LaunchError):
     """A scheduler process failed while starting: SGLang logs its traceback as one error message."""
+
+
+class WarmupCrash(SchedulerError):
+    """The scheduler failed on the server's warm-up request, after the HTTP server came up."""
 
 
 @dataclass
@@ -243,6 +247,7 @@ def start(args) -> tuple[ServerState, float]:
         log.info(f"Capture cuda graph begin. This can take up to several minutes. avail mem={plan.free_bytes / memory.GIB + plan.graph_bytes / memory.GIB:.2f} GB")
         log.info(f"Capture cuda graph bs {graph_bs}")
         log.info(f"Capture cuda graph end. Time elapsed: {graph_s:.2f} s. mem usage={plan.graph_bytes / memory.GIB:.2f} GB. avail mem={plan.free_bytes / memory.GIB:.2f} GB.")
+    warmup_crash = check_draft_tree(ws, cfg, plan.free_bytes / memory.GIB)
     context_len = model_info.context_len
     # per DP rank, as SGLang's scheduler reports it (ServingConfig.max_running_per_rank)
     max_running = cfg.max_running_per_rank(plan.max_total_num_tokens, context_len)
@@ -292,7 +297,32 @@ def start(args) -> tuple[ServerState, float]:
         context_length=context_len,
         ready=threading.Event(),
     )  # fmt: skip
+    if warmup_crash:
+        raise WarmupCrash(messages.TOPK_OUT_OF_RANGE, warmup_crash)
     return state, startup_s
+
+
+def check_draft_tree(ws: Workspace, cfg: ServingConfig, avail_gb: float) -> str:
+    """An EAGLE draft tree that verifies more tokens than its draft scores (``scored_draft_tokens``) makes
+    ``torch.topk`` fail in ``organize_draft_results`` the first time the draft runs: during the draft's CUDA-graph
+    capture (raised here), or, when the draft runs eagerly (one draft step, or graphs disabled), at the first
+    decode, the server's warm-up request (returned: the traceback the warm-up ends in)."""
+    if not cfg.speculative or cfg.speculative_eagle_topk <= 1:
+        return ""
+    if cfg.speculative_num_draft_tokens - 1 <= scored_draft_tokens(cfg.speculative_num_steps, cfg.speculative_eagle_topk):
+        return ""
+    if cfg.disable_cuda_graph or cfg.speculative_num_steps <= 1:
+        return tracebacks.render(ws.sglang_root, tracebacks.DRAFT_EAGER, [messages.TOPK_OUT_OF_RANGE])
+    log.info(messages.DRAFT_GRAPH_BEGIN.format(m=avail_gb))
+    error = messages.TOPK_OUT_OF_RANGE.removeprefix("RuntimeError: ")
+    failed = messages.CAPTURE_FAILED.format(error=error, advice=messages.CAPTURE_FAILED_ADVICE).rstrip("\n")
+    text = "\n".join([
+        tracebacks.render(ws.sglang_root, tracebacks.DRAFT_CAPTURE, [messages.TOPK_OUT_OF_RANGE]),
+        tracebacks.CHAINED,
+        tracebacks.render(ws.sglang_root, tracebacks.SCHEDULER_START + tracebacks.DRAFT_CAPTURE_FAILED,
+                          [f"Exception: {failed}"]),
+    ])  # fmt: skip
+    raise SchedulerError(f"Exception: Capture cuda graph failed: {error}", text)
 
 
 def configure_logging() -> None:
@@ -318,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         state, startup_s = start(args)
     except SchedulerError as exc:  # scheduler.run_scheduler_process logs the traceback, the parent gets SIGQUIT
+        if isinstance(exc, WarmupCrash):  # uvicorn came up; the warm-up request's decode is what failed
+            print(f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)", flush=True)
         log.error(messages.SCHEDULER_EXCEPTION.format(traceback=exc.log_text))
         log.error(messages.SIGQUIT)
         log.error(f"{SIMULATED_NOTE}: the launch failed")

@@ -32,6 +32,18 @@ NOT_IN_PARAMS_DICT = "{name} not found in params_dict."
 
 # --- start-up and serving (python/sglang/srt/managers, entrypoints) ----------------------------------------
 SCHEDULER_EXCEPTION = "Scheduler hit an exception: {traceback}"
+DRAFT_GRAPH_BEGIN = "Capture draft cuda graph begin. This can take up to several minutes. avail mem={m:.2f} GB"
+CAPTURE_FAILED = "Capture cuda graph failed: {error}\n{advice}"
+CAPTURE_FAILED_ADVICE = (  # model_executor/cuda_graph_runner.py CUDA_GRAPH_CAPTURE_FAILED_MSG
+    "Possible solutions:\n"
+    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+    "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
+    "3. disable torch compile by not using --enable-torch-compile\n"
+    "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)\n"
+    "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose \n"
+)
+# PyTorch's own check in topk (aten), not SGLang's text: what torch.topk raises when k exceeds the dimension
+TOPK_OUT_OF_RANGE = "RuntimeError: selected index k out of range"
 SIGQUIT = "Received sigquit from a child process. It usually means the child failed."
 READY = "The server is fired up and ready to roll!"
 
@@ -77,6 +89,13 @@ REAL_MESSAGES: tuple[RealMessage, ...] = (
     RealMessage("running-request limit", "max_total_num_tokens={n}, chunked_prefill_size={c}, max_prefill_tokens={p}, "
                 "max_running_requests={r}, context_len={l}, available_gpu_mem={m:.2f} GB", "srt/managers/scheduler.py",
                 'f"max_total_num_tokens={self.max_total_num_tokens}, "', "launch_server.start"),
+    RealMessage("draft graph capture", DRAFT_GRAPH_BEGIN, "srt/speculative/eagle_worker.py",
+                'f"Capture draft cuda graph begin. This can take up to several minutes. avail mem={before_mem:.2f} GB"',
+                "launch_server.start"),
+    RealMessage("draft graph capture failed", CAPTURE_FAILED, "srt/speculative/eagle_draft_cuda_graph_runner.py",
+                'f"Capture cuda graph failed: {e}', "launch_server.check_draft_tree"),
+    RealMessage("capture advice", CAPTURE_FAILED_ADVICE.splitlines()[1], "srt/model_executor/cuda_graph_runner.py",
+                '"1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)', "launch_server.check_draft_tree"),
     RealMessage("ready line", READY, "srt/entrypoints/http_server.py",
                 '"The server is fired up and ready to roll!"', "launch_server.main"),
 )

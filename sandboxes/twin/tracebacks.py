@@ -199,3 +199,47 @@ GRAPH_CAPTURE = [
     Frame(f"{_SRT}/model_executor/model_runner.py", "init_device_graphs",
           "self.graph_runner = graph_runners[self.device](self)", 2958),
 ]
+# An EAGLE draft tree whose verify budget exceeds what the draft scored: torch.topk in organize_draft_results
+# fails the first time the draft runs, which is the draft's CUDA-graph capture (more than one draft step), else
+# the first decode, the server's warm-up request (the draft runs eagerly)
+_EAGLE = f"{_SRT}/speculative/eagle_worker.py"
+_DRAFT_GRAPH = f"{_SRT}/speculative/eagle_draft_cuda_graph_runner.py"
+_GRAPH = f"{_SRT}/model_executor/cuda_graph_runner.py"
+DRAFT_TOPK = [
+    Frame(_EAGLE, "draft_forward", "parent_list, top_scores_index, draft_tokens = organize_draft_results(", 925,
+          cls="EAGLEWorker"),
+    Frame(f"{_SRT}/speculative/eagle_utils.py", "organize_draft_results",
+          "top_scores = torch.topk(score_list, num_draft_token - 1, dim=-1)", 28),
+]  # fmt: skip
+DRAFT_CAPTURE = [
+    Frame(_DRAFT_GRAPH, "__init__", "self.capture()", 183, cls="EAGLEDraftCudaGraphRunner"),
+    Frame(_DRAFT_GRAPH, "capture", "CudaGraphRunner.capture(self)", 245, cls="EAGLEDraftCudaGraphRunner"),
+    Frame(_GRAPH, "capture", "_capture_one_stream()", 918, cls="CudaGraphRunner"),
+    Frame(_GRAPH, "_capture_one_stream", ") = self.capture_one_batch_size(bs, forward, stream_idx)", 906,
+          cls="CudaGraphRunner"),
+    Frame(_DRAFT_GRAPH, "capture_one_batch_size", "self._capture_init(run_once)", 380, cls="EAGLEDraftCudaGraphRunner"),
+    Frame(_DRAFT_GRAPH, "_capture_init", "run_once_fn()", 221, cls="EAGLEDraftCudaGraphRunner"),
+    Frame(_DRAFT_GRAPH, "run_once", "ret = self.eagle_worker.draft_forward(forward_batch)", 371,
+          cls="EAGLEDraftCudaGraphRunner"),
+    *DRAFT_TOPK,
+]  # fmt: skip
+DRAFT_CAPTURE_FAILED = [  # the runner turns the capture's RuntimeError into its own exception
+    Frame(f"{_SRT}/managers/scheduler.py", "init_model_worker", "self.maybe_init_draft_worker()", 719),
+    Frame(f"{_SRT}/managers/scheduler.py", "maybe_init_draft_worker",
+          "self.draft_worker = DraftWorkerClass(**draft_worker_kwargs)", 703),
+    Frame(_EAGLE, "__init__", "self.init_cuda_graphs()", 227, cls="EAGLEWorker"),
+    Frame(_EAGLE, "init_cuda_graphs", "self.cuda_graph_runner = Device2DraftCudaGraphRunner[", 289, cls="EAGLEWorker"),
+    Frame(_DRAFT_GRAPH, "__init__", "raise Exception(", 185, cls="EAGLEDraftCudaGraphRunner"),
+]  # fmt: skip
+DRAFT_EAGER = [
+    Frame(f"{_SRT}/managers/scheduler.py", "run_scheduler_process", "scheduler.run_event_loop()", 4041),
+    Frame(f"{_SRT}/managers/scheduler.py", "run_event_loop", "dispatch_event_loop(self)", 1534, last=True),
+    Frame(f"{_SRT}/managers/scheduler.py", "dispatch_event_loop", "scheduler.event_loop_normal()", 3912),
+    Frame(f"{_SRT}/managers/scheduler.py", "event_loop_normal", "result = self.run_batch(batch)", 1552),
+    Frame(f"{_SRT}/managers/scheduler.py", "run_batch", "batch_result = self.model_worker.forward_batch_generation(",
+          3076, last=True),
+    Frame(_EAGLE, "forward_batch_generation", "verify_input = self.draft(batch)", 490, cls="EAGLEWorker"),
+    Frame(_EAGLE, "draft", "parent_list, top_scores_index, draft_tokens = self.draft_forward(", 800, cls="EAGLEWorker"),
+    *DRAFT_TOPK,
+]  # fmt: skip
+CHAINED = "\nDuring handling of the above exception, another exception occurred:\n"

@@ -103,3 +103,46 @@ def test_pruning_keeps_the_likeliest_path_deep():
     chain = expected_accept_length(0.82, 1.0, 6, 1, 7)
     pruned = expected_accept_length(0.82, 1.0, 6, 2, 8)
     assert pruned == pytest.approx(chain + 0.82 * 0.18)
+
+
+def _spec(steps: int, topk: int, draft: int) -> list[str]:
+    return ["--tp-size", "8", "--speculative-algorithm", "EAGLE", "--speculative-num-steps", str(steps),
+            "--speculative-eagle-topk", str(topk), "--speculative-num-draft-tokens", str(draft)]  # fmt: skip
+
+
+def test_a_budget_beyond_the_scored_candidates_fails_the_draft_graph_capture(fixed_workspace, tmp_path):
+    """2 steps of top-2 score 6 candidates; 8 draft tokens ask torch.topk for 7: the draft's CUDA-graph capture
+    fails at start-up, in the real call chain and with the runner's own advice."""
+    from tests.twin.conftest import LaunchFailed, start_server
+
+    with pytest.raises(LaunchFailed) as failed:
+        start_server(fixed_workspace, tmp_path / "server.log", _spec(2, 2, 8))
+    log = failed.value.log
+    assert "Capture draft cuda graph begin." in log
+    assert "RuntimeError: selected index k out of range" in log
+    assert "During handling of the above exception, another exception occurred:" in log
+    assert "Exception: Capture cuda graph failed: selected index k out of range" in log
+    assert "1. set --mem-fraction-static to a smaller value" in log
+    assert "eagle_utils.py" in log and "in organize_draft_results" in log
+    assert "The server is fired up and ready to roll!" not in log
+
+
+def test_an_eager_draft_fails_on_the_warm_up_request(fixed_workspace, tmp_path):
+    """One draft step is not captured in a graph: the same topk fails on the first decode, the warm-up request,
+    after the HTTP server came up."""
+    from tests.twin.conftest import LaunchFailed, start_server
+
+    with pytest.raises(LaunchFailed) as failed:
+        start_server(fixed_workspace, tmp_path / "server.log", _spec(1, 4, 6))
+    log = failed.value.log
+    assert log.index("Uvicorn running on") < log.index("Scheduler hit an exception")
+    assert "in event_loop_normal" in log and "in organize_draft_results" in log
+    assert "RuntimeError: selected index k out of range" in log and "Capture cuda graph failed" not in log
+    assert "The server is fired up and ready to roll!" not in log
+
+
+def test_a_pruned_wide_tree_serves(fixed_workspace, tmp_path):
+    from tests.twin.conftest import running
+
+    with running(fixed_workspace, tmp_path / "server.log", _spec(6, 2, 8)) as server:
+        assert "The server is fired up and ready to roll!" in server.log.read_text()
