@@ -28,6 +28,7 @@ import yaml
 from agent.trace import read_trace
 from tests.agent.conftest import SHORT_RUN_ID
 from tests.agent.test_agent_run import _server_pids, agent, stopping_at_the_targets
+from tests.shared_runs import NO_PACING
 
 REPO = Path(__file__).resolve().parents[2]
 TASK = REPO / "tasks" / "glm52_mi355x.yaml"
@@ -143,8 +144,9 @@ def test_killed_in_docker_ends_as_an_uninterrupted_run(reference, tmp_path):
     point = random.Random(SEED + 1).randint(2, total - 1)
     task = tmp_path / "docker_to_targets.yaml"  # the Docker task's sandbox on the default task, to its targets
     sandbox = yaml.safe_load(DOCKER_TASK.read_text())["sandbox"]
+    # unpaced, as the reference (the same figures)
     task.write_text(yaml.safe_dump({"extends": str(TASK), "budgets": {"after_targets": {"node_hours": 0}},
-                                    "sandbox": sandbox}))  # fmt: skip
+                                    "sandbox": sandbox, **yaml.safe_load(NO_PACING)}))  # fmt: skip
     run_dir = killed_then_resumed(tmp_path, task, "killed-docker", events=point)
     assert end_state(run_dir) == expected, f"killed after {point} of {total} trace events (seed {SEED})"
     check_clean(run_dir)
