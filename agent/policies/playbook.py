@@ -64,6 +64,7 @@ SPEC_KEYS = (SPECULATIVE, *SPEC_DEPENDENT)  # the speculative-decoding flags, as
 # scenarios it reaches the best allowed tree in at most this many (a coordinate search stops sooner when no
 # neighbour of the best improves)
 TREE_SEARCH_RUNS = 8
+DEPTH_MOVES = ("deeper", "shallower")  # the chain's depth: what reaches a single-stream target; width comes later
 
 
 def _allowed(task: TaskSpec, flag: str) -> list[Any]:
@@ -294,6 +295,7 @@ class PlaybookPolicy:
             memo["phase"] = "single"
             if single:
                 memo["queue"] = self._single_plan(task)
+                memo["deferred"] = self._beyond_single_plan(task)
             return None
         if phase == "single":
             memo["phase"] = "layout"
@@ -314,6 +316,9 @@ class PlaybookPolicy:
             memo["phase"] = "knee"
             if knee and "throughput" in memo["best"]:
                 memo["queue"] = self._knee_plan(task, memo)
+            return None
+        if phase == "knee" and memo.get("deferred"):  # every stage has run: what goes beyond the targets
+            memo["queue"] = memo.pop("deferred")
             return None
         if phase == "knee" and knee and "throughput" in memo["best"]:
             memo["phase"] = "search"  # the plan is spent: the shared search layer proposes what to measure next
@@ -337,11 +342,21 @@ class PlaybookPolicy:
                          "set": {"speculative-algorithm": algs[0], "speculative-num-steps": shallow,
                                  "speculative-eagle-topk": 1, "speculative-num-draft-tokens": shallow + 1},
                          "measure": "single", "keep_as": "single", "feature": "speculative decoding"})  # fmt: skip
+            plan.append({"label": "draft tree depth", "tree_search": True, "moves": DEPTH_MOVES, "from": "single",
+                         "measure": "single", "keep_as": "single", "feature": "speculative decoding"})  # fmt: skip
+        plan += self._knob_items(task, "single", "single")
+        return plan
+
+    @staticmethod
+    def _beyond_single_plan(task: TaskSpec) -> list[dict]:
+        """What improves or explains the single-stream best without being needed to reach a target: the draft
+        tree's width and verify budget, then the ablation. They wait until the plan's other stages have run
+        (``memo["deferred"]``), so the targets are met first."""
+        plan = []
+        if [a for a in _allowed(task, "speculative-algorithm") if a]:
             plan.append({"label": "draft tree search", "tree_search": True, "from": "single", "measure": "single",
                          "keep_as": "single", "feature": "speculative decoding"})  # fmt: skip
-        plan += self._knob_items(task, "single", "single")
-        plan.append({"label": "ablation of the single-stream best", "ablate": "single"})
-        return plan
+        return [*plan, {"label": "ablation of the single-stream best", "ablate": "single"}]
 
     @staticmethod
     def _tree_item(task: TaskSpec, memo: dict, base: dict, item: dict) -> dict | None:
@@ -360,7 +375,7 @@ class PlaybookPolicy:
         first = search["tried"][key]  # the move that made it the best (None: where the search started)
         for tree, move in tree_neighbours(task.search_space.flags, center, first):
             label = "/".join(map(str, tree))
-            if label in search["tried"]:
+            if label in search["tried"] or (item.get("moves") and move not in item["moves"]):
                 continue
             search["tried"][label] = move
             search["runs"] += 1
