@@ -374,10 +374,11 @@ def main(argv: list[str] | None = None) -> int:
         log.error(f"{faults.SIMULATED}: port_taken")
         return 1
     if fault in ("hang_before_ready", "slow_start"):
-        log.info(f"{faults.SIMULATED}: {fault}")
-        wait = None if fault == "hang_before_ready" else float(os.environ.get("TWIN_SLOW_START_S", "600"))
+        # the handler first: whoever reads the line below may stop the server at once
         stopping = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+        log.info(f"{faults.SIMULATED}: {fault}")
+        wait = None if fault == "hang_before_ready" else float(os.environ.get("TWIN_SLOW_START_S", "600"))
         if stopping.wait(wait):
             return 0
     server = make_server(state, args.host, args.port)
