@@ -281,7 +281,7 @@ class RankScheduler:
         the back of the queue and prefill their prompt and what they wrote so far."""
         order = sorted(self.running.values(), key=lambda t: (self.step - t.join_step, -t.req.input_len))
         first = True
-        while first or (self._evict(need, self._free), self._free())[1] < need:
+        while first or not self._fits(need):
             if len(order) <= 1:
                 break
             first = False
@@ -299,11 +299,15 @@ class RankScheduler:
         ratio = (written + self.reservation.retract_steps * len(self.running)) / (outputs + 1)
         self.reservation.ratio = min(1.0, ratio)
 
+    def _fits(self, need: int) -> bool:
+        """``ScheduleBatch.check_decode_mem``: room for the next decode step's tokens, evicting cached prefixes."""
+        self._evict(need, self._free)
+        return self._free() >= need
+
     def _decode_step(self) -> list[RequestTrace]:
         if self.reservation is not None and self.running:
-            need = len(self.running) * self.verify_tokens  # ScheduleBatch.check_decode_mem
-            self._evict(need, self._free)
-            if self._free() < need:
+            need = len(self.running) * self.verify_tokens
+            if not self._fits(need):
                 self._retract(need)
             else:
                 self.reservation.after_decode()
