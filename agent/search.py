@@ -102,10 +102,26 @@ class SearchSpace:
                           "speculative-num-draft-tokens": draft})  # fmt: skip
         return Candidate(flags=flags, env=env)
 
+    def layouts(self) -> list[dict[str, Any]]:
+        """Every TP x DP split (with or without DP attention) the space allows and the node holds, those that use
+        the most GPUs first, each as the flags that set it."""
+        tps = [v for v in self.flags.get("tp-size", []) if v] or [1]
+        dps = [v for v in self.flags.get("dp-size", []) if v] or [1]
+        dpas = [v for v in self.flags.get("enable-dp-attention", []) if v is not None] or [False]
+        found: dict[str, tuple[int, dict[str, Any]]] = {}
+        for tp in tps:
+            for dp in dps:
+                for dpa in dpas:
+                    c = self.canonical(Candidate(flags={"tp-size": tp, "dp-size": dp, "enable-dp-attention": dpa}))
+                    if c is not None:
+                        used = int(tp) if c.flags.get("enable-dp-attention") else int(tp) * int(dp)
+                        found.setdefault(c.key(), (used, c.flags))
+        return [flags for _, flags in sorted(found.values(), key=lambda uf: -uf[0])]
+
     def neighbours(self, best: Candidate, shares: dict[str, float] | None = None,
                    serving: dict[str, Any] | None = None) -> list[Candidate]:  # fmt: skip
-        """The best's valid one-knob changes, the knobs on its largest time shares first. ``serving`` is how the
-        best is served (its ``/server_info``): a value the engine already runs with for a flag the best leaves
+        """The best's valid one-knob changes, the knobs on its largest time shares first. The layout counts as one
+        knob (``layouts``: the splits that use the whole node first). ``serving`` is how the best is served (its ``/server_info``): a value the engine already runs with for a flag the best leaves
         unset is no change, and is not proposed."""
         order = list(self.flags)
         if shares:
@@ -113,8 +129,19 @@ class SearchSpace:
             for part, _ in sorted(shares.items(), key=lambda kv: -kv[1]):
                 ranked += [k for k in KNOBS_FOR.get(part, ()) if k in self.flags and k not in ranked]
             order = ranked + [k for k in order if k not in ranked]
+        # the layout is one knob: a change of the TP and DP split that keeps the node's GPUs busy is one move,
+        # where changing the TP size alone would leave GPUs idle or ask for more than the node has
+        at = min((order.index(k) for k in LAYOUT if k in order), default=None)
+        order = [k for k in order if k not in LAYOUT]
+        if at is not None:
+            order.insert(at, "layout")
         per_knob: list[list[Candidate]] = []
         for name in order:
+            if name == "layout":
+                changes = [Candidate(flags={**{k: v for k, v in best.flags.items() if k not in LAYOUT}, **lay},
+                                     env=best.env) for lay in self.layouts()]  # fmt: skip
+                per_knob.append([c for c in map(self.canonical, changes) if c is not None and c.key() != best.key()])
+                continue
             values = [v for v in self.flags[name] if name in best.flags or not _serves(serving, name, v)]
             changes = [Candidate(flags={**best.flags, name: v}, env=best.env) for v in values]
             per_knob.append([c for c in map(self.canonical, changes) if c is not None and c.key() != best.key()])
@@ -126,6 +153,29 @@ class SearchSpace:
         for i in range(max(map(len, per_knob), default=0)):
             out += [values[i] for values in per_knob if i < len(values)]
         return out
+
+    def transplant(self, best: Candidate, other: Candidate, best_serving: dict[str, Any] | None = None,
+                   other_serving: dict[str, Any] | None = None) -> Candidate | None:  # fmt: skip
+        """The best's settings on the layout of ``other``, a configuration measured before (None: not valid on
+        the node). The two ``/server_info`` configurations refine it: where the engine picked a knob's value on
+        its own for the best (the best leaves it unset) and picked otherwise for ``other``, the best's value is
+        set explicitly, if the space allows it (an engine may choose its attention backend by the heads each GPU
+        holds, and a layout that lost with the engine's choice may win with the best's); a value the best sets
+        that ``other`` was served with anyway is no change, and is left out."""
+        flags = {k: v for k, v in best.flags.items() if k not in LAYOUT}
+        flags.update({k: v for k, v in other.flags.items() if k in LAYOUT})
+        for name, values in self.flags.items():
+            key = name.replace("-", "_")
+            if name in LAYOUT or not best_serving or not other_serving or key not in best_serving:
+                continue
+            if name in flags:
+                if name not in other.flags and _serves(other_serving, name, flags[name]):
+                    flags.pop(name)
+                continue
+            picked = best_serving[key]
+            if picked != other_serving.get(key) and picked in values:
+                flags[name] = picked
+        return self.canonical(Candidate(flags=flags, env=best.env))
 
     # --- Optuna -----------------------------------------------------------------------------------------------
 

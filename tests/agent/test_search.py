@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agent.search import (
+    LAYOUT,
     Candidate,
     Measured,
     SearchSpace,
@@ -129,3 +130,39 @@ def test_a_wider_tree_from_the_deepest_chain_is_proposed_pruned_and_as_a_full_tr
             assert tree[1] == 1 or tree[2] in flags["speculative-num-draft-tokens"]
     # the move that led to the center comes first
     assert tree_neighbours(flags, (3, 2, 7), "fewer draft tokens")[0] == ((3, 2, 6), "fewer draft tokens")
+
+
+def test_the_layout_is_one_knob_and_whole_node_splits_come_first():
+    best = Candidate(flags={"tp-size": 2, "dp-size": 4, "kv-cache-dtype": "fp8_e4m3"})
+    layouts = SPACE.layouts()
+    used = [s["tp-size"] if s.get("enable-dp-attention") else s["tp-size"] * s.get("dp-size", 1) for s in layouts]
+    assert used == sorted(used, reverse=True) and used[0] == 8 and {"tp-size": 1, "dp-size": 8} in layouts
+    moves = [c for c in SPACE.neighbours(best, {"prefill_attention": 1.0})
+             if {k: c.flags.get(k) for k in LAYOUT} != {k: best.flags.get(k) for k in LAYOUT}]
+    # a split that keeps every GPU busy changes TP and DP together, and keeps the other knobs
+    assert moves[0].flags == {"tp-size": 1, "dp-size": 8, "kv-cache-dtype": "fp8_e4m3"}
+    first_half_node = next(i for i, c in enumerate(moves) if c.flags.get("tp-size") * c.flags.get("dp-size", 1) < 8
+                           and not c.flags.get("enable-dp-attention"))  # fmt: skip
+    assert all(SPACE.canonical(c) == c for c in moves) and first_half_node >= 6  # the other six whole-node splits first
+
+
+def test_a_transplant_sets_what_the_engine_picked_for_the_best_but_not_for_the_other_layout():
+    best = Candidate(flags={"tp-size": 2, "dp-size": 4, "kv-cache-dtype": "fp8_e4m3", "chunked-prefill-size": 8192},
+                     env={"A": "1"})  # fmt: skip
+    other = Candidate(flags={"tp-size": 1, "dp-size": 8}, env={"A": "1"})
+    served = {"attention_backend": "aiter", "mem_fraction_static": 0.774, "kv_cache_dtype": "fp8_e4m3",
+              "chunked_prefill_size": 8192}  # fmt: skip
+    other_served = {"attention_backend": "triton", "mem_fraction_static": 0.911, "kv_cache_dtype": "auto",
+                    "chunked_prefill_size": 8192}  # fmt: skip
+    moved = SPACE.transplant(best, other, served, other_served)
+    # the backend: an allowed value the engine chose differently (0.774 is no value the space offers); the
+    # chunk size: what the other layout ran with anyway, no change
+    assert moved.flags == {"tp-size": 1, "dp-size": 8, "kv-cache-dtype": "fp8_e4m3", "attention-backend": "aiter"}
+    assert moved.env == {"A": "1"}
+    # without the engines' reports: the best's flags on the other layout, as they are
+    assert SPACE.transplant(best, other).flags == {"tp-size": 1, "dp-size": 8, "kv-cache-dtype": "fp8_e4m3",
+                                                   "chunked-prefill-size": 8192}  # fmt: skip
+    # a transplant that changes nothing the other layout was served with is that configuration itself
+    assert SPACE.transplant(best, other, served, {**served, "kv_cache_dtype": "fp8_e4m3"}).key() == \
+        Candidate(flags={"tp-size": 1, "dp-size": 8}, env={"A": "1"}).key()  # fmt: skip
+    assert SPACE.transplant(best, Candidate(flags={"tp-size": 8, "dp-size": 8})) is None  # 64 GPUs
