@@ -4,9 +4,10 @@ Stages: bring-up (the largest tensor-parallel layout, measured), kernel tuning (
 fallback path), single-stream decode (a short speculative chain, then a local search over the draft tree's
 depth, width and draft tokens, then KV-cache dtype and all-reduce fusion, each kept only if it helps),
 throughput layout (each TP x DP split, and DP attention, screened with one burst each; the best two measured at
-full length), knee (speculative decoding under load, shallowest first), then search (the shared search layer,
-``agent/search.py``: the best's neighbours, its bottleneck's knobs first, then TPE) for as long as the budget
-lasts, targets met or not. Each stage starts from the best the previous one found.
+full length, and the runner-up again with the winner's settings), knee (speculative decoding under load,
+shallowest first; the draft tree's width once the targets are met; references that explain the win), then search
+(the shared search layer, ``agent/search.py``: the best's neighbours, its bottleneck's knobs first, then TPE) for
+as long as the budget lasts, targets met or not. Each stage starts from the best the previous one found.
 
 A crash is answered from its diagnosis: a weight shape mismatch on a module the checkpoint keeps unquantized
 means the exclude list names it differently from the engine, so the same entries are added under the
@@ -30,6 +31,7 @@ from tools.source import unified_diff
 from ..ablation import explain_best
 from ..outcomes import node_hours_left
 from ..search import (
+    LAYOUT,
     SPEC_DEPENDENT,
     SPECULATIVE,
     Candidate,
@@ -315,7 +317,13 @@ class PlaybookPolicy:
         if phase == "layout":
             memo["phase"] = "knee"
             if knee and "throughput" in memo["best"]:
-                memo["queue"] = self._knee_plan(task, memo)
+                plan = self._knee_plan(task, memo)
+                if memo["best"]["throughput"]["value"] >= knee.min:
+                    # the targets are met: what improves the single-stream best costs a few short runs, and goes
+                    # before the references that explain the throughput best
+                    refs = [i for i in plan if i.get("keep_as") == "baseline" or i.get("ablate")]
+                    plan = [i for i in plan if i not in refs] + memo.pop("deferred", []) + refs
+                memo["queue"] = self._runner_up_items(task, memo) + plan
             return None
         if phase == "knee" and memo.get("deferred"):  # every stage has run: what goes beyond the targets
             memo["queue"] = memo.pop("deferred")
@@ -427,6 +435,39 @@ class PlaybookPolicy:
                 "exact": True, "candidate": cand.model_dump(), "measure": "knee", "keep_as": "throughput"}  # fmt: skip
 
     @staticmethod
+    def _runner_up_items(task: TaskSpec, memo: dict) -> list[dict]:
+        """The best knee's settings on each other layout the screen confirmed (``SearchSpace.transplant``). The
+        screen ranked layouts with the configuration of its day and with the values the engine picked for each
+        on its own; a later change that frees memory or time, or the winner's engine-picked value set
+        explicitly, can reorder layouts that came close. Each is measured from just above the best knee, so
+        one that does not win costs one run; none is measured twice."""
+        best = memo["best"].get("throughput")
+        if best is None:
+            return []
+        space = SearchSpace(task)
+        seen = {(space.canonical(m.candidate) or m.candidate).key()
+                for m in map(Measured.model_validate, memo.get("measured", []))}  # fmt: skip
+        winner = Candidate(flags=best["flags"], env=best["env"])
+        items = []
+        for conf in memo.get("confirmed", []):
+            layout = conf["layout"]
+            if all(best["flags"].get(k) == layout.get(k) for k in LAYOUT):
+                continue
+            other = Candidate(flags=conf["flags"], env=conf["env"])
+            cand = space.transplant(winner, other, best.get("serving"), conf.get("serving"))
+            if cand is None or cand.key() in seen:
+                continue
+            seen.add(cand.key())
+            shape = f"TP{layout.get('tp-size') or 1} x DP{layout.get('dp-size') or 1}" + (
+                " with DP attention" if layout.get("enable-dp-attention") else "")
+            what = [f"{k}={v}" for k, v in cand.flags.items() if k not in LAYOUT and conf["flags"].get(k) != v]
+            what += [f"{k}={v}" for k, v in cand.env.items() if conf["env"].get(k) != v]
+            items.append({"label": f"runner-up layout {shape} with the best's {', '.join(what) or 'settings'}",
+                          "from": "throughput", "set": cand.flags, "env": cand.env, "exact": True,
+                          "candidate": cand.model_dump(), "measure": "knee", "keep_as": "throughput"})  # fmt: skip
+        return items
+
+    @staticmethod
     def _ablation_items(state: AgentState, task: TaskSpec, item: dict) -> list[dict]:
         """Plan items measuring the best without each change from the bring-up configuration that no measured
         pair isolates yet (``agent/ablation.py``); a knee at reference precision, or one single-stream run."""
@@ -487,7 +528,7 @@ class PlaybookPolicy:
         plan = []
         for tp, dp, dpa in layouts:
             flags = {"tp-size": tp, "dp-size": dp, "enable-dp-attention": True if dpa else None}
-            plan.append({"label": f"layout TP{tp} x DP{dp}" + (" with DP attention" if dpa else ""), "from": "base",
+            plan.append({"label": f"layout TP{tp} x DP{dp}" + (" with DP attention" if dpa else ""), "from": "single",
                          "set": flags, "unset": list(SPEC_KEYS), "measure": "knee", "keep_as": "throughput"})  # fmt: skip
         return plan
 
@@ -585,6 +626,10 @@ class PlaybookPolicy:
                 memo.setdefault("served", {})[key] = {"label": cur["label"], "value": value}
             if cur["measure"] in KNEE_MEASURES:
                 self._record(memo, cur.get("candidate") or cur, value)
+            if cur["measure"] == "knee_full":  # a layout the screen confirmed, and how the engine served it
+                memo.setdefault("confirmed", []).append({"layout": {k: cur["flags"].get(k) for k in LAYOUT},
+                                                         "flags": cur["flags"], "env": cur["env"],
+                                                         "serving": cur.get("serving") or {}})  # fmt: skip
             if keep_as == "base" or best is None or value > best["value"]:
                 entry = {"flags": cur["flags"], "env": cur["env"], "value": value, "serving": cur.get("serving") or {},
                          "shares": self._time_shares(obs)}
@@ -596,6 +641,8 @@ class PlaybookPolicy:
                 if cur["measure"] in ("knee", "knee_full") and obs.result.get("knee_rate"):
                     memo["knee_rate"] = obs.result["knee_rate"]
                 verdict = f"kept: {value:.1f}" + (f" (was {best['value']:.1f})" if best else "")
+                if keep_as == "throughput" and memo["phase"] in ("knee", "search"):
+                    memo["queue"][:0] = self._runner_up_items(task, memo)
             else:
                 verdict = f"not kept: {value:.1f} vs {best['value']:.1f}"
                 if cur.get("group"):  # deeper along this axis will not pay either

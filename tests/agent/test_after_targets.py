@@ -28,7 +28,7 @@ MET = TargetsMet(step=20, node_hours=2.5, benchmark_runs=22, trials=12, values={
 
 
 def test_the_default_is_a_quarter_of_the_node_hours(tmp_path):
-    task = task_with(tmp_path, "  node_hours: 30\n  after_targets: {node_hours: null}\n")  # the task's 2.4 unset
+    task = task_with(tmp_path, "  node_hours: 30\n  after_targets: {node_hours: null}\n")  # the task's 3 unset
     assert task.budgets.after_targets_node_hours() == pytest.approx(7.5)
     assert after_targets_spent(state(9.9, 40, MET), task) is None  # 7.4 of 7.5 spent
     assert "7.50 of 7.5 node-hours" in after_targets_spent(state(10.0, 40, MET), task)

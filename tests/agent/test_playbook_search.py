@@ -126,3 +126,35 @@ def test_the_serving_configuration_leaves_out_address_and_paths():
     info = {"host": "127.0.0.1", "port": 30000, "model_path": "/m", "version": "0.5.12", "tp_size": 4,
             "chunked_prefill_size": 8192, "speculative_algorithm": None, "internal_states": [{}], "twin": {}}  # fmt: skip
     assert serving_config(info) == {"tp_size": 4, "chunked_prefill_size": 8192, "speculative_algorithm": None}
+
+
+
+def test_the_best_knee_s_settings_are_tried_on_the_runner_up_layout():
+    env = {"AITER_CONFIG_FMOE": "t.csv"}
+    runner_up = {"layout": {"tp-size": 8, "dp-size": 4, "enable-dp-attention": True},
+                 "flags": {"tp-size": 8, "dp-size": 4, "enable-dp-attention": True}, "env": env,
+                 "serving": {"attention_backend": "triton", "kv_cache_dtype": "auto"}}  # fmt: skip
+    best = {"flags": {"tp-size": 2, "dp-size": 4}, "env": env, "value": 5000.0,
+            "serving": {"attention_backend": "aiter", "kv_cache_dtype": "auto"}}  # fmt: skip
+    winner = {"layout": {"tp-size": 2, "dp-size": 4, "enable-dp-attention": None}, **best}
+    memo: dict = {"best": {"throughput": best}, "confirmed": [winner, runner_up], "measured": []}
+    # right after the screen: the runner-up lost with the backend the engine picked for it, not the winner's
+    [item] = PlaybookPolicy._runner_up_items(TASK, memo)
+    assert item["set"] == {"tp-size": 8, "dp-size": 4, "enable-dp-attention": True, "attention-backend": "aiter"}
+    assert item["env"] == env and item["exact"] and item["keep_as"] == "throughput"
+    assert "TP8 x DP4 with DP attention" in item["label"] and "attention-backend=aiter" in item["label"]
+    # measured already: not again
+    memo["measured"].append({"candidate": item["candidate"], "value": 3000.0})
+    assert PlaybookPolicy._runner_up_items(TASK, memo) == []
+    # a change that raised the best knee later is carried along with it
+    best["flags"] = {**best["flags"], "kv-cache-dtype": "fp8_e4m3"}
+    best["serving"] = {**best["serving"], "kv_cache_dtype": "fp8_e4m3"}
+    [item] = PlaybookPolicy._runner_up_items(TASK, memo)
+    assert item["set"] == {"tp-size": 8, "dp-size": 4, "enable-dp-attention": True, "attention-backend": "aiter",
+                           "kv-cache-dtype": "fp8_e4m3"}  # fmt: skip
+    # where the engine served both alike there is nothing to set, and the same configuration is not measured again
+    runner_up["serving"]["attention_backend"] = "aiter"
+    best["flags"].pop("kv-cache-dtype")
+    best["serving"]["kv_cache_dtype"] = "auto"
+    memo["measured"].append({"candidate": {"flags": runner_up["flags"], "env": env}, "value": 3000.0})
+    assert PlaybookPolicy._runner_up_items(TASK, memo) == []
