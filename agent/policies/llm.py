@@ -35,6 +35,7 @@ import jinja2
 
 from agent.search import (
     KNOBS_FOR,
+    LAYOUT,
     SPECULATIVE,
     Candidate,
     SearchSpace,
@@ -224,11 +225,14 @@ def _change(cand: Candidate, base: Candidate | None) -> list[str]:
 def _why_neighbour(cand: Candidate, best: Candidate, shares: dict[str, float] | None) -> str:
     knobs = [k for k in {*cand.flags, *best.flags} if cand.flags.get(k) != best.flags.get(k)]
     knobs += [f"env {k}" for k in {*cand.env, *best.env} if cand.env.get(k) != best.env.get(k)]
-    knob = next((k for k in knobs if k == SPECULATIVE), None) or (sorted(knobs)[0] if knobs else "?")
+    layout = sorted(k for k in knobs if k in LAYOUT)
+    knob = next((k for k in knobs if k == SPECULATIVE), None) or (
+        f"the layout ({', '.join(layout)})" if layout else sorted(knobs)[0] if knobs else "?")
     why = f"neighbour of the best on {knob}"
     for part, share in sorted((shares or {}).items(), key=lambda kv: -kv[1]):
-        if knob in KNOBS_FOR.get(part, ()):
-            return f"{why}; {knob} acts on the {part} share, {share * 100:.0f} % of GPU time"
+        acting = KNOBS_FOR.get(part, ())
+        if knob in acting or any(k in acting for k in layout):
+            return f"{why}; it acts on the {part} share, {share * 100:.0f} % of GPU time"
     return why
 
 

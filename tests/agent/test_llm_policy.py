@@ -359,3 +359,14 @@ def test_api_key_rules(monkeypatch: pytest.MonkeyPatch):
     assert LLMPolicy(model="m", base_url="https://api.example.com/v1", api_key_env="MY_LLM_KEY").client.api_key == (
         "sk-from-env-1234567"
     )
+
+
+def test_a_layout_move_is_explained_as_one_change_of_layout():
+    from agent.policies.llm import _why_neighbour
+    from agent.search import Candidate
+
+    best = Candidate(flags={"tp-size": 2, "dp-size": 4})
+    why = _why_neighbour(Candidate(flags={"tp-size": 1, "dp-size": 8}), best, {"prefill_attention": 0.6, "decode": 0.2})
+    assert why == "neighbour of the best on the layout (dp-size, tp-size); it acts on the prefill_attention share, 60 % of GPU time"
+    kv = _why_neighbour(Candidate(flags={**best.flags, "kv-cache-dtype": "fp8_e4m3"}), best, {"decode": 0.45})
+    assert kv == "neighbour of the best on kv-cache-dtype; it acts on the decode share, 45 % of GPU time"
