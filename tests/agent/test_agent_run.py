@@ -186,10 +186,13 @@ def test_bad_task_file_is_one_line(tmp_path):
     assert agent(tmp_path, "resume", "nope").returncode == 2
 
 
-def stopping_at_the_targets(tmp_path: Path, task: Path) -> Path:
-    """The task with no budget after its targets: for tests of bring-up, fixes and resume, not of the search."""
+def stopping_at_the_targets(tmp_path: Path, task: Path, run_seconds: int | None = None) -> Path:
+    """The task with no budget after its targets: for tests of bring-up, fixes and resume, not of the search.
+    ``run_seconds`` shortens the throughput workload's runs (the knee procedure is the same, each run simulates
+    fewer requests); the full-length knee is the default run's test and the search benchmark's business."""
     variant = tmp_path / f"{task.stem}_to_targets.yaml"
-    variant.write_text(f"extends: {task}\nbudgets:\n  after_targets: {{node_hours: 0}}\n{NO_PACING}")
+    shorter = f"workloads:\n  throughput:\n    duration_s: {run_seconds}\n" if run_seconds else ""
+    variant.write_text(f"extends: {task}\nbudgets:\n  after_targets: {{node_hours: 0}}\n{NO_PACING}{shorter}")
     return variant
 
 
@@ -204,7 +207,7 @@ def test_playbook_solves_unseen_scenarios_unchanged(tmp_path, task):
     """Other model names, layer counts, MTP prefixes, unguarded headers in other kernel files, other MoE shapes
     (and for Orion, another layer class failing, on other hardware): the same playbook fixes both defects and
     meets the targets."""
-    variant = stopping_at_the_targets(tmp_path, REPO / "tasks" / f"{task}.yaml")
+    variant = stopping_at_the_targets(tmp_path, REPO / "tasks" / f"{task}.yaml", run_seconds=150)
     proc = agent(tmp_path, "run", str(variant), "--policy", "playbook", "--run-id", task)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     summary = json.loads((tmp_path / "runs" / task / "summary.json").read_text())
