@@ -222,19 +222,29 @@ def _peak_concurrency(ok: list) -> int:
 
 
 def _peak_output_rate(ok: list) -> float:
-    """Highest output tokens in any 1-s bucket, each request's tokens spread over its decode time."""
+    """Highest output tokens in any 1-s bucket, each request's tokens spread over its decode time. A request adds
+    its rate to every whole second it decodes through (a running sum of where each rate starts and stops), and a
+    share of it to the seconds where it starts and ends."""
     if not ok:
         return 0.0
     end = int(max(t.done for t in ok)) + 2
     buckets = [0.0] * end
+    steps = [0.0] * (end + 1)  # rate changes at whole seconds
     for t in ok:
         start, stop = t.first_token, max(t.done, t.first_token + 1e-9)
         rate = t.req.output_len / (stop - start)
-        s = int(start)
-        while s < stop:
-            e = min(s + 1, stop)
-            buckets[s] += rate * (e - max(s, start))
-            s += 1
+        first, last = int(start), int(stop)
+        if first == last:
+            buckets[first] += rate * (stop - start)
+            continue
+        buckets[first] += rate * (first + 1 - start)
+        buckets[last] += rate * (stop - last)
+        steps[first + 1] += rate
+        steps[last] -= rate
+    running = 0.0
+    for s in range(end):
+        running += steps[s]
+        buckets[s] += running
     return max(buckets)
 
 
