@@ -121,8 +121,9 @@ class SearchSpace:
     def neighbours(self, best: Candidate, shares: dict[str, float] | None = None,
                    serving: dict[str, Any] | None = None) -> list[Candidate]:  # fmt: skip
         """The best's valid one-knob changes, the knobs on its largest time shares first. The layout counts as one
-        knob (``layouts``: the splits that use the whole node first). ``serving`` is how the best is served (its ``/server_info``): a value the engine already runs with for a flag the best leaves
-        unset is no change, and is not proposed."""
+        knob (``layouts``: the splits that use the whole node first). ``serving`` is how the best is served (its
+        ``/server_info``): a value the engine already runs with for a flag the best leaves unset is no change, and
+        is not proposed."""
         order = list(self.flags)
         if shares:
             ranked: list[str] = []
@@ -138,12 +139,11 @@ class SearchSpace:
         per_knob: list[list[Candidate]] = []
         for name in order:
             if name == "layout":
-                changes = [Candidate(flags={**{k: v for k, v in best.flags.items() if k not in LAYOUT}, **lay},
-                                     env=best.env) for lay in self.layouts()]  # fmt: skip
-                per_knob.append([c for c in map(self.canonical, changes) if c is not None and c.key() != best.key()])
-                continue
-            values = [v for v in self.flags[name] if name in best.flags or not _serves(serving, name, v)]
-            changes = [Candidate(flags={**best.flags, name: v}, env=best.env) for v in values]
+                rest = {k: v for k, v in best.flags.items() if k not in LAYOUT}
+                changes = [Candidate(flags={**rest, **layout}, env=best.env) for layout in self.layouts()]
+            else:
+                values = [v for v in self.flags[name] if name in best.flags or not _serves(serving, name, v)]
+                changes = [Candidate(flags={**best.flags, name: v}, env=best.env) for v in values]
             per_knob.append([c for c in map(self.canonical, changes) if c is not None and c.key() != best.key()])
         for name, values in self.env.items():
             changes = [Candidate(flags=best.flags, env={**best.env, name: v}) for v in values]

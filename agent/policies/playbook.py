@@ -73,6 +73,11 @@ def _allowed(task: TaskSpec, flag: str) -> list[Any]:
     return list(task.search_space.flags.get(flag, []))
 
 
+def _layout_name(tp: int | None, dp: int | None, dp_attention: bool | None) -> str:
+    """A parallel layout as the plan's labels name it: ``TP8 x DP4 with DP attention``."""
+    return f"TP{tp or 1} x DP{dp or 1}" + (" with DP attention" if dp_attention else "")
+
+
 def _module(param: str | None) -> str | None:
     """The module a parameter belongs to (a fused-MoE parameter, ``experts.w13_weight``, to ``experts``)."""
     if not param:
@@ -450,16 +455,15 @@ class PlaybookPolicy:
         winner = Candidate(flags=best["flags"], env=best["env"])
         items = []
         for conf in memo.get("confirmed", []):
-            layout = conf["layout"]
-            if all(best["flags"].get(k) == layout.get(k) for k in LAYOUT):
+            if all(best["flags"].get(k) == conf["flags"].get(k) for k in LAYOUT):
                 continue
             other = Candidate(flags=conf["flags"], env=conf["env"])
             cand = space.transplant(winner, other, best.get("serving"), conf.get("serving"))
             if cand is None or cand.key() in seen:
                 continue
             seen.add(cand.key())
-            shape = f"TP{layout.get('tp-size') or 1} x DP{layout.get('dp-size') or 1}" + (
-                " with DP attention" if layout.get("enable-dp-attention") else "")
+            shape = _layout_name(conf["flags"].get("tp-size"), conf["flags"].get("dp-size"),
+                                 conf["flags"].get("enable-dp-attention"))  # fmt: skip
             what = [f"{k}={v}" for k, v in cand.flags.items() if k not in LAYOUT and conf["flags"].get(k) != v]
             what += [f"{k}={v}" for k, v in cand.env.items() if conf["env"].get(k) != v]
             items.append({"label": f"runner-up layout {shape} with the best's {', '.join(what) or 'settings'}",
@@ -528,7 +532,7 @@ class PlaybookPolicy:
         plan = []
         for tp, dp, dpa in layouts:
             flags = {"tp-size": tp, "dp-size": dp, "enable-dp-attention": True if dpa else None}
-            plan.append({"label": f"layout TP{tp} x DP{dp}" + (" with DP attention" if dpa else ""), "from": "single",
+            plan.append({"label": f"layout {_layout_name(tp, dp, dpa)}", "from": "single",
                          "set": flags, "unset": list(SPEC_KEYS), "measure": "knee", "keep_as": "throughput"})  # fmt: skip
         return plan
 
@@ -627,8 +631,7 @@ class PlaybookPolicy:
             if cur["measure"] in KNEE_MEASURES:
                 self._record(memo, cur.get("candidate") or cur, value)
             if cur["measure"] == "knee_full":  # a layout the screen confirmed, and how the engine served it
-                memo.setdefault("confirmed", []).append({"layout": {k: cur["flags"].get(k) for k in LAYOUT},
-                                                         "flags": cur["flags"], "env": cur["env"],
+                memo.setdefault("confirmed", []).append({"flags": cur["flags"], "env": cur["env"],
                                                          "serving": cur.get("serving") or {}})  # fmt: skip
             if keep_as == "base" or best is None or value > best["value"]:
                 entry = {"flags": cur["flags"], "env": cur["env"], "value": value, "serving": cur.get("serving") or {},

@@ -131,12 +131,11 @@ def test_the_serving_configuration_leaves_out_address_and_paths():
 
 def test_the_best_knee_s_settings_are_tried_on_the_runner_up_layout():
     env = {"AITER_CONFIG_FMOE": "t.csv"}
-    runner_up = {"layout": {"tp-size": 8, "dp-size": 4, "enable-dp-attention": True},
-                 "flags": {"tp-size": 8, "dp-size": 4, "enable-dp-attention": True}, "env": env,
+    runner_up = {"flags": {"tp-size": 8, "dp-size": 4, "enable-dp-attention": True}, "env": env,
                  "serving": {"attention_backend": "triton", "kv_cache_dtype": "auto"}}  # fmt: skip
     best = {"flags": {"tp-size": 2, "dp-size": 4}, "env": env, "value": 5000.0,
             "serving": {"attention_backend": "aiter", "kv_cache_dtype": "auto"}}  # fmt: skip
-    winner = {"layout": {"tp-size": 2, "dp-size": 4, "enable-dp-attention": None}, **best}
+    winner = dict(best)
     memo: dict = {"best": {"throughput": best}, "confirmed": [winner, runner_up], "measured": []}
     # right after the screen: the runner-up lost with the backend the engine picked for it, not the winner's
     [item] = PlaybookPolicy._runner_up_items(TASK, memo)
