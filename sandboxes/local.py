@@ -40,7 +40,7 @@ from pathlib import Path
 
 import git
 
-from sandboxes import provenance
+from sandboxes import git_packs, provenance
 from sandboxes.base import (
     CommandResult,
     FileEntry,
@@ -168,8 +168,12 @@ class LocalSandbox(Sandbox):
             cfg.set_value("user", "name", AUTHOR_NAME)
             cfg.set_value("user", "email", AUTHOR_EMAIL)
             cfg.set_value("commit", "gpgsign", "false")
+        key = git_packs.listing_key(dest)  # the same source as an earlier run's: its objects are written already
+        seeded = key is not None and git_packs.seed(Path(repo.git_dir), key)
         repo.git.add("--all", "--force")  # everything, .gitignore'd files included: the pristine state
         repo.git.commit("--allow-empty", "--no-verify", "--quiet", "-m", message, env=_GIT_ENV)
+        if key is not None and not seeded:
+            git_packs.keep(dest, key)
         # what running the engine leaves behind (bytecode caches) is never part of a patch
         (Path(repo.git_dir) / "info").mkdir(exist_ok=True)
         (Path(repo.git_dir) / "info" / "exclude").write_text("__pycache__/\n*.pyc\n")
