@@ -62,7 +62,7 @@ def test_a_launch_that_fails_for_the_node_is_launched_again(tmp_path, fault, eng
 
 @pytest.mark.parametrize("fault,engine,says", [
     ("crash_mid_benchmark@1", {}, "stopped answering during the benchmark"),
-    ("bench_hang@1", {"benchmark_timeout_s": 10}, "did not finish within 10 s"),
+    ("bench_hang@1", {"benchmark_timeout_s": 5}, "did not finish within 5 s"),
 ])  # fmt: skip
 def test_a_benchmark_that_loses_its_server_is_measured_again(tmp_path, fault, engine, says):
     summary, calls = run_with(tmp_path, fault, **engine)
