@@ -2,7 +2,7 @@
 
     python -m tests.benchmarks.twin_calibration                    # the published case, then InferenceX's points
     python -m tests.benchmarks.twin_calibration --only-published   # the published GLM-5.2 case alone
-    python -m tests.benchmarks.twin_calibration --ttft             # TTFT p50/p95 at every published rate, over seeds
+    python -m tests.benchmarks.twin_calibration --ttft [--seeds N] # TTFT p50/p95 at every published rate, over seeds
 
 The published GLM-5.2 on 8x MI355X case is what ``tests/twin/test_calibration.py`` asserts (+-10 %); InferenceX's
 GLM-5 FP8 points (``tests/benchmarks/inferencex_calibration.py``) are what ``tests/twin/test_public_calibration.py``
@@ -107,16 +107,19 @@ def print_rows(rows: list[Row]) -> None:
 
 def ttft_table(ws: Path, tmp: Path, seeds: range = range(4)) -> None:
     """TTFT p50 and p95 of the final configuration at every published rate: the median over benchmark seeds,
-    and the seeds' range, beside the published pair."""
+    and the seeds' range, beside the published pair; ``near`` counts the seeds whose p50 is within 10 % of the
+    published one."""
     env = {"AITER_CONFIG_FMOE": str(ws / "tuned.csv")}
-    print(f"{'RPS':>5} {'p50 twin (seeds)':>22} {'pub':>5} {'p95 twin (seeds)':>23} {'pub':>5} {'retracted':>9}")
+    print(f"{'RPS':>5} {'p50 twin (seeds)':>22} {'pub':>5} {'near':>5} {'p95 twin (seeds)':>23} {'pub':>5} "
+          f"{'retracted':>9}")  # fmt: skip
     with running(ws, tmp / "ttft.log", TUNED_FLAGS, env) as s:
         for rate, (p50, p95) in PUBLISHED_TTFT.items():
             recs = [s.bench(tmp, *throughput_flags(rate), "--seed", str(seed)) for seed in seeds]
             a = [r["median_ttft_ms"] / 1000 for r in recs]
             b = [r["p95_ttft_ms"] / 1000 for r in recs]
             out = sum(r["retracted_requests"] for r in recs)
-            print(f"{rate:>5} {statistics.median(a):>7.2f} ({min(a):.2f}-{max(a):.2f}) {p50:>5.2f} "
+            near = f"{sum(abs(x - p50) <= 0.1 * p50 for x in a)}/{len(a)}"
+            print(f"{rate:>5} {statistics.median(a):>7.2f} ({min(a):.2f}-{max(a):.2f}) {p50:>5.2f} {near:>5} "
                   f"{statistics.median(b):>7.2f} ({min(b):.2f}-{max(b):.2f}) {p95:>5.2f} {out:>9}")  # fmt: skip
 
 
@@ -124,11 +127,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only-published", action="store_true", help="skip InferenceX's GLM-5 FP8 points")
     parser.add_argument("--ttft", action="store_true", help="TTFT p50/p95 at every published rate, over seeds")
+    parser.add_argument("--seeds", type=int, default=4, help="benchmark seeds per rate for --ttft (default 4)")
     args = parser.parse_args(argv)
     tmp = Path(tempfile.mkdtemp())
     ws = fixed_workspace.__wrapped__(_Factory(tmp))
     if args.ttft:
-        ttft_table(ws, tmp)
+        ttft_table(ws, tmp, range(args.seeds))
         return 0
     print_rows(published_case(ws, tmp))
     if not args.only_published:
