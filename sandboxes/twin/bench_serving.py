@@ -65,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--gsp-system-prompt-len", type=int, default=2048)
     a("--gsp-question-len", type=int, default=128)
     a("--gsp-output-len", type=int, default=256)
+    a("--gsp-range-ratio", type=float, default=1.0)  # 1.0, unlike the random dataset's 0.0, as in the release
     a("--request-rate", type=float, default=float("inf"))
     a("--max-concurrency", type=int, default=None)
     a("--output-file", type=str, default=None)
@@ -303,7 +304,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         random_output_len=args.random_output_len, random_range_ratio=args.random_range_ratio,
         gsp_num_groups=args.gsp_num_groups, gsp_prompts_per_group=args.gsp_prompts_per_group,
         gsp_system_prompt_len=args.gsp_system_prompt_len, gsp_question_len=args.gsp_question_len,
-        gsp_output_len=args.gsp_output_len,
+        gsp_output_len=args.gsp_output_len, gsp_range_ratio=args.gsp_range_ratio,
     )  # fmt: skip
     rng = random.Random(args.seed)
     requests = build_requests(spec, rng)

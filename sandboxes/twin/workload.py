@@ -41,15 +41,22 @@ class DatasetSpec:
     gsp_system_prompt_len: int = 2048
     gsp_question_len: int = 128
     gsp_output_len: int = 256
+    gsp_range_ratio: float = 1.0  # bench_serving's --gsp-range-ratio: 1.0 (its default) keeps every length nominal
 
 
 def build_requests(spec: DatasetSpec, rng: random.Random) -> list[SimRequest]:
     if spec.name == "generated-shared-prefix":
-        reqs = [
-            (g, spec.gsp_system_prompt_len, spec.gsp_question_len, spec.gsp_output_len)
-            for g in range(spec.gsp_num_groups)
-            for _ in range(spec.gsp_prompts_per_group)
-        ]
+        groups, per_group = spec.gsp_num_groups, spec.gsp_prompts_per_group
+        n = groups * per_group
+        if spec.gsp_range_ratio < 1:  # as sample_generated_shared_prefix_requests draws them: prefixes, then
+            prefixes = random_lens(spec.gsp_system_prompt_len, spec.gsp_range_ratio, groups, rng)  # questions,
+            questions = random_lens(spec.gsp_question_len, spec.gsp_range_ratio, n, rng)  # then outputs
+            outputs = random_lens(spec.gsp_output_len, spec.gsp_range_ratio, n, rng)
+        else:  # nothing drawn: every length is the nominal one
+            prefixes = [spec.gsp_system_prompt_len] * groups
+            questions, outputs = [spec.gsp_question_len] * n, [spec.gsp_output_len] * n
+        reqs = [(g, prefixes[g], questions[g * per_group + k], outputs[g * per_group + k])
+                for g in range(groups) for k in range(per_group)]  # fmt: skip
         rng.shuffle(reqs)
         return [SimRequest(i, g, p, q, o) for i, (g, p, q, o) in enumerate(reqs)]
     if spec.name in ("random", "random-ids"):
