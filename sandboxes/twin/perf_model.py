@@ -43,7 +43,7 @@ class ModelSizes:
     dense_mlp_params: int  # one dense MLP layer
     lm_head_params: int
     kv_elems_per_token_layer: int  # cached latent + rope elements per token per layer
-    indexer_elems_per_token_layer: int  # DSA indexer keys (stored fp8)
+    indexer_bytes_per_token_layer: int  # DSA indexer key: fp8 elements and an fp32 scale per 128 of them
     attn_flops_per_key: int  # FLOPs per (query token, attended key) per layer
     indexer_flops_per_key: int
     kv_heads: int = 0  # GQA: KV heads, split over an attention group's GPUs (0: MLA's latent, replicated)
@@ -70,7 +70,8 @@ def model_sizes(spec: ModelSpec) -> ModelSizes:
         # MLA caches one latent (+ rope) per token; GQA caches K and V of every KV head
         kv_elems_per_token_layer=(a.kv_lora_rank + a.qk_rope_head_dim) if a.kind == "mla"
         else 2 * a.num_kv_heads * a.head_dim,
-        indexer_elems_per_token_layer=a.indexer_head_dim if a.sparse_topk else 0,
+        # NSATokenToKVPool's index_k_with_scale buffer, as pool_configurator sizes it: head_dim + head_dim // 128 * 4
+        indexer_bytes_per_token_layer=a.indexer_head_dim + a.indexer_head_dim // 128 * 4 if a.sparse_topk else 0,
         # absorbed MLA: scores over (kv_lora + rope), values over kv_lora, every head; GQA: QK and PV per head
         attn_flops_per_key=2 * a.num_heads * (2 * a.kv_lora_rank + a.qk_rope_head_dim) if a.kind == "mla"
         else 2 * a.num_heads * 2 * a.head_dim,
@@ -178,7 +179,7 @@ class CostModel:
         # each GPU of an attention group holds all of MLA's latent, but only its own share of GQA's KV heads
         self.kv_share = 1.0 / min(self.g, s.kv_heads) if s.kv_heads else 1.0
         self.kv_token_bytes = s.layers * (
-            s.kv_elems_per_token_layer * self.kv_bytes * self.kv_share + s.indexer_elems_per_token_layer * 1.0
+            s.kv_elems_per_token_layer * self.kv_bytes * self.kv_share + s.indexer_bytes_per_token_layer
         )
         self.sparse_topk = sc.model.attention.sparse_topk
 
@@ -276,7 +277,7 @@ class CostModel:
         mean_ctx = sum_context / batch if batch else 0.0
         per_seq_kv = s.layers * (
             self.attended_keys(mean_ctx) * s.kv_elems_per_token_layer * self.kv_bytes * self.kv_share
-            + mean_ctx * s.indexer_elems_per_token_layer
+            + mean_ctx * s.indexer_bytes_per_token_layer
         )
         kv_bytes = batch * tokens_per_seq**0.5 * per_seq_kv
         moe_flops = 2 * tokens * self.scenario.model.moe.top_k * s.moe_layers * s.expert_params

@@ -1,0 +1,45 @@
+"""The twin's KV pool takes per token what SGLang's pool sizes per token (``model_executor/pool_configurator.py``,
+``DefaultPoolConfigurator._compute_cell_size``): for an MLA model, the latent and rope elements of every layer
+at the KV dtype's size, and for a DSA (NSA) model also the indexer's keys, fp8 with one fp32 scale per 128."""
+
+from __future__ import annotations
+
+import pytest
+
+from sandboxes.twin.perf_model import CostModel
+from sandboxes.twin.release import Unavailable, release_tree
+from sandboxes.twin.scenario import load
+from sandboxes.twin.serving_config import ServingConfig
+
+VERSION = "0.5.12"
+SCENARIOS = ["glm52_mi355x", "glm5_fp8_mi355x", "corvus_mi300x", "lyra_mi355x", "orion_mi300x", "vega_mi355x"]
+ELEMENT_SIZE = {"auto": 2, "bf16": 2, "fp8_e4m3": 1}
+
+
+def cell_size(model, kv_size: int) -> int:
+    """``_compute_cell_size`` for an MLA model, written out from the release's source."""
+    a = model.attention
+    cell = (a.kv_lora_rank + a.qk_rope_head_dim) * model.num_hidden_layers * kv_size
+    if a.sparse_topk:  # is_deepseek_nsa: index_head_dim + index_head_dim // quant_block_size (128) * 4, uint8
+        cell += (a.indexer_head_dim + a.indexer_head_dim // 128 * 4) * model.num_hidden_layers
+    return cell
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+@pytest.mark.parametrize("dtype", ["auto", "fp8_e4m3"])
+def test_bytes_per_token_are_the_pools(name, dtype):
+    sc = load(name)
+    if sc.model.attention.kind != "mla":
+        pytest.skip(f"{name}: not an MLA model")
+    model = CostModel(sc, ServingConfig(tp_size=8, kv_cache_dtype=dtype))
+    assert model.kv_token_bytes == cell_size(sc.model, ELEMENT_SIZE[dtype])
+
+
+def test_the_release_sizes_the_indexer_keys_so():
+    tree = release_tree(VERSION)
+    if isinstance(tree, Unavailable):
+        pytest.skip(f"the SGLang {VERSION} release is not cached and could not be downloaded: {tree.reason}")
+    source = (tree.package / "srt" / "model_executor" / "pool_configurator.py").read_text()
+    assert "index_head_dim\n                    + index_head_dim // NSATokenToKVPool.quant_block_size * 4" in source
+    pool = (tree.package / "srt" / "mem_cache" / "memory_pool.py").read_text()
+    assert "quant_block_size = 128" in pool
