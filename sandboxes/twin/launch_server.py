@@ -204,7 +204,7 @@ def start(args) -> tuple[ServerState, float]:
     server_args.check_platform(args, visible_gpus(sc))
     log.info("Init torch distributed begin.")
     log.info("Init torch distributed ends. elapsed=1.20 s, mem usage=0.62 GB")
-    avail = sc.hardware.memory_gb * 0.985
+    avail = sc.hardware.memory_gb * memory.AVAIL_BEFORE_WEIGHTS
     log.info(f"Load weight begin. avail mem={avail:.2f} GB")
     try:
         report = load_weights(ws, args)

@@ -1,7 +1,9 @@
 """GPU memory at start-up: weights, the KV-cache pool and what is left for activations and graphs.
 
-SGLang sizes its KV pool as ``mem_fraction_static`` of GPU memory minus the weights; what stays outside the
-static fraction must hold activations (a chunked-prefill step) and captured graphs. Too much static memory is
+SGLang sizes its KV pool as ``mem_fraction_static`` of the memory that was free before the weights loaded, minus
+the weights (``ModelRunnerKVCacheMixin._profile_available_bytes``: what is free after loading, less
+``1 - mem_fraction_static`` of what was free before); what stays outside the static fraction must hold
+activations (a chunked-prefill step) and captured graphs. Too much static memory is
 an out-of-memory crash while capturing graphs; too little leaves no KV pool, a start-up error.
 """
 
@@ -12,6 +14,11 @@ from dataclasses import dataclass
 from .perf_model import CostModel
 
 GIB = 1024**3
+# the share of a GPU's memory still free when the weights begin to load: the HIP context and torch.distributed
+# hold the rest (the twin's "Load weight begin. avail mem" line). A public log of SGLang 0.4.6 on MI308 cards, TP8
+# (sgl-project/sglang#6001: "avail mem=103.71 GB, mem usage=81.66 GB" when the weights have loaded), puts 185.4 GB
+# free before them: about 6.6 GB held of a 192-GB card, 3.4 %. The 1.5 % here is if anything short.
+AVAIL_BEFORE_WEIGHTS = 0.985
 
 
 class OutOfMemory(RuntimeError):
@@ -56,7 +63,8 @@ def plan_memory(model: CostModel, draft_bytes: float = 0.0) -> MemoryPlan:
             f" {gpu / GIB:.2f} GiB of which {max(gpu - weights * 7 / 8, 0) / GIB:.2f} GiB is free."
             " Weights do not fit: use more GPUs per rank (--tp-size)."
         )
-    static = gpu * cfg.mem_fraction_static
+    before = gpu * AVAIL_BEFORE_WEIGHTS  # free when the weights begin to load
+    static = before * cfg.mem_fraction_static
     pool = static - weights
     kv_token = model.kv_token_bytes * (1.0 + (1.0 / model.sizes.layers if cfg.speculative else 0.0))
     tokens = int(pool // kv_token) if pool > 0 else 0
@@ -69,11 +77,11 @@ def plan_memory(model: CostModel, draft_bytes: float = 0.0) -> MemoryPlan:
     chunk = cfg.chunked_prefill_size if cfg.chunked_prefill_size > 0 else 65536
     activation = cal.activation_gb_per_gpu * GIB * max(chunk / 16384, 0.25)
     graph = 0.0 if cfg.disable_cuda_graph else cfg.cuda_graph_max_bs * 24 * 1024**2
-    free = gpu - static - activation - graph
+    free = before - static - activation - graph
     if free < 0:
         raise OutOfMemory(
             f"HIP out of memory. Tried to allocate {(activation + graph) / GIB:.2f} GiB. GPU 0 has a total capacity"
-            f" of {gpu / GIB:.2f} GiB of which {(gpu - static) / GIB:.2f} GiB is free. Of the allocated memory"
+            f" of {gpu / GIB:.2f} GiB of which {(before - static) / GIB:.2f} GiB is free. Of the allocated memory"
             f" {static / GIB:.2f} GiB is reserved by the static pool (--mem-fraction-static"
             f" {cfg.mem_fraction_static}). Lower --mem-fraction-static, --chunked-prefill-size or"
             " --cuda-graph-max-bs."

@@ -4,12 +4,17 @@ at the KV dtype's size, and for a DSA (NSA) model also the indexer's keys, fp8 w
 
 from __future__ import annotations
 
+import json
+import re
+import urllib.request
+
 import pytest
 
 from sandboxes.twin.perf_model import CostModel
 from sandboxes.twin.release import Unavailable, release_tree
 from sandboxes.twin.scenario import load
 from sandboxes.twin.serving_config import ServingConfig
+from tests.twin.conftest import running
 
 VERSION = "0.5.12"
 SCENARIOS = ["glm52_mi355x", "glm5_fp8_mi355x", "corvus_mi300x", "lyra_mi355x", "orion_mi300x", "vega_mi355x"]
@@ -43,3 +48,17 @@ def test_the_release_sizes_the_indexer_keys_so():
     assert "index_head_dim\n                    + index_head_dim // NSATokenToKVPool.quant_block_size * 4" in source
     pool = (tree.package / "srt" / "mem_cache" / "memory_pool.py").read_text()
     assert "quant_block_size = 128" in pool
+
+
+@pytest.mark.parametrize("flags", [["--tp-size", "8"], ["--tp-size", "4", "--dp-size", "2", "--mem-fraction-static", "0.85"]])
+def test_the_logged_pool_is_what_the_release_computes_from_the_logged_memory(fixed_workspace, tmp_path, flags):
+    """SGLang's ``_profile_available_bytes``: the pool is what is free once the weights have loaded, less
+    ``1 - mem_fraction_static`` of what was free before they began to load. The twin's own log lines must add up
+    so: a pool sized from the whole GPU would be a few GB larger than its "Load weight begin" line allows."""
+    with running(fixed_workspace, tmp_path / "server.log", flags) as server:
+        info = json.loads(urllib.request.urlopen(f"{server.url}/server_info", timeout=10).read())
+        log = server.log.read_text()
+    before = float(re.search(r"Load weight begin\. avail mem=([\d.]+) GB", log).group(1))
+    after = float(re.search(r"Load weight end\..* avail mem=([\d.]+) GB", log).group(1))
+    pool = float(re.search(r"KV Cache is allocated\. .*KV size: ([\d.]+) GB", log).group(1))
+    assert pool == pytest.approx(after - before * (1 - info["mem_fraction_static"]), abs=0.02)
