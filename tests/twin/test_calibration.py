@@ -61,13 +61,13 @@ def test_final_configuration_throughput_below_saturation(final_sweep, rate, publ
 
 
 # Open point of issue 10: with the physics that meets InferenceX's figures, the twin's queue at 2.4 RPS is shorter
-# than the published one (TTFT p50 0.67 s against 0.81 s) while its knee stays at 2.5 RPS, and its p95 is longer at
+# than the published one (TTFT p50 0.68 s against 0.81 s) while its knee stays at 2.5 RPS, and its p95 is longer at
 # every rate from 1.0 RPS; no single constant moves one without the other (docs/twin.md, "The TTFT shape near
 # saturation, measured": python -m tests.benchmarks.twin_calibration --ttft). The other public account of the same
 # run gives 0.62 s for this point, within 10 % of the twin's; which binds is the team's call. Strict: the day it
 # passes, this mark must go.
 TTFT_AT_SATURATION = pytest.param(2.4, 0.81, marks=pytest.mark.xfail(
-    strict=True, reason="issue 10: the twin queues less than the published run at 2.4 RPS (0.67 s vs 0.81 s)"))
+    strict=True, reason="issue 10: the twin queues less than the published run at 2.4 RPS (0.68 s vs 0.81 s)"))
 
 
 @pytest.mark.parametrize("rate,published", [(0.5, 0.59), TTFT_AT_SATURATION])
