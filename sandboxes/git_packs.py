@@ -20,9 +20,11 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 MAX_BYTES = 512 * 2**20  # a source larger than this is not worth a second copy in the cache
+STALE_PARTIAL_S = 3600  # a pack still being written after this long was left by a process that died
 _PACK_SUFFIXES = (".pack", ".idx")
 
 
@@ -79,6 +81,7 @@ def keep(work_tree: Path, key: str) -> None:
         return
     with contextlib.suppress(OSError, subprocess.CalledProcessError):
         root.mkdir(parents=True, exist_ok=True)
+        _remove_stale_partials(root)
         objects = _tree_objects(work_tree)
         with tempfile.TemporaryDirectory(dir=root, prefix=".partial-") as tmp:
             subprocess.run(["git", "pack-objects", "--quiet", "--window=0", str(Path(tmp) / "pack")],
@@ -86,6 +89,15 @@ def keep(work_tree: Path, key: str) -> None:
             with contextlib.suppress(OSError):  # another run kept it meanwhile: theirs stays
                 os.rename(tmp, root / key)
                 os.mkdir(tmp)  # for the context manager's clean-up
+
+
+def _remove_stale_partials(root: Path) -> None:
+    """Delete the half-written packs a killed process left (``.partial-*`` folders over an hour old)."""
+    now = time.time()
+    for partial in root.glob(".partial-*"):
+        with contextlib.suppress(OSError):
+            if now - partial.stat().st_mtime > STALE_PARTIAL_S:
+                shutil.rmtree(partial)
 
 
 def _tree_objects(work_tree: Path) -> str:

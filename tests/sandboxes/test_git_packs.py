@@ -3,8 +3,10 @@ source writes none of them again, and the cache never changes what a workspace h
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -85,3 +87,14 @@ def test_a_partial_pack_is_never_used(tmp_path, cache):
     next(kept.glob("*.idx")).unlink()  # as a pack copied by hand and cut short would look
     ws = workspace(tmp_path, "two", source)
     assert objects(ws) == {"loose": 44, "in-pack": 0}
+
+
+def test_half_written_packs_a_killed_process_left_are_cleared_once_old(tmp_path, cache):
+    cache.mkdir(parents=True)
+    old, fresh = cache / ".partial-old", cache / ".partial-fresh"  # one long dead, one perhaps being written
+    for partial in (old, fresh):
+        partial.mkdir()
+        (partial / "pack-x.pack").write_bytes(b"half")
+    os.utime(old, (time.time() - 2 * git_packs.STALE_PARTIAL_S,) * 2)
+    workspace(tmp_path, "one", make_source(tmp_path / "source", FILES))  # keeps a pack: clears what is stale
+    assert not old.exists() and fresh.exists()
