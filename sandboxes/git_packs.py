@@ -23,14 +23,17 @@ import tempfile
 import time
 from pathlib import Path
 
+from sandboxes.twin import release
+
 MAX_BYTES = 512 * 2**20  # a source larger than this is not worth a second copy in the cache
 STALE_PARTIAL_S = 3600  # a pack still being written after this long was left by a process that died
 _PACK_SUFFIXES = (".pack", ".idx")
 
 
 def cache_root() -> Path:
-    """Where the packs are kept: ``$DAYZERO_CACHE/git-packs`` (default ``~/.cache/dayzero/git-packs``)."""
-    return Path(os.environ.get("DAYZERO_CACHE") or Path.home() / ".cache" / "dayzero") / "git-packs"
+    """Where the packs are kept: ``git-packs`` in the per-user cache (``$DAYZERO_CACHE``, default
+    ``~/.cache/dayzero``), beside the SGLang releases."""
+    return release.cache_dir() / "git-packs"
 
 
 def listing_key(root: Path) -> str | None:
