@@ -12,10 +12,8 @@ from typing import Any
 import pytest
 
 from sandboxes.twin import bench_serving as twin
-from sandboxes.twin.release import Unavailable, release_tree
 from sandboxes.twin.workload import DatasetSpec, build_requests
 
-VERSION = "0.5.12"
 _NO_LITERAL = object()
 
 
@@ -29,12 +27,9 @@ def _literal(node: ast.AST) -> Any:
 
 
 @pytest.fixture(scope="module")
-def release_flags() -> dict[str, Any]:
+def release_flags(release_package) -> dict[str, Any]:
     """Each ``--flag`` of the release's bench_serving, with its default (``_NO_LITERAL`` when computed)."""
-    tree = release_tree(VERSION)
-    if isinstance(tree, Unavailable):
-        pytest.skip(f"the SGLang {VERSION} release is not cached and could not be downloaded: {tree.reason}")
-    source = (tree.package / "bench_serving.py").read_text()
+    source = (release_package / "bench_serving.py").read_text()
     flags: dict[str, Any] = {}
     for node in ast.walk(ast.parse(source)):
         if not (isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument"):
@@ -52,7 +47,7 @@ def test_every_flag_of_the_twin_is_the_releases_with_its_default(release_flags):
     assert len(release_flags) > 50  # the parse found the release's parser, not a stray call
     for action in twin.build_parser()._actions:
         for name in (n for n in action.option_strings if n.startswith("--") and n != "--help"):
-            assert name in release_flags, f"{name}: not a flag of sglang {VERSION}'s bench_serving"
+            assert name in release_flags, f"{name}: not a flag of the release's bench_serving"
             theirs = release_flags[name]
             if theirs is not _NO_LITERAL:
                 assert action.default == theirs, f"{name}: the twin's default {action.default!r}, the release's {theirs!r}"

@@ -11,13 +11,10 @@ import urllib.request
 import pytest
 
 from sandboxes.twin.perf_model import CostModel
-from sandboxes.twin.release import Unavailable, release_tree
-from sandboxes.twin.scenario import load
+from sandboxes.twin.scenario import available, load
 from sandboxes.twin.serving_config import ServingConfig
 from tests.twin.conftest import running
 
-VERSION = "0.5.12"
-SCENARIOS = ["glm52_mi355x", "glm5_fp8_mi355x", "corvus_mi300x", "lyra_mi355x", "orion_mi300x", "vega_mi355x"]
 ELEMENT_SIZE = {"auto": 2, "bf16": 2, "fp8_e4m3": 1}
 
 
@@ -30,7 +27,7 @@ def cell_size(model, kv_size: int) -> int:
     return cell
 
 
-@pytest.mark.parametrize("name", SCENARIOS)
+@pytest.mark.parametrize("name", available())
 @pytest.mark.parametrize("dtype", ["auto", "fp8_e4m3"])
 def test_bytes_per_token_are_the_pools(name, dtype):
     sc = load(name)
@@ -40,13 +37,10 @@ def test_bytes_per_token_are_the_pools(name, dtype):
     assert model.kv_token_bytes == cell_size(sc.model, ELEMENT_SIZE[dtype])
 
 
-def test_the_release_sizes_the_indexer_keys_so():
-    tree = release_tree(VERSION)
-    if isinstance(tree, Unavailable):
-        pytest.skip(f"the SGLang {VERSION} release is not cached and could not be downloaded: {tree.reason}")
-    source = (tree.package / "srt" / "model_executor" / "pool_configurator.py").read_text()
+def test_the_release_sizes_the_indexer_keys_so(release_package):
+    source = (release_package / "srt" / "model_executor" / "pool_configurator.py").read_text()
     assert "index_head_dim\n                    + index_head_dim // NSATokenToKVPool.quant_block_size * 4" in source
-    pool = (tree.package / "srt" / "mem_cache" / "memory_pool.py").read_text()
+    pool = (release_package / "srt" / "mem_cache" / "memory_pool.py").read_text()
     assert "quant_block_size = 128" in pool
 
 
