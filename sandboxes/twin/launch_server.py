@@ -173,6 +173,7 @@ def serving_config(args, ws: Workspace, moe_tuned: bool) -> ServingConfig:
         cuda_graph_max_bs=args.cuda_graph_max_bs, disable_cuda_graph=args.disable_cuda_graph,
         disable_radix_cache=args.disable_radix_cache, page_size=args.page_size,
         mem_fraction_static=args.mem_fraction_static, enable_mixed_chunk=args.enable_mixed_chunk,
+        disable_overlap_schedule=args.disable_overlap_schedule,
         context_length=context_len, schedule_conservativeness=args.schedule_conservativeness,
     )  # fmt: skip
 

@@ -148,7 +148,6 @@ INTERNAL_DEFAULTS: dict[str, Any] = {
     "disable_piecewise_cuda_graph": False,
     "piecewise_cuda_graph_max_tokens": None,
     "schedule_conservativeness": 1.0,
-    "disable_overlap_schedule": False,
     "speculative_draft_model_revision": None,
     "speculative_ngram_max_bfs_breadth": NGRAM_MAX_BFS_BREADTH,
 }
@@ -282,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--cuda-graph-max-bs", type=int, default=None)
     a("--disable-cuda-graph", action="store_true")
     a("--disable-radix-cache", action="store_true")
+    a("--disable-overlap-schedule", action="store_true")
     a("--attention-backend", type=str, default=None, choices=ATTENTION_BACKENDS)
     a("--moe-runner-backend", type=str, default="auto", choices=MOE_RUNNER_BACKENDS)
     a("--speculative-algorithm", type=str, default=None, choices=SPECULATIVE_ALGORITHMS)

@@ -36,6 +36,7 @@ class ServingConfig:
     page_size: int = 1
     mem_fraction_static: float = 0.90  # the launcher passes the resolved value (server_args.resolve)
     enable_mixed_chunk: bool = False
+    disable_overlap_schedule: bool = False  # resolved (speculative top-k > 1 sets it); False: the overlap scheduler
     context_length: int | None = None  # the served context length (None: the model's max_position_embeddings)
     schedule_conservativeness: float = 1.0  # resolved (x 0.3 under DP attention): scales the admission's reserve
 

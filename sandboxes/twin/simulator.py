@@ -4,7 +4,9 @@ Each DP rank is one scheduler (``RankScheduler``) with its own waiting queue, ru
 cache and KV pool; requests reach the ranks round-robin, as SGLang's DP controller sends them. A scheduler
 step is either a prefill (extend) batch — new requests, chunked to ``--chunked-prefill-size`` tokens, with
 priority over decode as in SGLang's default policy — or one decode step of the whole running batch
-(a speculative verify step when MTP is on). Step times come from ``perf_model.CostModel``.
+(a speculative verify step when MTP is on). Step times come from ``perf_model.CostModel``. With the overlap
+scheduler (SGLang's default) a busy rank forms each batch while the step before it runs, so a request that
+arrives mid-step waits for that step and the one already launched behind it.
 
 The client side plays ``bench_serving``: Poisson arrivals, an optional ``--max-concurrency`` gate, and the
 same metrics (TTFT, TPOT, ITL, end-to-end latency) computed from the simulated timestamps.
@@ -41,6 +43,7 @@ class RequestTrace:
     resumed: int = 0  # output tokens written before a retraction: prefilled again with the prompt
     retracted_at: float | None = None  # when it was last retracted (its last token before the gap)
     retractions: int = 0
+    arrived: float = 0.0  # when it reached this rank's scheduler (again, after a retraction)
 
     @property
     def to_prefill(self) -> int:
@@ -109,6 +112,12 @@ class RankScheduler:
     sum_output: int = 0  # running requests' outputs (clipped as SGLang's estimate clips them)
     batch_reserve: int = 0  # output reserved by requests admitted into the prefill batch being formed
     retracted: int = 0
+    # SGLang's overlap scheduler (``Scheduler.event_loop_overlap``) launches a step, then waits for the one before
+    # it; only then does it receive requests and form the next batch, which runs after the step just launched. So
+    # a busy rank's step admits only requests that had arrived when the step before it began.
+    overlap: bool = True
+    step_began: float = 0.0  # when the last step run began
+    admits_arrivals_until: float = 0.0  # the step being formed admits requests that arrived by then
 
     # --- queue ------------------------------------------------------------------------------------------
 
@@ -121,6 +130,8 @@ class RankScheduler:
                 self.idle += at - self.clock
                 self.clock = at
             self.prev_decode_end = self.clock
+            self.step_began = self.clock
+        tr.arrived = at
         self.waiting.append(tr)
 
     # --- KV pool and radix cache ----------------------------------------------------------------------------
@@ -201,6 +212,9 @@ class RankScheduler:
 
     def run_step(self) -> list[RequestTrace]:
         """Advance by one forward pass; return the requests that finished (or failed) in it."""
+        in_flight = self.overlap and bool(self.running or self.prefilling)  # an idle loop receives at once
+        self.admits_arrivals_until = self.step_began if in_flight else self.clock
+        self.step_began = self.clock
         finished = self._prefill_step()
         if finished is not None:
             return finished
@@ -221,6 +235,8 @@ class RankScheduler:
             if len(self.running) + len(self.prefilling) >= self.max_running:
                 break
             tr = self.waiting[0]
+            if tr.arrived > self.admits_arrivals_until:
+                break
             if not self._admit(tr):
                 break
             self.waiting.popleft()
@@ -292,6 +308,7 @@ class RankScheduler:
             tr.cached = tr.prefilled = 0
             tr.resumed, tr.retracted_at = written, self.clock
             tr.retractions += 1
+            tr.arrived = self.clock
             self.retracted += 1
             self.waiting.append(tr)
         written = self._generated()
@@ -384,6 +401,7 @@ def simulate(
             verify_tokens=model.tokens_per_verify(),
             radix=not cfg.disable_radix_cache,
             reservation=reservation(cfg),
+            overlap=not cfg.disable_overlap_schedule,
         )
         for _ in range(cfg.num_ranks)
     ]
