@@ -8,6 +8,8 @@ one request at a time, and report decode speed as 1000 / median TPOT.
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from tests.twin.conftest import running
@@ -60,13 +62,20 @@ def test_final_configuration_throughput_below_saturation(final_sweep, rate, publ
     assert close(final_sweep[rate]["output_throughput"], published)
 
 
-# At 2.4 RPS the median sits where the TTFT distribution is steep: about half the requests wait for another's
-# prefill. Over benchmark seeds it spreads (docs/twin.md, "The TTFT shape near saturation"); the test holds
-# bench_serving's default seed.
-@pytest.mark.parametrize("rate,published", [(0.5, 0.59), (1.0, 0.60), (1.5, 0.62), (2.0, 0.62), (2.25, 0.63),
-                                             (2.4, 0.81)])  # fmt: skip
+@pytest.mark.parametrize("rate,published", [(0.5, 0.59), (1.0, 0.60), (1.5, 0.62), (2.0, 0.62), (2.25, 0.63)])
 def test_final_configuration_ttft(final_sweep, rate, published):
     assert close(final_sweep[rate]["median_ttft_ms"] / 1000, published)
+
+
+def test_final_configuration_ttft_at_saturation(fixed_workspace, tmp_path):
+    """At 2.4 RPS the median sits where the TTFT distribution is steep (about half the requests wait for another's
+    prefill), so one run's figure depends on its arrivals: seeds 0-7 give 0.72-8.2 s (docs/twin.md, "The overlap
+    scheduler's extra step"). The twin's figure is the median over bench_serving's seeds 0-4."""
+    env = {"AITER_CONFIG_FMOE": str(fixed_workspace / "tuned.csv")}
+    with running(fixed_workspace, tmp_path / "server.log", TUNED_FLAGS, env) as server:
+        p50s = [server.bench(tmp_path, *throughput_flags(2.4), "--seed", str(seed))["median_ttft_ms"] / 1000
+                for seed in range(5)]  # fmt: skip
+    assert close(statistics.median(p50s), 0.81)
 
 
 def test_final_configuration_knee_and_saturation(final_sweep):
