@@ -17,7 +17,7 @@ import pytest
 
 from sandboxes.twin import bench_serving
 from sandboxes.twin.materialize import materialize
-from sandboxes.twin.release import Unavailable, release_tree
+from sandboxes.twin.release import ReleaseTree, Unavailable, release_tree
 from sandboxes.twin.scenario import load
 
 READY = "The server is fired up and ready to roll!"
@@ -99,14 +99,20 @@ def running(ws: Path, log: Path, flags: list[str], env: dict | None = None) -> I
 
 
 @pytest.fixture(scope="session")
-def release_package() -> Path:
-    """The ``sglang/`` package of the release the default scenario pins (skips when it is not cached and cannot
-    be downloaded)."""
+def default_release() -> ReleaseTree:
+    """The SGLang release the default scenario pins, unpacked (skips when it is not cached and cannot be
+    downloaded)."""
     version = load().engine.version
     tree = release_tree(version)
     if isinstance(tree, Unavailable):
         pytest.skip(f"the SGLang {version} release is not cached and could not be downloaded: {tree.reason}")
-    return tree.package
+    return tree
+
+
+@pytest.fixture(scope="session")
+def release_package(default_release: ReleaseTree) -> Path:
+    """The ``sglang/`` package of that release."""
+    return default_release.package
 
 
 @pytest.fixture(scope="session")

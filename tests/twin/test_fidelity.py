@@ -9,19 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from sandboxes.twin import messages, release, tracebacks
-from sandboxes.twin import scenario as scenario_mod
+from sandboxes.twin import messages, tracebacks
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "twin-fidelity.md"
 
 
 @pytest.fixture(scope="module")
-def real() -> Path:
-    version = scenario_mod.load().engine.version
-    tree = release.release_tree(version)
-    if not isinstance(tree, release.ReleaseTree):
-        pytest.skip(f"the SGLang {version} release is not available here: {tree.reason}")
-    return tree.package
+def real(release_package: Path) -> Path:
+    """The pinned release's ``sglang/`` package."""
+    return release_package
 
 
 @pytest.mark.parametrize("msg", messages.REAL_MESSAGES, ids=lambda m: m.name)

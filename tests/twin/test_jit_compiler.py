@@ -25,7 +25,7 @@ from sandboxes.twin.jit import (
     compile_jit_kernels,
     preprocess_command,
 )
-from sandboxes.twin.release import Unavailable, release_tree
+from sandboxes.twin.release import ReleaseTree
 
 pytestmark = pytest.mark.skipif(shutil.which("cpp") is None, reason="the twin's JIT needs cpp")
 
@@ -41,10 +41,8 @@ FILES = (f"{JIT}/include", f"{JIT}/csrc/elementwise", f"{JIT}/csrc/lora", f"{JIT
 
 
 @pytest.fixture(scope="session")
-def release_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    rel = release_tree("0.5.12")
-    if isinstance(rel, Unavailable):
-        pytest.skip(f"the real SGLang 0.5.12 release is not available here: {rel.reason}")
+def release_root(tmp_path_factory: pytest.TempPathFactory, default_release: ReleaseTree) -> Path:
+    rel = default_release
     root = tmp_path_factory.mktemp("release") / "sglang"
     for item in FILES:
         src = rel.root / item.removeprefix("python/")

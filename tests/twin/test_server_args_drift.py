@@ -39,7 +39,6 @@ import pytest
 
 from sandboxes.twin import server_args as twin
 from sandboxes.twin.perf_model import CostModel
-from sandboxes.twin.release import Unavailable, release_tree
 from sandboxes.twin.scenario import load
 from sandboxes.twin.serving_config import ServingConfig
 from sandboxes.twin.simulator import simulate
@@ -153,11 +152,8 @@ class Release:
 
 
 @pytest.fixture(scope="module")
-def release() -> Release:
-    tree = release_tree(VERSION)
-    if isinstance(tree, Unavailable):
-        pytest.skip(f"the SGLang {VERSION} release is not cached and could not be downloaded: {tree.reason}")
-    return Release(tree.package / "srt")
+def release(release_package: Path) -> Release:
+    return Release(release_package / "srt")
 
 
 def test_the_twin_follows_the_scenarios_release():
