@@ -205,7 +205,7 @@ def start(args) -> tuple[ServerState, float]:
     server_args.check_platform(args, visible_gpus(sc))
     log.info("Init torch distributed begin.")
     log.info("Init torch distributed ends. elapsed=1.20 s, mem usage=0.62 GB")
-    avail = sc.hardware.memory_gb * memory.AVAIL_BEFORE_WEIGHTS
+    avail = memory.free_before_weights_gb(sc.hardware.memory_gb)
     log.info(f"Load weight begin. avail mem={avail:.2f} GB")
     try:
         report = load_weights(ws, args)

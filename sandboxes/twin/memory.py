@@ -21,6 +21,11 @@ GIB = 1024**3
 AVAIL_BEFORE_WEIGHTS = 0.985
 
 
+def free_before_weights_gb(memory_gb: float) -> float:
+    """What a GPU of ``memory_gb`` has free when the weights begin to load (the pool is sized from it)."""
+    return memory_gb * AVAIL_BEFORE_WEIGHTS
+
+
 class OutOfMemory(RuntimeError):
     """The simulated HIP allocator could not satisfy an allocation."""
 
@@ -63,7 +68,7 @@ def plan_memory(model: CostModel, draft_bytes: float = 0.0) -> MemoryPlan:
             f" {gpu / GIB:.2f} GiB of which {max(gpu - weights * 7 / 8, 0) / GIB:.2f} GiB is free."
             " Weights do not fit: use more GPUs per rank (--tp-size)."
         )
-    before = gpu * AVAIL_BEFORE_WEIGHTS  # free when the weights begin to load
+    before = free_before_weights_gb(sc.hardware.memory_gb) * GIB
     static = before * cfg.mem_fraction_static
     pool = static - weights
     kv_token = model.kv_token_bytes * (1.0 + (1.0 / model.sizes.layers if cfg.speculative else 0.0))
