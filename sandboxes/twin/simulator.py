@@ -117,7 +117,6 @@ class RankScheduler:
     # a busy rank's step admits only requests that had arrived when the step before it began.
     overlap: bool = True
     step_began: float = 0.0  # when the last step run began
-    admits_arrivals_until: float = 0.0  # the step being formed admits requests that arrived by then
 
     # --- queue ------------------------------------------------------------------------------------------
 
@@ -213,14 +212,16 @@ class RankScheduler:
     def run_step(self) -> list[RequestTrace]:
         """Advance by one forward pass; return the requests that finished (or failed) in it."""
         in_flight = self.overlap and bool(self.running or self.prefilling)  # an idle loop receives at once
-        self.admits_arrivals_until = self.step_began if in_flight else self.clock
+        received_by = self.step_began if in_flight else self.clock
         self.step_began = self.clock
-        finished = self._prefill_step()
+        finished = self._prefill_step(received_by)
         if finished is not None:
             return finished
         return self._decode_step()
 
-    def _prefill_step(self) -> list[RequestTrace] | None:
+    def _prefill_step(self, received_by: float) -> list[RequestTrace] | None:
+        """A prefill batch of the chunks in progress and the waiting requests that arrived by ``received_by``
+        (those the scheduler had received when it formed the batch); None when there is nothing to prefill."""
         budget = self.model.config.chunked_prefill_size
         budget = budget if budget > 0 else 10**12
         self.batch_reserve = 0
@@ -235,7 +236,7 @@ class RankScheduler:
             if len(self.running) + len(self.prefilling) >= self.max_running:
                 break
             tr = self.waiting[0]
-            if tr.arrived > self.admits_arrivals_until:
+            if tr.arrived > received_by:
                 break
             if not self._admit(tr):
                 break
