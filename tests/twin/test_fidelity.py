@@ -14,15 +14,9 @@ from sandboxes.twin import messages, tracebacks
 DOC = Path(__file__).resolve().parents[2] / "docs" / "twin-fidelity.md"
 
 
-@pytest.fixture(scope="module")
-def real(release_package: Path) -> Path:
-    """The pinned release's ``sglang/`` package."""
-    return release_package
-
-
 @pytest.mark.parametrize("msg", messages.REAL_MESSAGES, ids=lambda m: m.name)
-def test_message_is_in_the_real_source(real: Path, msg: messages.RealMessage) -> None:
-    text = (real / msg.file).read_text()
+def test_message_is_in_the_real_source(release_package: Path, msg: messages.RealMessage) -> None:
+    text = (release_package / msg.file).read_text()
     assert msg.source in text, f"{msg.name}: {msg.source!r} not in {msg.file}"
 
 
@@ -49,16 +43,16 @@ def _all_frames() -> list[tracebacks.Frame]:
 
 
 @pytest.mark.parametrize("frame", _all_frames(), ids=lambda f: f"{f.file.rsplit('/', 1)[-1]}:{f.func}")
-def test_frames_name_real_code(real: Path, frame: tracebacks.Frame) -> None:
+def test_frames_name_real_code(release_package: Path, frame: tracebacks.Frame) -> None:
     """Every frame of the call chains is a real statement of the named function, and its recorded line (used
     with the bundled excerpt) is the real one."""
     if frame.file.startswith(("/", "<")):
         return  # the image's standard library, a dataclass's generated __init__
     assert frame.file.startswith("python/sglang/")
-    path = real / frame.file.removeprefix("python/sglang/")
+    path = release_package / frame.file.removeprefix("python/sglang/")
     assert path.is_file(), frame.file
     lines = path.read_text().splitlines()
-    located = _locate_in(real, frame)
+    located = _locate_in(release_package, frame)
     assert lines[located - 1].strip().startswith(frame.code), (frame, lines[located - 1])
     assert located == frame.line, f"{frame.file}:{frame.func} is at line {located}, recorded {frame.line}"
 
