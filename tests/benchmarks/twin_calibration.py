@@ -20,11 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.twin.conftest import fixed_workspace, running
-from tests.twin.test_calibration import SINGLE_STREAM, SPEC_314, SPEC_516, TUNED_FLAGS, knee, throughput_flags
-
-# the case study's table (final configuration): rate -> (TTFT p50, TTFT p95) in seconds
-PUBLISHED_TTFT = {0.5: (0.59, 0.60), 1.0: (0.60, 0.81), 1.5: (0.62, 1.03), 2.0: (0.62, 1.05), 2.25: (0.63, 1.23),
-                  2.4: (0.81, 2.22)}  # fmt: skip
+from tests.twin.test_calibration import (
+    PUBLISHED_TTFT,
+    SINGLE_STREAM,
+    SPEC_314,
+    SPEC_516,
+    TUNED_FLAGS,
+    knee,
+    throughput_flags,
+)
 
 
 class _Factory:
