@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sandboxes.twin import release
+from sandboxes.twin.workspace import release
 
 MAX_BYTES = 512 * 2**20  # a source larger than this is not worth a second copy in the cache
 STALE_PARTIAL_S = 3600  # a pack still being written after this long was left by a process that died

@@ -81,7 +81,7 @@ def open_workspace(task: TaskSpec, choice: SandboxChoice, root: Path, run_id: st
         sandbox.close()
         raise
     if choice.engine == "twin":
-        from .twin.materialize import materialize
+        from .twin.workspace.materialize import materialize
 
         done = root / ".dayzero-materialized"  # written last: a run killed while materialising starts over
         if not done.exists():

@@ -26,7 +26,7 @@ def _cmd_scenarios(args: argparse.Namespace) -> int:
 
 
 def _cmd_materialize(args: argparse.Namespace) -> int:
-    from .materialize import MaterializeError, human_bytes, materialize
+    from .workspace.materialize import MaterializeError, human_bytes, materialize
 
     try:
         result = materialize(args.scenario, args.dest, force=args.force)

@@ -28,13 +28,13 @@ import urllib.request
 from datetime import datetime
 from typing import Any
 
-from . import faults
-from .memory import plan_memory
-from .perf_model import CostModel
+from .engine import faults
+from .engine.memory import plan_memory
+from .perf.cost_model import CostModel
+from .perf.serving_config import ServingConfig
+from .perf.simulator import SimulationResult, simulate
+from .perf.workload import DatasetSpec, arrival_times, build_requests, prompt_content
 from .scenario import load
-from .serving_config import ServingConfig
-from .simulator import SimulationResult, simulate
-from .workload import DatasetSpec, arrival_times, build_requests, prompt_content
 
 DATASETS = ["sharegpt", "custom", "openai", "random", "random-ids", "generated-shared-prefix", "mmmu", "image",
             "mooncake", "longbench_v2"]  # fmt: skip

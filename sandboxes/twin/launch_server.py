@@ -27,11 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from . import faults, jit, memory, messages, moe_csv, server_args, tracebacks, weights, weights_cache
-from .http_api import ServerState, make_server
-from .perf_model import CostModel, scored_draft_tokens, single_stream_tpot
+from .engine import faults, jit, memory, messages, moe_csv, server_args, tracebacks
+from .engine.http_api import ServerState, make_server
+from .engine.loading import weights, weights_cache
+from .perf.cost_model import CostModel, scored_draft_tokens, single_stream_tpot
+from .perf.serving_config import ServingConfig
 from .scenario import Scenario, ScenarioError, load
-from .serving_config import ServingConfig
 
 READY_LINE = messages.READY
 SIMULATED_NOTE = "dayzero digital twin (simulated engine, no GPU used)"

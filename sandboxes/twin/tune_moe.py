@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import moe_csv
+from .engine import moe_csv
 from .scenario import ScenarioError, load
 
 TOKEN_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)

@@ -154,7 +154,7 @@ def check_replay(tmp_path: Path, task_file: Path, run_id: str, summary: dict) ->
 
 
 def check_patches_apply_upstream(run_dir: Path, dest: Path) -> None:
-    from sandboxes.twin import release
+    from sandboxes.twin.workspace import release
 
     source = json.loads((run_dir / "workspace" / ".twin" / "source.json").read_text())
     tree = release.release_tree(source["version"])

@@ -263,7 +263,7 @@ def test_every_docker_call_without_the_engine_fails_in_one_clear_line(docker_eng
     sandbox of the run reaps the container the lost one left running."""
     from sandboxes.base import SandboxUnavailable
     from sandboxes.docker import DockerSandbox
-    from sandboxes.twin.materialize import materialize
+    from sandboxes.twin.workspace.materialize import materialize
     from tasks.spec import DockerSpec
 
     sock_dir = Path(tempfile.mkdtemp(prefix="dz-docker-"))

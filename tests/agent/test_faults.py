@@ -1,4 +1,4 @@
-"""The fault suite: an agent run on the twin with one fault injected (``TWIN_FAULTS``, sandboxes/twin/faults.py)
+"""The fault suite: an agent run on the twin with one fault injected (``TWIN_FAULTS``, sandboxes/twin/engine/faults.py)
 records the fault, recovers, and ends as a run without it would, with nothing lost.
 
 Each run is the default task cut short: its only target is a single-stream figure the bring-up configuration

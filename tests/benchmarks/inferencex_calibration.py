@@ -26,10 +26,10 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sandboxes.twin.materialize import materialize
-from sandboxes.twin.perf_model import CostModel
+from sandboxes.twin.perf.cost_model import CostModel
+from sandboxes.twin.perf.serving_config import ServingConfig
 from sandboxes.twin.scenario import load
-from sandboxes.twin.serving_config import ServingConfig
+from sandboxes.twin.workspace.materialize import materialize
 from tests.twin.conftest import running
 
 SCENARIO = "glm5_fp8_mi355x"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from sandboxes.executors import InlineExecutor, RayExecutor
 from sandboxes.local import LocalSandbox
-from sandboxes.twin.materialize import materialize
+from sandboxes.twin.workspace.materialize import materialize
 from tools.trials import TrialJob, TrialSpec, gpus_of, run_trial
 
 TASK = Path(__file__).resolve().parents[2] / "tasks" / "glm52_mi355x.yaml"

@@ -18,12 +18,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from sandboxes.twin.memory import plan_memory
-from sandboxes.twin.perf_model import CostModel
+from sandboxes.twin.engine.memory import plan_memory
+from sandboxes.twin.perf.cost_model import CostModel
+from sandboxes.twin.perf.serving_config import ServingConfig
+from sandboxes.twin.perf.simulator import simulate
+from sandboxes.twin.perf.workload import DatasetSpec, arrival_times, build_requests
 from sandboxes.twin.scenario import load
-from sandboxes.twin.serving_config import ServingConfig
-from sandboxes.twin.simulator import simulate
-from sandboxes.twin.workload import DatasetSpec, arrival_times, build_requests
 
 READY = "The server is fired up and ready to roll!"
 REPEATS = 5
@@ -49,8 +49,8 @@ def _launch_to_ready(ws: Path, port: int) -> float:
 
 def launch() -> None:
     """A launch of the default scenario: load_weights in-process, then launch_server as a process, to ready."""
-    from sandboxes.twin import weights
-    from sandboxes.twin.materialize import materialize
+    from sandboxes.twin.engine.loading import weights
+    from sandboxes.twin.workspace.materialize import materialize
 
     with tempfile.TemporaryDirectory() as tmp:
         ws = Path(tmp) / "ws"

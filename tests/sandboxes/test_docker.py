@@ -12,7 +12,7 @@ import pytest
 
 from sandboxes.base import SandboxError
 from sandboxes.docker import DockerSandbox, docker_available
-from sandboxes.twin.materialize import materialize
+from sandboxes.twin.workspace.materialize import materialize
 from tasks.spec import DockerSpec
 
 IMAGE = "dayzero-twin:latest"

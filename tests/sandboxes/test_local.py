@@ -15,7 +15,7 @@ import pytest
 
 from sandboxes.base import PathOutsideWorkspace, SandboxError
 from sandboxes.local import LocalSandbox
-from sandboxes.twin.materialize import materialize
+from sandboxes.twin.workspace.materialize import materialize
 from tests.sandboxes.conftest import make_source
 
 READY = "The server is fired up and ready to roll!"

@@ -161,7 +161,7 @@ def test_the_fraction_in_use_comes_from_the_server_args_when_the_message_does_no
 
 
 def test_the_template_is_the_releases_own_when_a_release_is_cached():
-    from sandboxes.twin.release import cached
+    from sandboxes.twin.workspace.release import cached
 
     trees = [t for v in ("0.5.23", "0.5.22", "0.5.16", "0.5.14") if (t := cached(v)) is not None]
     if not trees:

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from sandboxes.twin.materialize import materialize
+from sandboxes.twin.workspace.materialize import materialize
 from tools import flag_schema
 from tools.server import LaunchInput, launch_server
 

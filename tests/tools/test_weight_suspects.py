@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sandboxes.twin.materialize import materialize
-from sandboxes.twin.weights import WeightLoadError, load_weights
+from sandboxes.twin.engine.loading.weights import WeightLoadError, load_weights
+from sandboxes.twin.workspace.materialize import materialize
 from tools.diagnose import Diagnosis, classify
 from tools.weight_suspects import find_suspects
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from sandboxes.twin import bench_serving
-from sandboxes.twin.materialize import materialize
-from sandboxes.twin.release import ReleaseTree, Unavailable, release_tree
 from sandboxes.twin.scenario import load
+from sandboxes.twin.workspace.materialize import materialize
+from sandboxes.twin.workspace.release import ReleaseTree, Unavailable, release_tree
 
 READY = "The server is fired up and ready to roll!"
 

@@ -12,11 +12,11 @@ import urllib.request
 
 import pytest
 
-from sandboxes.twin.perf_model import CostModel
+from sandboxes.twin.perf.cost_model import CostModel
+from sandboxes.twin.perf.serving_config import ServingConfig
+from sandboxes.twin.perf.simulator import Reservation, simulate
+from sandboxes.twin.perf.workload import DatasetSpec, arrival_times, build_requests
 from sandboxes.twin.scenario import load
-from sandboxes.twin.serving_config import ServingConfig
-from sandboxes.twin.simulator import Reservation, simulate
-from sandboxes.twin.workload import DatasetSpec, arrival_times, build_requests
 
 SC = load("glm52_mi355x")
 PROMPT, OUTPUT, N = 1000, 4000, 48

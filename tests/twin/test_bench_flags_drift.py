@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sandboxes.twin import bench_serving as twin
-from sandboxes.twin.workload import DatasetSpec, build_requests
+from sandboxes.twin.perf.workload import DatasetSpec, build_requests
 
 _NO_LITERAL = object()
 

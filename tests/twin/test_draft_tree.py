@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandboxes.twin.perf_model import expected_accept_length, scored_draft_tokens
+from sandboxes.twin.perf.cost_model import expected_accept_length, scored_draft_tokens
 
 trees = st.tuples(st.integers(1, 7), st.sampled_from([1, 2, 3, 4]), st.integers(2, 24))
 rates = st.floats(0.3, 0.95)

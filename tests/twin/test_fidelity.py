@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sandboxes.twin import messages, tracebacks
+from sandboxes.twin.engine import messages, tracebacks
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "twin-fidelity.md"
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from sandboxes.twin import problems
 from sandboxes.twin.data import make_problems
-from sandboxes.twin.http_api import (
+from sandboxes.twin.engine import problems
+from sandboxes.twin.engine.http_api import (
     DEFAULT_PREFILL_S_PER_TOKEN,
     FLUSH_CACHE_TEXT,
     RequestLimits,
@@ -599,7 +599,7 @@ class _ClockedStop(threading.Event):
 
 @pytest.fixture
 def clocked(serve, monkeypatch) -> Callable[..., tuple[Client, ServerClock]]:
-    from sandboxes.twin import http_api
+    from sandboxes.twin.engine import http_api
 
     clock = ServerClock()
     monkeypatch.setattr(http_api, "time", clock)

@@ -1,4 +1,4 @@
-"""The twin's injected faults (``TWIN_FAULTS``, sandboxes/twin/faults.py): each fires at its n-th event on the
+"""The twin's injected faults (``TWIN_FAULTS``, sandboxes/twin/engine/faults.py): each fires at its n-th event on the
 workspace, once, and looks from outside as the real fault does."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from sandboxes.twin import faults
+from sandboxes.twin.engine import faults
 from tests.twin.conftest import READY, LaunchFailed, free_port, running, start_server
 
 FIXED = ["--tp-size", "4", "--dp-size", "2"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from sandboxes.twin import scenario as scenario_mod
-from sandboxes.twin.jit import (
+from sandboxes.twin.engine.jit import (
     CUDA_NAMES,
     ROCM_INCLUDE,
     TVM_FFI_EXTENSION,
@@ -25,7 +25,7 @@ from sandboxes.twin.jit import (
     compile_jit_kernels,
     preprocess_command,
 )
-from sandboxes.twin.release import ReleaseTree
+from sandboxes.twin.workspace.release import ReleaseTree
 
 pytestmark = pytest.mark.skipif(shutil.which("cpp") is None, reason="the twin's JIT needs cpp")
 

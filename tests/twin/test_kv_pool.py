@@ -10,9 +10,9 @@ import urllib.request
 
 import pytest
 
-from sandboxes.twin.perf_model import CostModel
+from sandboxes.twin.perf.cost_model import CostModel
+from sandboxes.twin.perf.serving_config import ServingConfig
 from sandboxes.twin.scenario import available, load
-from sandboxes.twin.serving_config import ServingConfig
 from tests.twin.conftest import running
 
 ELEMENT_SIZE = {"auto": 2, "bf16": 2, "fp8_e4m3": 1}

@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from sandboxes.twin.materialize import materialize
+from sandboxes.twin.workspace.materialize import materialize
 from tests.twin.conftest import LaunchFailed, running, start_server
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sandboxes.twin import release
-from sandboxes.twin.materialize import MaterializeError, materialize, unguard_include
+from sandboxes.twin.workspace import release
+from sandboxes.twin.workspace.materialize import MaterializeError, materialize, unguard_include
 from tests.twin.conftest import edited_default_scenario
 
 UTILS = "python/sglang/jit_kernel/include/sgl_kernel/utils.cuh"

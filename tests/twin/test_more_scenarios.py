@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from sandboxes.twin.materialize import materialize
 from sandboxes.twin.scenario import load
+from sandboxes.twin.workspace.materialize import materialize
 from tasks.spec import load_task
 from tests.twin.conftest import LaunchFailed, running, start_server
 

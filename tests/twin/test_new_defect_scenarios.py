@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from sandboxes.twin.materialize import materialize
+from sandboxes.twin.engine.loading.weights import WeightLoadError, load_weights
 from sandboxes.twin.scenario import load
-from sandboxes.twin.weights import WeightLoadError, load_weights
+from sandboxes.twin.workspace.materialize import materialize
 from tasks.spec import load_task
 from tests.twin.conftest import LaunchFailed, running, start_server
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sandboxes.twin.materialize import materialize
+from sandboxes.twin.workspace.materialize import materialize
 from tests.twin.conftest import LaunchFailed, running, start_server
 from tests.twin.test_workspace import _other_scenario
 

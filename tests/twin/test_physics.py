@@ -9,12 +9,12 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sandboxes.twin.memory import plan_memory
-from sandboxes.twin.perf_model import CostModel
+from sandboxes.twin.engine.memory import plan_memory
+from sandboxes.twin.perf.cost_model import CostModel
+from sandboxes.twin.perf.serving_config import ServingConfig
+from sandboxes.twin.perf.simulator import simulate
+from sandboxes.twin.perf.workload import DatasetSpec, arrival_times, build_requests
 from sandboxes.twin.scenario import load
-from sandboxes.twin.serving_config import ServingConfig
-from sandboxes.twin.simulator import simulate
-from sandboxes.twin.workload import DatasetSpec, arrival_times, build_requests
 
 SC = load("glm52_mi355x")
 STEP_GRAIN = 0.005  # how far a run's end can move when batching changes by one scheduler step

@@ -10,12 +10,12 @@ import random
 from pathlib import Path
 
 from sandboxes.twin.bench_serving import _post
-from sandboxes.twin.materialize import materialize
-from sandboxes.twin.perf_model import CostModel
+from sandboxes.twin.perf.cost_model import CostModel
+from sandboxes.twin.perf.serving_config import ServingConfig
+from sandboxes.twin.perf.simulator import simulate
+from sandboxes.twin.perf.workload import DatasetSpec, build_requests, random_lens
 from sandboxes.twin.scenario import load
-from sandboxes.twin.serving_config import ServingConfig
-from sandboxes.twin.simulator import simulate
-from sandboxes.twin.workload import DatasetSpec, build_requests, random_lens
+from sandboxes.twin.workspace.materialize import materialize
 from tests.benchmarks.inferencex_calibration import EAGLE_314, workload
 from tests.twin.conftest import running
 

@@ -1,10 +1,10 @@
 """The twin resolves SGLang's defaults the way the pinned release does, read from the release itself.
 
-``sandboxes/twin/server_args.py`` copies what ``ServerArgs.__post_init__`` of the pinned SGLang release resolves
+``sandboxes/twin/engine/server_args.py`` copies what ``ServerArgs.__post_init__`` of the pinned SGLang release resolves
 on a ROCm node (chunked prefill, CUDA-graph batch, static memory fraction, attention backend, page size, KV
 dtype, speculative parameters and the running-request cap) and ``ServingConfig.max_running_per_rank`` copies
 ``ModelRunner._resolve_max_num_reqs``. These tests read the real ``server_args.py`` from the cached release
-(``sandboxes.twin.release``) and fail when the copy drifts from it, two ways:
+(``sandboxes.twin.workspace.release``) and fail when the copy drifts from it, two ways:
 
 * by reading the source (``ast``): the GPU-memory tiers, every reserved-memory term, the architecture lists,
   the ``max_running_requests = 48`` of each speculative branch and its warning, the DP-attention division;
@@ -37,12 +37,12 @@ from typing import Any
 
 import pytest
 
-from sandboxes.twin import server_args as twin
-from sandboxes.twin.perf_model import CostModel
+from sandboxes.twin.engine import server_args as twin
+from sandboxes.twin.perf.cost_model import CostModel
+from sandboxes.twin.perf.serving_config import ServingConfig
+from sandboxes.twin.perf.simulator import simulate
+from sandboxes.twin.perf.workload import DatasetSpec, build_requests
 from sandboxes.twin.scenario import load
-from sandboxes.twin.serving_config import ServingConfig
-from sandboxes.twin.simulator import simulate
-from sandboxes.twin.workload import DatasetSpec, build_requests
 from tests.twin.conftest import running
 
 SCENARIO = load("glm52_mi355x")
@@ -727,7 +727,7 @@ def _same_error(real: str, mine: str | None) -> bool:
 def test_unknown_mla_architectures_resolve_as_their_stand_in():
     """The twin's fictional models resolve exactly as the DeepSeek architecture standing in for them."""
     for scenario in ("vega_mi355x", "orion_mi300x"):
-        from sandboxes.twin.materialize import build_config
+        from sandboxes.twin.workspace.materialize import build_config
 
         sc = load(scenario)
         config = build_config(sc)

@@ -14,9 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from sandboxes.twin import release
-from sandboxes.twin.materialize import materialize, workspace_scenario
-from sandboxes.twin.weights import QUARK_UTILS, WeightLoadError, WorkspaceImportError, load_weights
+from sandboxes.twin.engine.loading.weights import (
+    QUARK_UTILS,
+    WeightLoadError,
+    WorkspaceImportError,
+    load_weights,
+)
+from sandboxes.twin.workspace import release
+from sandboxes.twin.workspace.materialize import materialize, workspace_scenario
 
 NEXTN = "python/sglang/srt/models/deepseek_nextn.py"
 LINEAR = "python/sglang/srt/layers/linear.py"
@@ -216,7 +221,7 @@ def test_bundled_excerpt_behaves_like_the_release(tmp_path: Path, monkeypatch: p
     assert load(ws, draft=True).draft_bytes > 0
 
 
-# --- the draft's constructor runs as written (sandboxes/twin/stubbed_init.py) ---------------------------------
+# --- the draft's constructor runs as written (sandboxes/twin/engine/loading/stubbed_init.py) ---------------------------------
 
 
 def test_a_fix_in_the_draft_constructor_is_honoured(pristine_workspaces: dict[str, Path], tmp_path: Path) -> None:

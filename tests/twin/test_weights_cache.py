@@ -13,9 +13,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from sandboxes.twin import launch_server, weights, weights_cache
-from sandboxes.twin.materialize import materialize
-from sandboxes.twin.weights import QUARK_UTILS, WeightLoadError
+from sandboxes.twin import launch_server
+from sandboxes.twin.engine.loading import weights, weights_cache
+from sandboxes.twin.engine.loading.weights import QUARK_UTILS, WeightLoadError
+from sandboxes.twin.workspace.materialize import materialize
 
 
 @pytest.fixture(scope="module")

@@ -16,14 +16,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sandboxes.twin import materialize as materialize_mod
-from sandboxes.twin import moe_csv
 from sandboxes.twin import scenario as scenario_mod
 from sandboxes.twin.__main__ import main as cli_main
-from sandboxes.twin.checkpoint import ModelDims, checkpoint_modules, param_specs
-from sandboxes.twin.jit import ROCM_INCLUDE, JitCompileError, compile_jit_kernels
-from sandboxes.twin.materialize import MaterializeError, build_config, materialize, workspace_scenario
-from sandboxes.twin.weights import QUARK_UTILS, WeightLoadError, load_weights
+from sandboxes.twin.engine import moe_csv
+from sandboxes.twin.engine.jit import ROCM_INCLUDE, JitCompileError, compile_jit_kernels
+from sandboxes.twin.engine.loading.weights import QUARK_UTILS, WeightLoadError, load_weights
+from sandboxes.twin.models.catalogue import ModelDims, checkpoint_modules, param_specs
+from sandboxes.twin.workspace import materialize as materialize_mod
+from sandboxes.twin.workspace.materialize import (
+    MaterializeError,
+    build_config,
+    materialize,
+    workspace_scenario,
+)
 
 needs_cpp = pytest.mark.skipif(shutil.which("cpp") is None, reason="the twin's JIT needs cpp")
 

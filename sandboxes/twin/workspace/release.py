@@ -131,7 +131,7 @@ def release_tree(version: str) -> ReleaseTree | Unavailable:
     return ReleaseTree(version, d / "tree", wheel)
 
 
-if __name__ == "__main__":  # python -m sandboxes.twin.release VERSION: warm the cache
+if __name__ == "__main__":  # python -m sandboxes.twin.workspace.release VERSION: warm the cache
     got = release_tree(sys.argv[1] if len(sys.argv) > 1 else "0.5.12")
     print(got.root if isinstance(got, ReleaseTree) else f"unavailable: {got.reason}")
     sys.exit(0 if isinstance(got, ReleaseTree) else 1)

@@ -32,7 +32,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import pure_code, release, tracebacks
+from ...workspace import release
+from .. import tracebacks
+from . import pure_code
 from .weights import WeightLoadError, WeightLoadReport, WorkspaceImportError
 
 KEEP = 32  # entries per workspace; the least recently used go first
@@ -84,8 +86,11 @@ def _code() -> str:
     """The hash of the twin's own code (an entry computed by other code is not this code's outcome)."""
     if not _CODE:
         digest = hashlib.sha256(repr(sys.version_info[:2]).encode())
-        for path in sorted(Path(__file__).parent.glob("*.py")):
-            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+        twin = Path(__file__).resolve().parents[2]  # sandboxes/twin
+        for path in sorted(twin.rglob("*.py")):
+            if "bundled_sglang" in path.parts:
+                continue
+            digest.update(str(path.relative_to(twin)).encode() + b"\0" + path.read_bytes())
         _CODE.append(digest.hexdigest())
     return _CODE[0]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .perf_model import CostModel
+from ..perf.cost_model import CostModel
 
 GIB = 1024**3
 # the share of a GPU's memory still free when the weights begin to load: the HIP context and torch.distributed

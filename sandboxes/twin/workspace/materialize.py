@@ -35,10 +35,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import checkpoint, moe_csv, release
-from . import scenario as scenario_mod
-from .checkpoint import ModelDims, checkpoint_modules, param_specs, quantizable, tensor_bytes
-from .scenario import MoEShape, Scenario
+from .. import scenario as scenario_mod
+from ..engine import moe_csv
+from ..models import catalogue as checkpoint
+from ..models.catalogue import ModelDims, checkpoint_modules, param_specs, quantizable, tensor_bytes
+from ..scenario import MoEShape, Scenario
+from . import release
 
 SIMULATED = "dayzero digital twin (simulated)"
 

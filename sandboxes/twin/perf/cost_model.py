@@ -15,8 +15,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .checkpoint import ModelDims, checkpoint_modules, layer_entries, tensor_bytes
-from .scenario import ModelSpec, QuantSpec, Scenario, expand_ranges
+from ..models.catalogue import ModelDims, checkpoint_modules, layer_entries, tensor_bytes
+from ..scenario import ModelSpec, QuantSpec, Scenario, expand_ranges
 from .serving_config import ServingConfig
 
 KV_BYTES = {"auto": 2.0, "bf16": 2.0, "bfloat16": 2.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
@@ -83,7 +83,9 @@ def model_sizes(spec: ModelSpec) -> ModelSizes:
 @functools.lru_cache(maxsize=32)
 def reference_weight_bytes(spec: ModelSpec, quant: QuantSpec) -> dict[str, int]:
     """Bytes per category of the checkpoint as exported, when no engine load report is at hand."""
-    from .materialize import checkpoint_params  # the checkpoint's own packing and exclude decisions
+    from ..workspace.materialize import (
+        checkpoint_params,  # the checkpoint's own packing and exclude decisions
+    )
 
     out: dict[str, int] = {}
     dims = ModelDims.from_spec(spec)

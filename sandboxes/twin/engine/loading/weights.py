@@ -15,7 +15,7 @@ Quark checkpoint of a DeepSeek-style model, minus the tensors:
    DeepSeek loader renames them (``model.layers.<N>`` -> the decoder prefix, the MTP-only weights -> ``model``);
 4. load every checkpoint tensor into its parameter the way its layer class's ``weight_loader`` does: narrow
    to this tensor-parallel rank, then compare shapes. A mismatch raises what that loader raises, verbatim
-   (``sandboxes/twin/messages.py``); equal shapes load even when the dtype differs (``copy_`` converts), just
+   (``sandboxes/twin/engine/messages.py``); equal shapes load even when the dtype differs (``copy_`` converts), just
    as in the real engine.
 
 The workspace files are read, not imported (they import torch): ``pure_code`` runs just the pure functions.
@@ -32,8 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import messages
-from .checkpoint import (
+from ...models.catalogue import (
     LINEAR,
     ModelDims,
     Module,
@@ -44,10 +43,8 @@ from .checkpoint import (
     quant_format_from_config,
     tensor_bytes,
 )
-from .pure_code import PureCodeError, class_attribute, definition_line, load_definitions, parsed_files
-from .stubbed_init import ConstructionError, construct
-from .stubbed_init import StubValue as _StubValue
-from .tracebacks import (
+from .. import messages
+from ..tracebacks import (
     DEEPSEEK_LOAD,
     DRAFT_WORKER,
     FUTURE,
@@ -59,6 +56,9 @@ from .tracebacks import (
     Frame,
     render,
 )
+from .pure_code import PureCodeError, class_attribute, definition_line, load_definitions, parsed_files
+from .stubbed_init import ConstructionError, construct
+from .stubbed_init import StubValue as _StubValue
 
 QUARK_UTILS = "python/sglang/srt/layers/quantization/quark/utils.py"
 MODEL_UTILS = "python/sglang/srt/models/utils.py"
@@ -541,7 +541,7 @@ def _scenario_draft(model_dir: Path) -> tuple[str, str, str]:
     """(draft model file, class, decoder prefix) from the workspace's scenario, else DeepSeek's NextN."""
     scenario_file = model_dir.parent / ".twin" / "scenario.yaml"
     if scenario_file.is_file():
-        from . import scenario as scenario_mod
+        from ... import scenario as scenario_mod
 
         try:
             sc = scenario_mod.load(scenario_file)

@@ -25,7 +25,7 @@ import math
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
-from .perf_model import NATURAL_TEXT, CostModel, StepCost
+from .cost_model import NATURAL_TEXT, CostModel, StepCost
 from .workload import SimRequest
 
 

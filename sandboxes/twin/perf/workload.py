@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from .perf_model import NATURAL_TEXT, TOKEN_NOISE
+from .cost_model import NATURAL_TEXT, TOKEN_NOISE
 
 # bench_serving's backends that send each prompt as a user message to /v1/chat/completions, where the server
 # applies the model's chat template (sglang/bench_serving.py, ASYNC_REQUEST_FUNCS)

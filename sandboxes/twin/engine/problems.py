@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-DATA_FILE = Path(__file__).parent / "data" / "arithmetic_problems.json"
+DATA_FILE = Path(__file__).resolve().parents[1] / "data" / "arithmetic_problems.json"
 
 _WS = re.compile(r"\s+")
 

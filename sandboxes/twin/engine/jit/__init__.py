@@ -44,8 +44,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from . import tracebacks
-from .scenario import JitKernel, Scenario
+from ...scenario import JitKernel, Scenario
+from .. import tracebacks
 
 ROCM_INCLUDE = Path(__file__).parent / "rocm_include"  # the image's headers, as declaration stubs
 CUDA_NAMES = Path(__file__).parent / "cuda_names"  # what CUDA's headers declare; only read, never included

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-SCENARIO_DIR = Path(__file__).parent / "scenarios"
+SCENARIO_DIR = Path(__file__).resolve().parents[1] / "scenarios"
 DEFAULT_SCENARIO = "glm52_mi355x"
 
 
@@ -317,7 +317,7 @@ def _check(sc: Scenario) -> None:
 
 
 def _sglang_flags() -> set[str]:
-    from .server_args import build_parser  # the twin's copy of SGLang's command line
+    from ..engine.server_args import build_parser  # the twin's copy of SGLang's command line
 
     return {a.dest for a in build_parser()._actions}
 
