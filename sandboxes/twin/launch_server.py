@@ -4,7 +4,8 @@ It accepts SGLang's flags, prints SGLang-like start-up logs and then either serv
 mechanical reasons the real engine would, given what is in the workspace files at that moment:
 
 1. weight loading asks the workspace's own Quark exclude matcher which modules stay unquantized and compares
-   every parameter of the checkpoint index with what the engine built (``weights.py``);
+   every parameter of the checkpoint index with what the engine built, by running the workspace's own model class
+   and its ``load_weights`` (``engine/loading``);
 2. memory: weights, KV pool, activations and graphs against the GPU (``memory.py``);
 3. JIT kernels switched on by the flags are preprocessed by the real ``cpp`` (``jit.py``);
 4. the MoE kernel selection is looked up in the CSV ``AITER_CONFIG_FMOE`` points to, with the workspace's
@@ -29,7 +30,8 @@ from types import ModuleType
 
 from .engine import faults, jit, memory, messages, moe_csv, server_args, tracebacks
 from .engine.http_api import ServerState, make_server
-from .engine.loading import weights, weights_cache
+from .engine.loading import loader, weights_cache
+from .engine.loading.platform import Platform
 from .perf.cost_model import CostModel, scored_draft_tokens, single_stream_tpot
 from .perf.serving_config import ServingConfig
 from .scenario import Scenario, ScenarioError, load
@@ -179,19 +181,32 @@ def serving_config(args, ws: Workspace, moe_tuned: bool) -> ServingConfig:
     )  # fmt: skip
 
 
-def load_weights(ws: Workspace, args) -> weights.WeightLoadReport:
+# server arguments that cannot change what the model is built from or how it loads (where it listens, logs)
+_NOT_FOR_LOADING = ("host", "port", "model_path", "sglang_root", "served_model_name", "log_level", "api_key")
+
+
+def load_weights(ws: Workspace, args) -> loader.WeightLoadReport:
     """The checkpoint loaded into the workspace's engine, or the outcome of the last identical load (nothing it
     reads changed since: ``weights_cache``)."""
-    mtp = ws.scenario.model.mtp
-    inputs = {"with_draft": bool(args.speculative_algorithm), "tp_size": args.tp_size,
-              "attn_tp_size": args.tp_size // args.dp_size if args.enable_dp_attention else args.tp_size,
-              "draft": (mtp.draft_model_file, mtp.draft_model_class, mtp.engine_prefix) if mtp else None}  # fmt: skip
+    hw = ws.scenario.hardware
+    server_args_used = {k: v for k, v in sorted(vars(args).items()) if k not in _NOT_FOR_LOADING}
+    attn_tp = args.tp_size // args.dp_size if args.enable_dp_attention else args.tp_size
+    inputs = {"with_draft": bool(args.speculative_algorithm), "tp_size": args.tp_size, "attn_tp_size": attn_tp,
+              "gfx_arch": hw.gfx_arch, "memory_gb": hw.memory_gb, "server_args": server_args_used}  # fmt: skip
     twin_dir = ws.model_dir.parent / ".twin"
     scenario_file = Path(os.environ.get("TWIN_SCENARIO") or twin_dir / "scenario.yaml")
-    scenarios = list(dict.fromkeys([scenario_file, twin_dir / "scenario.yaml"]))  # the one given, the one the draft reads
+    scenarios = list(dict.fromkeys([scenario_file, twin_dir / "scenario.yaml"]))
     key = weights_cache.cache_key(inputs, [ws.model_dir, ws.sglang_root], scenarios)
     cache_dir = twin_dir / "weights-cache" if twin_dir.is_dir() else None
-    return weights_cache.remembered(cache_dir, key, lambda: weights.load_weights(ws.model_dir, ws.sglang_root, **inputs))
+
+    def load() -> loader.WeightLoadReport:
+        node = Platform(gfx_arch=hw.gfx_arch, memory_gb=hw.memory_gb, device_name=f"AMD Instinct {hw.name}",
+                        dp_size=args.dp_size, enable_dp_attention=args.enable_dp_attention,
+                        server_args=server_args_used)  # fmt: skip
+        return loader.load_weights(ws.model_dir, ws.sglang_root, with_draft=inputs["with_draft"], tp_size=args.tp_size,
+                                   attn_tp_size=attn_tp, platform=node)  # fmt: skip
+
+    return weights_cache.remembered(cache_dir, key, load)
 
 
 def start(args) -> tuple[ServerState, float]:
@@ -210,7 +225,7 @@ def start(args) -> tuple[ServerState, float]:
     log.info(f"Load weight begin. avail mem={avail:.2f} GB")
     try:
         report = load_weights(ws, args)
-    except weights.WeightLoadError as exc:
+    except loader.WeightLoadError as exc:
         raise SchedulerError(str(exc), exc.log) from None
     for line in report.log_lines:
         log.warning(line)

@@ -27,6 +27,7 @@ class Frame:
     line: int  # its line in the pinned release (fallback)
     cls: str = ""  # the class that defines ``func``, when several classes define one of that name
     last: bool = False  # the statement's last occurrence in the function (else its first)
+    exact: bool = False  # ``line`` is where the code really was (a frame of workspace code the twin ran)
 
 
 @lru_cache(maxsize=256)
@@ -62,6 +63,8 @@ def locate(root: Path, frame: Frame) -> tuple[str, int]:
     if frame.file.startswith(("/", "<")):
         return frame.file, frame.line
     path = root / frame.file
+    if frame.exact:
+        return str(path), frame.line
     try:
         lines = _lines(str(path), path.stat().st_mtime)
     except OSError:

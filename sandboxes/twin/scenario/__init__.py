@@ -8,6 +8,7 @@ minimal image (python3 + PyYAML), so this module uses the standard library and P
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import types
 import typing
@@ -80,6 +81,21 @@ class ModelSpec:
     first_k_dense_replace: int = 0
     dense_intermediate_size: int = 0
     max_position_embeddings: int = 131072
+
+    @functools.cached_property
+    def config(self) -> dict[str, Any]:
+        """The model's config.json (without its quantization_config)."""
+        from ..models.legacy import config_from_spec
+
+        return config_from_spec(self)
+
+    @functools.cached_property
+    def arch(self) -> Any:
+        """The model layer by layer (``models.arch.ModelArch``), read from ``config`` as any config is read."""
+        from ..models.config_reader import read_arch
+        from ..models.legacy import LEGACY_FACTS
+
+        return read_arch(self.config, LEGACY_FACTS)
 
 
 @dataclass(frozen=True)

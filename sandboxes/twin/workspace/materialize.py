@@ -39,6 +39,7 @@ from .. import scenario as scenario_mod
 from ..engine import moe_csv
 from ..models import catalogue as checkpoint
 from ..models.catalogue import ModelDims, checkpoint_modules, param_specs, quantizable, tensor_bytes
+from ..models.legacy import config_from_spec
 from ..scenario import MoEShape, Scenario
 from . import release
 
@@ -166,59 +167,8 @@ def _quark_config(weight_format: str, exclude: list[str]) -> dict[str, Any] | No
 
 def build_config(sc: Scenario) -> dict[str, Any]:
     """The checkpoint's ``config.json`` for scenario ``sc``."""
-    m, a, moe = sc.model, sc.model.attention, sc.model.moe
-    vocab = m.vocab_size
-    cfg: dict[str, Any] = {
-        "_comment": f"{simulated_label(sc)}: checkpoint metadata only, no tensor data",
-        "architectures": [m.architecture],
-        "model_type": m.model_type,
-        "hidden_size": m.hidden_size,
-        "num_hidden_layers": m.num_hidden_layers,
-        "num_nextn_predict_layers": 1 if m.mtp else 0,
-        "vocab_size": vocab,
-        "num_attention_heads": a.num_heads,
-        "num_key_value_heads": a.num_heads,
-        "q_lora_rank": a.q_lora_rank or None,
-        "kv_lora_rank": a.kv_lora_rank,
-        "qk_nope_head_dim": a.qk_nope_head_dim,
-        "qk_rope_head_dim": a.qk_rope_head_dim,
-        "v_head_dim": a.v_head_dim,
-        "head_dim": a.qk_rope_head_dim,
-        "n_routed_experts": moe.num_experts,
-        "num_experts_per_tok": moe.top_k,
-        "moe_intermediate_size": moe.intermediate_size,
-        "n_shared_experts": moe.num_shared_experts,
-        "first_k_dense_replace": m.first_k_dense_replace,
-        "intermediate_size": m.dense_intermediate_size or moe.intermediate_size * max(1, moe.top_k),
-        "moe_layer_freq": 1,
-        "n_group": 1,
-        "topk_group": 1,
-        "topk_method": "noaux_tc",
-        "scoring_func": "sigmoid",
-        "norm_topk_prob": True,
-        "routed_scaling_factor": 2.5,
-        "hidden_act": "silu",
-        "rms_norm_eps": 1e-05,
-        "max_position_embeddings": m.max_position_embeddings,
-        "rope_theta": 1000000,
-        "rope_scaling": None,
-        "attention_bias": False,
-        "tie_word_embeddings": False,
-        "bos_token_id": vocab - 100,
-        "eos_token_id": [vocab - 99, vocab - 92, vocab - 90],
-        "pad_token_id": vocab - 99,
-        "torch_dtype": "bfloat16",
-        "use_cache": True,
-        "transformers_version": "4.57.1",
-    }
-    if a.kind == "gqa":  # grouped-query attention: no latent ranks
-        for key in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
-            cfg.pop(key)
-        cfg.update(num_key_value_heads=a.num_kv_heads, head_dim=a.head_dim, use_qk_norm=a.qk_norm)
-    if a.sparse_topk > 0:
-        cfg["index_topk"] = a.sparse_topk
-        cfg["index_n_heads"] = a.indexer_heads
-        cfg["index_head_dim"] = a.indexer_head_dim
+    cfg: dict[str, Any] = {"_comment": f"{simulated_label(sc)}: checkpoint metadata only, no tensor data",
+                           **config_from_spec(sc.model)}  # fmt: skip
     qc = _quark_config(sc.quantization.weight_format, sc.exclude_entries())
     if qc is not None:
         cfg["quantization_config"] = qc

@@ -35,7 +35,7 @@ from typing import Any
 from ...workspace import release
 from .. import tracebacks
 from . import pure_code
-from .weights import WeightLoadError, WeightLoadReport, WorkspaceImportError
+from .loader import WeightLoadError, WeightLoadReport, WorkspaceImportError
 
 KEEP = 32  # entries per workspace; the least recently used go first
 SHARED_KEEP = 256  # entries in the per-user cache
