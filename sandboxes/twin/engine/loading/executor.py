@@ -34,7 +34,7 @@ from typing import Any
 from . import fake_torch
 from .platform import ABSENT, Platform
 from .pure_code import PureCodeError, _closure, bound_names, parse
-from .stubbed_init import StubValue
+from .stubs import StubValue
 
 _STDLIB = set(getattr(sys, "stdlib_module_names", ())) | {"__future__"}
 _FUTURE_ANNOTATIONS = __import__("__future__").annotations.compiler_flag
@@ -301,7 +301,7 @@ class Executor:
             exec(code, module.__dict__)
         except PureCodeError as exc:
             self.modules.pop(name, None)
-            raise ExecutionError(name, path, exc) from None
+            raise ExecutionError(name, path, getattr(exc, "syntax_error", exc)) from None
         except Exception as exc:
             self.modules.pop(name, None)
             raise ExecutionError(name, path, exc) from exc

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
-from .stubbed_init import StubValue
+from .stubs import StubValue
 
 
 class dtype:  # noqa: N801 - torch's name
@@ -65,13 +65,26 @@ def _shape_args(args: tuple[Any, ...]) -> list[int]:
     return [int(a) for a in args]
 
 
-class Tensor:
-    """A tensor's shape and dtype, nothing else."""
+class device:  # noqa: N801 - torch's name
+    def __init__(self, type: str = "cuda", index: int | None = None) -> None:  # noqa: A002 - torch's argument
+        self.type, self.index = type, index
 
-    def __init__(self, shape: Any = (), dtype_: dtype | None = None) -> None:
+    def __repr__(self) -> str:
+        return f"device(type='{self.type}'" + (f", index={self.index})" if self.index is not None else ")")
+
+
+GPU = device("cuda", 0)
+HOST = device("cpu")
+
+
+class Tensor:
+    """A tensor's shape and dtype (and where it lives), nothing else. Checkpoint tensors are host tensors; what a
+    model builds lives on the GPU."""
+
+    def __init__(self, shape: Any = (), dtype_: dtype | None = None, device_: device = GPU) -> None:
         self._shape = Size(int(s) for s in shape)
         self.dtype = dtype_ or DTYPES["float32"]
-        self.device = "meta"
+        self.device = device_
         self.requires_grad = False
 
     # --- shape ----------------------------------------------------------------------------------------------
@@ -107,7 +120,7 @@ class Tensor:
         self._shape, self.dtype = Size(value.shape), value.dtype
 
     def _like(self, shape: Any, dtype_: dtype | None = None) -> Tensor:
-        return Tensor(shape, dtype_ or self.dtype)
+        return Tensor(shape, dtype_ or self.dtype, self.device)
 
     # --- views ----------------------------------------------------------------------------------------------
     def narrow(self, dim: int, start: int, length: int) -> Tensor:
@@ -684,7 +697,7 @@ def build_modules(stub_class: Any, cuda: types.ModuleType | None = None) -> dict
     torch.finfo = torch.iinfo = _Finfo
     torch.no_grad = torch.inference_mode = torch.enable_grad = no_grad
     torch.is_tensor = lambda x: isinstance(x, Tensor)
-    torch.device = lambda *a, **k: "meta"
+    torch.device = device
     torch.get_default_dtype = lambda: DTYPES["bfloat16"]
     torch.version = types.SimpleNamespace(hip="7.0.0", cuda=None, git_version="")
     nn = types.ModuleType("torch.nn")

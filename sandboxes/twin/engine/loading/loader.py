@@ -155,7 +155,8 @@ class _Checkpoint:
 
     def __iter__(self) -> Iterator[tuple[str, fake_torch.Tensor]]:
         for name, dtype, shape, weight in self.entries:
-            tensor = fake_torch.Tensor(shape, fake_torch.DTYPES[fake_torch.SAFETENSORS.get(dtype, "bfloat16")])
+            tensor = fake_torch.Tensor(shape, fake_torch.DTYPES[fake_torch.SAFETENSORS.get(dtype, "bfloat16")],
+                                       fake_torch.HOST)  # safetensors' tensors are read into host memory
             tensor.checkpoint_name = name  # type: ignore[attr-defined]
             nbytes = fake_torch.math.prod(shape) * tensor.dtype.itemsize if shape else tensor.dtype.itemsize
             self.consumed[name] = nbytes * weight
@@ -247,14 +248,40 @@ def _render(root: Path, head: list[Frame], exc: BaseException) -> str:
     parts: list[str] = []
     for i, (e, _) in enumerate(reversed(chain)):
         frames = head + _frames(e, root) if i == len(chain) - 1 else _frames(e, root)
-        parts.append(render(root, frames, _exception_line(e).splitlines()))
+        tail = _exception_line(e).splitlines()
+        if isinstance(e, SyntaxError) and e.filename:  # Python shows where the parser stopped, not a frame
+            text = (e.text or "").rstrip("\n")
+            stripped = text.lstrip()
+            caret = " " * max((e.offset or 1) - 1 - (len(text) - len(stripped)), 0) + "^"
+            tail = [f'  File "{e.filename}", line {e.lineno}', f"    {stripped}", f"    {caret}", f"SyntaxError: {e.msg}"]
+        parts.append(render(root, frames, tail))
         joiner = list(reversed(chain))[i + 1][1] if i + 1 < len(chain) else ""
         if joiner:
             parts.append(joiner)
     return "\n".join(parts)
 
 
-def _failure(root: Path, head: list[Frame], exc: BaseException, *, draft: bool, checkpoint: str | None = None) -> WeightLoadError:
+def _culprits(exc: BaseException, param_names: dict[int, str]) -> tuple[str | None, str | None]:
+    """(engine parameter, checkpoint tensor) the failing frame was loading, from its locals (for the twin's own
+    tests: the real engine prints neither)."""
+    param = checkpoint = None
+    tb = exc.__traceback__
+    while tb is not None:
+        local = tb.tb_frame.f_locals
+        for value in local.values():
+            if isinstance(value, fake_torch.Tensor):
+                root = value.__dict__.get("_root", value)
+                if id(root) in param_names:
+                    param = param_names[id(root)]
+                name = root.__dict__.get("checkpoint_name")
+                if name is not None:
+                    checkpoint = name
+        tb = tb.tb_next
+    return param, checkpoint
+
+
+def _failure(root: Path, head: list[Frame], exc: BaseException, *, draft: bool,
+             param_names: dict[int, str] | None = None) -> WeightLoadError:  # fmt: skip
     cause = exc.cause if isinstance(exc, ExecutionError) else exc
     if isinstance(exc, BuildError) and exc.cause is not None:
         cause = exc.cause
@@ -264,7 +291,8 @@ def _failure(root: Path, head: list[Frame], exc: BaseException, *, draft: bool, 
     cls = WorkspaceImportError if isinstance(exc, ExecutionError) or isinstance(cause, SyntaxError | ImportError) else WeightLoadError
     if isinstance(exc, BuildError) and exc.cause is None:
         return cls(str(exc), render(root, head, [f"ValueError: {exc}"]), draft=draft)
-    return cls(summary, _render(root, head, cause), draft=draft, checkpoint_param=checkpoint)
+    param, checkpoint = _culprits(cause, param_names or {})
+    return cls(summary, _render(root, head, cause), draft=draft, param=param, checkpoint_param=checkpoint)
 
 
 # --- loading -------------------------------------------------------------------------------------------------
@@ -332,14 +360,16 @@ def _load_one(executor: Executor, root: Path, config: dict[str, Any], checkpoint
     checkpoint = _Checkpoint(checkpoint_map)
     loaded: set[int] = set()
     original, copy_ = _track_copies(checkpoint, loaded)
-    for _name, param in built.model.named_parameters():
+    param_names: dict[int, str] = {}
+    for name, param in built.model.named_parameters():
         param._root = param  # type: ignore[attr-defined]
+        param_names[id(param)] = name
     _mark_views()
     fake_torch.Tensor.copy_ = copy_  # type: ignore[method-assign]
     try:
         built.model.load_weights(iter(checkpoint))
     except Exception as exc:
-        raise _failure(root, SCHEDULER_START + worker + RUNNER_LOAD, exc, draft=draft) from None
+        raise _failure(root, SCHEDULER_START + worker + RUNNER_LOAD, exc, draft=draft, param_names=param_names) from None
     finally:
         fake_torch.Tensor.copy_ = original  # type: ignore[method-assign]
     report.num_tensors += sum(w for _, _, _, w in checkpoint.entries)
@@ -371,6 +401,22 @@ def _mark_views() -> None:
     fake_torch.Tensor._dz_views = True  # type: ignore[attr-defined]
 
 
+BUNDLED_NOTE = ("dayzero digital twin (simulated): this workspace holds the bundled excerpt of SGLang, which has no "
+                "model code; loading weights runs the release's own model classes, so it needs the release "
+                "(materialize the workspace where `pip download sglang==VERSION --no-deps` can reach a registry)")
+
+
+def _require_release(root: Path) -> None:
+    """The twin runs the release's model code; the bundled excerpt (an offline stand-in) has none."""
+    source = root.parent / ".twin" / "source.json"
+    try:
+        bundled = json.loads(source.read_text()).get("sglang", "").startswith("bundled excerpt")
+    except (OSError, ValueError, AttributeError):
+        bundled = False
+    if bundled:
+        raise WeightLoadError(BUNDLED_NOTE, BUNDLED_NOTE)
+
+
 def load_weights(model_dir: Path, sglang_root: Path, *, with_draft: bool, tp_size: int = 1,
                  attn_tp_size: int | None = None, platform: Platform | None = None, **_ignored: Any) -> WeightLoadReport:  # fmt: skip
     """Load the checkpoint in ``model_dir`` into the engine built from the workspace ``sglang_root``.
@@ -384,6 +430,7 @@ def load_weights(model_dir: Path, sglang_root: Path, *, with_draft: bool, tp_siz
         raise WeightLoadError("model.safetensors.index.json has no tensor metadata",
                               "RuntimeError: model.safetensors.index.json: weight_map must map names to "
                               "{dtype, shape} (dayzero twin, simulated checkpoint)")  # fmt: skip
+    _require_release(root)
     platform = platform or Platform()
     platform.tp_size = max(1, tp_size)
     platform.attn_tp_size = attn_tp_size

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .stubbed_init import StubValue
+from .stubs import StubValue
 
 # packages of other platforms, missing from the SGLang ROCm image: optional-import checks must see them missing
 ABSENT = ("torch_npu", "torchada", "habana_frameworks", "intel_extension_for_pytorch", "flashinfer", "deep_gemm",
