@@ -14,8 +14,10 @@ grows, what a prefill computes.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import itertools
 import json
+import math
 import re
 import types
 import typing
@@ -24,10 +26,13 @@ from pathlib import Path
 import pytest
 
 from sandboxes.twin.engine import pools
+from sandboxes.twin.engine.memory import NotEnoughMemory, plan_memory
 from sandboxes.twin.models.arch import MLA, ModelArch
 from sandboxes.twin.models.config_reader import read_arch
+from sandboxes.twin.perf import attention
+from sandboxes.twin.perf.cost_model import CostModel
 from sandboxes.twin.perf.serving_config import ServingConfig
-from sandboxes.twin.scenario import SCENARIO_DIR
+from sandboxes.twin.scenario import SCENARIO_DIR, load
 from tests.twin.test_server_args_drift import Release
 
 CONFIGS = SCENARIO_DIR / "configs"
@@ -65,6 +70,15 @@ def config(name: str) -> dict:
 
 def arch(name: str) -> ModelArch:
     return read_arch(config(name), FACTS[name])
+
+
+def with_arch(name: str):
+    """The default scenario with ``name``'s layers: GLM-5.2's weights and MoE, another model's attention. Only
+    attention terms are compared on it (scenarios built from real configs are the integrator's)."""
+    sc = load()
+    spec = dataclasses.replace(sc.model)
+    spec.__dict__["arch"] = arch(name)  # ModelSpec.arch is a cached property: this is its value
+    return dataclasses.replace(sc, model=spec)
 
 
 # --- the release's own code, compiled ----------------------------------------------------------------------------
@@ -407,6 +421,11 @@ def test_the_pool_lines_are_the_releases_lines(sglang, name, flags):
         assert any(t.fullmatch(line) for t in templates[key]), line
 
 
+def test_the_linear_scan_chunk_is_the_releases(sglang):
+    source = (sglang.release.srt / "layers/attention/fla/chunk.py").read_text()
+    assert re.search(rf"^CHUNK_SIZE = {attention.FLA_CHUNK_SIZE}$", source, re.M)
+
+
 # --- what the pools hold, from the logged lines ---------------------------------------------------------------------
 
 _NUM = r"([\d.]+)"
@@ -496,6 +515,103 @@ def test_glm5s_pool_is_its_latent_and_its_indexer_keys():
     assert size == pytest.approx(100, abs=0.01)
 
 
+def test_state_slots_that_leave_no_kv_fail_as_the_release_does():
+    """``--max-mamba-cache-size`` beyond the memory leaves the KV pool nothing: "Not enough memory"."""
+    sc = with_arch("Qwen--Qwen3-Next-80B-A3B-Instruct")
+    model = CostModel(sc, ServingConfig(tp_size=8, max_mamba_cache_size=10**6))
+    with pytest.raises(NotEnoughMemory, match="Not enough memory"):
+        plan_memory(model)
+    plan = plan_memory(CostModel(sc, ServingConfig(tp_size=8, max_mamba_cache_size=800)))
+    assert plan.max_mamba_cache_size == 800 and plan.max_total_num_tokens > 0
+    assert "state pool" in plan.summary()
+
+
 # --- step costs by kind ------------------------------------------------------------------------------------------------
 
 
+def _terms(name: str, batch: int, context: int, **flags) -> dict[str, float]:
+    model = CostModel(with_arch(name), ServingConfig(tp_size=8, **flags))
+    return model.decode_terms(batch, batch * context, model.tokens_per_verify())
+
+
+def test_a_sliding_window_layers_decode_read_stops_growing_past_the_window():
+    """GPT-OSS: 18 full layers read every key, 18 sliding layers at most their 128. Below the window the read
+    grows with all 36 layers; past it with the 18 full layers only."""
+    bw = CostModel(load(), ServingConfig(tp_size=8)).bw
+    per_key = 1 * 2 * 64 * 2  # K and V of one KV head per GPU, head_dim 64, bf16
+
+    def kv(context):
+        return _terms("openai--gpt-oss-120b", 4, context)["kv_reads"] * bw
+
+    assert kv(100) - kv(50) == pytest.approx(4 * 36 * 50 * per_key)
+    assert kv(5000) - kv(1000) == pytest.approx(4 * 18 * 4000 * per_key)
+    assert kv(1000) == pytest.approx(4 * (18 * 1000 + 18 * 128) * per_key)
+    assert _terms("openai--gpt-oss-120b", 4, 5000)["state_reads"] == 0.0
+
+
+def test_the_recurrent_state_is_read_and_written_every_decode_step():
+    """Qwen3-Next: each of the 36 linear layers reads and writes one request's state (conv + SSM on this GPU) every
+    step, whatever the context; a verify step of 4 draft tokens writes 4 intermediate states and copies the
+    accepted one back (7 states). Only the 12 full-attention layers read KV."""
+    bw = CostModel(load(), ServingConfig(tp_size=8)).bw
+    state = (8192 // 8 * 3 * 2) + (32 // 8 * 128 * 128 * 4)  # conv (bf16) + SSM (fp32) per layer per GPU
+    for context in (1_000, 100_000):
+        t = _terms("Qwen--Qwen3-Next-80B-A3B-Instruct", 16, context)
+        assert t["state_reads"] * bw == pytest.approx(16 * 2 * 36 * state)
+        assert t["kv_reads"] * bw == pytest.approx(16 * 12 * context * 1 * 2 * 256 * 2)
+    spec = _terms("Qwen--Qwen3-Next-80B-A3B-Instruct", 16, 1_000, speculative_algorithm="EAGLE",
+                  speculative_num_steps=3, speculative_num_draft_tokens=4, max_running_requests=48)  # fmt: skip
+    assert spec["state_reads"] * bw == pytest.approx(16 * 7 * 36 * state)
+    # the state is part of the memory the step waits for
+    model = CostModel(with_arch("Qwen--Qwen3-Next-80B-A3B-Instruct"), ServingConfig(tp_size=8))
+    t = model.decode_terms(256, 256 * 1000)
+    assert model.decode(256, 256 * 1000).decode == max(t["weight_reads"] + t["kv_reads"] + t["state_reads"],
+                                                       t["compute"])  # fmt: skip
+
+
+def test_dsa_reads_its_capped_keys_and_every_indexer_key():
+    """GLM-5: past 2048 keys (``index_topk``) the latent read stops growing; the indexer still reads every
+    earlier token's 132-byte key in each of the 78 layers."""
+    bw = CostModel(load(), ServingConfig(tp_size=8)).bw
+
+    def kv(context):
+        return _terms("zai-org--GLM-5", 2, context)["kv_reads"] * bw
+
+    assert kv(6000) - kv(3000) == pytest.approx(2 * 78 * 3000 * 132)
+    assert kv(1000) == pytest.approx(2 * 78 * 1000 * (576 * 2 + 132))
+
+
+def test_prefill_charges_the_linear_scan_per_token_and_full_attention_per_key():
+    """Qwen3-Next prefill of N new tokens: 36 linear layers x N x the chunked scan's FLOPs (32 value heads,
+    Dk = Dv = 128, chunks of 64, and the 4-tap convolution over 8192 channels), plus 12 GQA layers x N x N/2 keys
+    x 2 x 16 heads x 2 x 256."""
+    model = CostModel(with_arch("Qwen--Qwen3-Next-80B-A3B-Instruct"), ServingConfig(tp_size=8))
+    scan = 32 * (6 * 64 * 128 + 4 * 64 * 128 + 6 * 128 * 128) + 2 * 8192 * 4
+    per_key = 2 * 16 * 2 * 256
+    for n in (1000, 8000):
+        flops = 36 * n * scan + 12 * n * (n / 2) * per_key
+        got = model.prefill(n, [(0, n)]).prefill_attention * model.g * model.attn_flops
+        assert got == pytest.approx(flops)
+    # a prefix: the scan continues from the stored state (new tokens only), attention reads the prefix too
+    got = model.prefill(1000, [(7000, 1000)]).prefill_attention * model.g * model.attn_flops
+    assert got == pytest.approx(36 * 1000 * scan + 12 * 1000 * 7500 * per_key)
+
+
+def test_a_sliding_window_prefill_attends_at_most_the_window():
+    model = CostModel(with_arch("openai--gpt-oss-120b"), ServingConfig(tp_size=8))
+    per_key = 2 * 64 * 2 * 64  # 64 heads, head_dim 64, QK and PV
+    got = model.prefill(4000, [(10_000, 4000)]).prefill_attention * model.g * model.attn_flops
+    assert got == pytest.approx((18 * 4000 * 12_000 + 18 * 4000 * 128) * per_key)
+
+
+def test_layer_groups_follow_the_configs_layers():
+    groups = attention.layer_groups(arch("Qwen--Qwen3.5-397B-A17B"), ServingConfig(tp_size=8), 2.0)
+    assert sorted((g.attention.name, g.count) for g in groups) == [("gqa", 15), ("linear", 45)]
+    assert {g.attention.name: g.key_cap for g in attention.layer_groups(arch("openai--gpt-oss-20b"),
+                                                                         ServingConfig(), 2.0)} == {
+        "gqa+swa+sinks": 128, "gqa+sinks": math.inf}  # fmt: skip
+    # Qwen3.5's config says its SSM state is float32; the flag overrides it
+    a = arch("Qwen--Qwen3.5-397B-A17B").layers[0].attention
+    assert a.ssm_dtype == "float32"
+    assert pools.linear_state(a, 8, pools.ssm_dtype(a, ServingConfig(mamba_ssm_dtype="bfloat16"))).ssm_bytes * 2 == (
+        pools.linear_state(a, 8).ssm_bytes)
