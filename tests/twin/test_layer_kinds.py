@@ -18,6 +18,7 @@ import dataclasses
 import itertools
 import json
 import math
+import random
 import re
 import types
 import typing
@@ -32,6 +33,8 @@ from sandboxes.twin.models.config_reader import read_arch
 from sandboxes.twin.perf import attention
 from sandboxes.twin.perf.cost_model import CostModel
 from sandboxes.twin.perf.serving_config import ServingConfig
+from sandboxes.twin.perf.simulator import simulate
+from sandboxes.twin.perf.workload import DatasetSpec, build_requests
 from sandboxes.twin.scenario import SCENARIO_DIR, load
 from tests.twin.test_server_args_drift import Release
 
@@ -320,6 +323,21 @@ def test_state_slots_cap_the_running_requests_as_the_release_does(sglang):
                             disable_overlap_schedule=no_overlap)  # fmt: skip
         expected = sglang.mixin._resolve_max_num_reqs(runner, capacity)
         assert cfg.max_running_per_rank(capacity, 262144, slots) == expected
+
+
+def test_the_simulated_server_runs_no_more_requests_than_state_slots_allow():
+    """A rank whose recurrent-state slots allow 6 requests (18 slots, three per request with the radix cache)
+    never runs a seventh, however many arrive at once and however much KV is free."""
+    sc = load()
+    model = CostModel(sc, ServingConfig(tp_size=8))
+    rng = random.Random(5)
+    reqs = build_requests(DatasetSpec("random-ids", num_prompts=40, random_input_len=500, random_output_len=50,
+                                      random_range_ratio=1.0), rng)  # fmt: skip
+    arrivals = [0.0] * len(reqs)
+    capped = simulate(model, reqs, arrivals, kv_capacity=10**7, mamba_cache_size=18)
+    free = simulate(model, reqs, arrivals, kv_capacity=10**7)
+    assert capped.peak_running == 6
+    assert free.peak_running > 6
 
 
 # --- the KV pools -----------------------------------------------------------------------------------------------------
