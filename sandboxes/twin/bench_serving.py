@@ -336,11 +336,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     scenario = load(twin["scenario_path"])
     cfg = ServingConfig.from_dict(twin["serving_config"])
     model = CostModel(scenario, cfg, twin.get("weight_bytes"))
-    kv_capacity = int(twin.get("max_total_num_tokens") or plan_memory(model).max_total_num_tokens)
+    if twin.get("max_total_num_tokens"):
+        kv_capacity, mamba_slots = int(twin["max_total_num_tokens"]), twin.get("max_mamba_cache_size")
+    else:
+        plan = plan_memory(model)
+        kv_capacity, mamba_slots = plan.max_total_num_tokens, plan.max_mamba_cache_size
     arrivals = arrival_times(len(requests), args.request_rate, rng)
     wall = time.perf_counter()
     content = prompt_content(args.dataset_name, args.backend)
-    result = simulate(model, requests, arrivals, kv_capacity, args.max_concurrency, content)
+    result = simulate(model, requests, arrivals, kv_capacity, args.max_concurrency, content, mamba_slots)
     if fault == "crash_mid_benchmark":
         _server_dies_halfway(result, twin, base_url)
     wall = time.perf_counter() - wall

@@ -251,9 +251,8 @@ def start(args) -> tuple[ServerState, float]:
         f"avail mem={avail - weights_gb:.2f} GB, mem usage={weights_gb:.2f} GB."
     )
     log.info(f"Using KV cache dtype: {'torch.bfloat16' if cfg.kv_cache_dtype in ('auto', 'bf16') else 'torch.float8_e4m3fn'}")
-    log.info(
-        f"KV Cache is allocated. #tokens: {plan.max_total_num_tokens}, KV size: {plan.kv_pool_bytes_per_gpu / memory.GIB:.2f} GB"
-    )
+    for line in plan.pools.log_lines():  # the pools by layer kind, as the release prints them (engine/pools.py)
+        log.info(line)
     try:
         kernels = jit.compile_jit_kernels(sc, ws.sglang_root, vars(args), log.info)
     except jit.JitCompileError as exc:
@@ -267,7 +266,7 @@ def start(args) -> tuple[ServerState, float]:
     warmup_crash = check_draft_tree(ws, cfg, plan.free_bytes / memory.GIB)
     context_len = model_info.context_len
     # per DP rank, as SGLang's scheduler reports it (ServingConfig.max_running_per_rank)
-    max_running = cfg.max_running_per_rank(plan.max_total_num_tokens, context_len)
+    max_running = cfg.max_running_per_rank(plan.max_total_num_tokens, context_len, plan.max_mamba_cache_size)
     if max_running <= 0:
         raise LaunchError("AssertionError: max_running_request is zero", "AssertionError: max_running_request is zero")
     log.info(
@@ -288,6 +287,7 @@ def start(args) -> tuple[ServerState, float]:
         "quantization": sc.quantization.weight_format,
         "serving_config": cfg.to_dict(),
         "max_total_num_tokens": plan.max_total_num_tokens,
+        "max_mamba_cache_size": plan.max_mamba_cache_size,
         "weight_bytes": dict(report.target_bytes_by_category),
         "moe_kernels": "tuned" if moe_tuned else "fallback",
         "startup_seconds_simulated": round(startup_s, 1),

@@ -84,6 +84,7 @@ class LinearAttention:
     key_head_dim: int
     value_head_dim: int
     conv_kernel: int
+    ssm_dtype: str | None = None  # config.json's mamba_ssm_dtype: the recurrent state's dtype (None: not said)
 
     @property
     def key_dim(self) -> int:
@@ -97,6 +98,17 @@ class LinearAttention:
     def conv_dim(self) -> int:
         """Channels of the causal convolution: q, k and v side by side."""
         return 2 * self.key_dim + self.value_dim
+
+    @property
+    def conv_state_elements(self) -> int:
+        """What the causal convolution keeps per sequence: its last ``conv_kernel - 1`` inputs of every channel."""
+        return self.conv_dim * (self.conv_kernel - 1)
+
+    @property
+    def recurrent_state_elements(self) -> int:
+        """The delta rule's state per sequence: a ``key_head_dim`` x ``value_head_dim`` matrix per value head
+        (query and key heads are shared by ``num_value_heads // num_key_heads`` value heads)."""
+        return self.num_value_heads * self.key_head_dim * self.value_head_dim
 
     @property
     def name(self) -> str:
@@ -177,6 +189,19 @@ class ModelArch:
     def attention_layers(self, kind: str) -> list[int]:
         """Indices of the layers whose attention is of ``kind`` (``mla``, ``gqa`` or ``linear``)."""
         return [i for i, layer in enumerate(self.layers) if layer.attention.kind == kind]
+
+    @property
+    def full_attention_layers(self) -> list[int]:
+        """Layers whose attention sees the whole context: MLA (sparse or not) and GQA without a window."""
+        return [i for i, layer in enumerate(self.layers)
+                if isinstance(layer.attention, MLA) or (isinstance(layer.attention, GQA)
+                                                        and not layer.attention.sliding_window)]  # fmt: skip
+
+    @property
+    def sliding_window_layers(self) -> list[int]:
+        """Layers whose attention sees only the last ``sliding_window`` tokens."""
+        return [i for i, layer in enumerate(self.layers)
+                if isinstance(layer.attention, GQA) and layer.attention.sliding_window]  # fmt: skip
 
     @property
     def kv_layers(self) -> list[int]:

@@ -159,6 +159,7 @@ class _Reader:
             num_key_heads=self.int("linear_num_key_heads"), num_value_heads=self.int("linear_num_value_heads"),
             key_head_dim=self.int("linear_key_head_dim"), value_head_dim=self.int("linear_value_head_dim"),
             conv_kernel=self.int("linear_conv_kernel_dim"),
+            ssm_dtype=None if self.get("mamba_ssm_dtype") is None else str(self.get("mamba_ssm_dtype")),
         )  # fmt: skip
 
     # --- MLP ----------------------------------------------------------------------------------------------

@@ -384,15 +384,17 @@ def simulate(
     kv_capacity: int,
     max_concurrency: int | None = None,
     content: str = NATURAL_TEXT,
+    mamba_cache_size: int | None = None,
 ) -> SimulationResult:
     """Run ``requests`` arriving at ``arrivals`` through the configuration's schedulers in virtual time.
     ``content`` is what the prompts make the model write (``workload.prompt_content``): it sets the draft's
-    acceptance under speculative decoding."""
+    acceptance under speculative decoding. ``mamba_cache_size``: a hybrid linear-attention model's
+    recurrent-state slots per rank (``MemoryPlan.max_mamba_cache_size``), which cap its running requests."""
     cfg = model.config
     # per DP rank, as SGLang's scheduler limits it (ServingConfig.max_running_per_rank): under DP attention
     # --max-running-requests (or the 48 speculative decoding sets) is shared by the ranks, else per replica
     context_len = cfg.context_length or model.scenario.model.max_position_embeddings
-    max_running = max(1, cfg.max_running_per_rank(kv_capacity, context_len))
+    max_running = max(1, cfg.max_running_per_rank(kv_capacity, context_len, mamba_cache_size))
     ranks = [
         RankScheduler(
             model=model,
