@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sandboxes.twin.engine.loading.weights import WeightLoadError, load_weights
+from sandboxes.twin.engine.loading.loader import WeightLoadError, load_weights
 from sandboxes.twin.workspace.materialize import materialize
 from tools.diagnose import Diagnosis, classify
 from tools.weight_suspects import find_suspects

@@ -29,7 +29,7 @@ Shapes (``(out_features, in_features)`` for linears; ``h`` = hidden size, ``H`` 
 
 Packing rule for a linear stored in format ``fmt``: ``mxfp4`` -> ``weight`` U8 ``[out, in/2]`` (two e2m1
 values per byte) + ``weight_scale`` U8 ``[out, in/32]`` (one e8m0 scale per group of 32); ``fp8`` ->
-``weight`` F8_E4M3 ``[out, in]`` + ``weight_scale`` F32 ``[out, 1]`` (per output channel); ``bf16`` ->
+``weight`` F8_E4M3 ``[out, in]`` + ``weight_scale`` F32 ``[out]`` (Quark per_channel: one scale per output channel); ``bf16`` ->
 ``weight`` BF16 ``[out, in]``. Norms, embeddings, the router and the plain linears are never quantized.
 
 Parameter order is the natural sort of the full names (``lm_head``, ``model.embed_tokens``,
@@ -343,7 +343,7 @@ def param_specs(module: Module, fmt: str) -> list[tuple[str, str, tuple[int, ...
                 ("weight_scale", "U8", (out_f, -(-in_f // MXFP4_GROUP))),
             ]
         if fmt == "fp8":
-            return [("weight", "F8_E4M3", (out_f, in_f)), ("weight_scale", "F32", (out_f, 1))]
+            return [("weight", "F8_E4M3", (out_f, in_f)), ("weight_scale", "F32", (out_f,))]  # Quark per_channel
         if fmt == "bf16":
             return [("weight", "BF16", module.shape)]
         raise ValueError(f"unknown weight format {fmt!r} (expected one of {QUANT_FORMATS})")

@@ -65,6 +65,9 @@ def config_from_spec(m: Any) -> dict[str, Any]:
         for key in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
             cfg.pop(key)
         cfg.update(num_key_value_heads=a.num_kv_heads, head_dim=a.head_dim, use_qk_norm=a.qk_norm)
+        # Qwen's MoE key names (the GQA MoE classes read these), beside DeepSeek's
+        cfg.update(num_experts=moe.num_experts, decoder_sparse_step=1,
+                   mlp_only_layers=list(range(m.first_k_dense_replace)))
     if a.sparse_topk > 0:
         cfg["index_topk"] = a.sparse_topk
         cfg["index_n_heads"] = a.indexer_heads

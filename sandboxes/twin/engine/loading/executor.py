@@ -68,6 +68,53 @@ class ExecutionError(RuntimeError):
         self.module, self.path, self.cause = module, path, cause
 
 
+def _deterministic_futures() -> tuple[types.ModuleType, types.ModuleType]:
+    """``concurrent.futures`` as the model code sees it: the standard library's, with its thread pool running one
+    task at a time in submission order and ``as_completed`` answering in that order too. The real loader runs many
+    weight loaders at once and reports whichever failure completes first; the twin reports the first in
+    checkpoint order, every time (same frames: the work still runs in a pool thread)."""
+    import concurrent.futures as real
+
+    futures = types.ModuleType("concurrent.futures")
+    futures.__dict__.update({k: v for k, v in vars(real).items() if not k.startswith("__")})
+
+    class ThreadPoolExecutor(real.ThreadPoolExecutor):
+        def __init__(self, max_workers: int | None = None, *args: Any, **kwargs: Any) -> None:
+            super().__init__(1, *args, **kwargs)
+
+    def as_completed(fs: Any, timeout: float | None = None) -> Any:
+        for f in list(fs):
+            real.wait([f], timeout=timeout)
+            yield f
+
+    futures.ThreadPoolExecutor = ThreadPoolExecutor
+    futures.as_completed = as_completed
+    package = types.ModuleType("concurrent")
+    package.futures = futures
+    package.__path__ = []
+    return package, futures
+
+
+_CONCURRENT, _FUTURES = _deterministic_futures()
+
+
+def _stub_result(fn: Any) -> Callable[[], Any]:
+    """What a function of the engine that needs what is stubbed answers instead: a stub value, or a tuple of them
+    when its annotation says it returns a tuple (``-> Tuple[torch.Tensor, torch.Tensor]``), so unpacking works."""
+    annotation = getattr(fn, "__annotations__", {}).get("return") if callable(fn) else None
+    if isinstance(annotation, str):
+        text = annotation.replace(" ", "")
+        for head in ("Tuple[", "tuple["):
+            if text.startswith(head) and text.endswith("]") and "..." not in text:
+                inner, depth, count = text[len(head) : -1], 0, 1
+                for ch in inner:
+                    depth += ch == "["
+                    depth -= ch == "]"
+                    count += ch == "," and depth == 0
+                return lambda: tuple(StubValue() for _ in range(count))
+    return StubValue
+
+
 class _StubMeta(abc.ABCMeta):
     """Stub classes: attributes are more stubs, calls return stub values. A workspace class deriving from one is a
     real class (a fake ``nn.Module``): calling it runs its own ``__init__``."""
@@ -410,6 +457,8 @@ class Executor:
         return holder.__dict__
 
     def _tolerant(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        stub = _stub_result(fn)
+
         def call(*args: Any, **kwargs: Any) -> Any:
             try:
                 return fn(*args, **kwargs)
@@ -420,7 +469,7 @@ class Executor:
                     if tb.tb_frame.f_code.co_filename in real:
                         raise  # code run as written failed (a model, a layer's loader): that is the engine's error
                     tb = tb.tb_next
-                return StubValue()
+                return stub()
 
         call.__wrapped__ = fn  # type: ignore[attr-defined]
         call.__name__ = getattr(fn, "__name__", "function")
@@ -437,6 +486,8 @@ class Executor:
             base = ".".join(parts[: len(parts) - (level - 1)])
             name = f"{base}.{name}" if name else base
         top = name.split(".")[0]
+        if top == "concurrent":
+            return _FUTURES if fromlist and name == "concurrent.futures" else _CONCURRENT
         if top in _STDLIB:
             return builtins.__import__(name, globals, locals, fromlist, 0)
         if top in ABSENT:

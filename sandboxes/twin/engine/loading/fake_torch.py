@@ -314,15 +314,52 @@ class Tensor:
     __neg__ = __abs__ = exp = log = sqrt = abs = neg = sigmoid = _elementwise
 
     def __getattr__(self, name: str) -> Any:
-        # torch's other tensor methods compute values, which the twin never needs: they answer a stub. Anything
-        # else is missing, as on a real tensor (``hasattr(param, "weight_loader")`` must be False until set).
+        # torch's other tensor methods compute values, which the twin never needs: elementwise ones keep the shape,
+        # reductions drop a dimension (or all of them), and the few that return pairs return pairs. Anything else is
+        # missing, as on a real tensor (``hasattr(param, "weight_loader")`` must be False until it is set).
+        if name in ELEMENTWISE:
+            return lambda *a, **k: Tensor(self._shape, self.dtype, self.device)
+        if name in REDUCTIONS:
+            return lambda *a, **k: self._reduced(a, k)
+        if name in PAIRS:
+            return lambda *a, **k: (self._reduced(a, k), self._reduced(a, k))
         if name in TENSOR_METHODS:
             return StubValue()
         raise AttributeError(f"'Tensor' object has no attribute '{name}'")
 
+    def _reduced(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor:
+        dim = kwargs.get("dim", args[0] if args and isinstance(args[0], int) else None)
+        if dim is None or not self._shape:
+            return Tensor((), self.dtype, self.device)
+        s = list(self._shape)
+        if kwargs.get("keepdim"):
+            s[dim] = 1
+        else:
+            s.pop(dim)
+        return Tensor(s, self.dtype, self.device)
 
-# torch.Tensor methods that compute or inspect values (answered with a stub, see Tensor.__getattr__)
-TENSOR_METHODS = frozenset(["add", "addmm", "all", "any", "argmax", "argmin", "argsort", "bmm", "byte", "ceil", "char", "clamp", "clamp_min", "cos", "cumsum", "data_ptr", "dequantize", "div", "double", "eq", "exp_", "expand", "expand_as", "floor", "gather", "ge", "get_device", "gt", "index_add_", "index_copy_", "index_fill_", "index_put_", "index_select", "int", "is_contiguous", "is_cuda", "is_meta", "is_pinned", "isnan", "le", "long", "lt", "masked_fill", "masked_fill_", "masked_scatter_", "matmul", "max", "mean", "min", "mm", "mul", "ne", "nelement", "new_empty", "new_full", "new_ones", "new_zeros", "ndimension", "nonzero", "norm", "pow", "prod", "reciprocal", "record_stream", "repeat", "repeat_interleave", "round", "rsqrt", "scatter_", "scatter_add_", "select", "short", "sign", "sin", "softmax", "sort", "std", "storage", "stride", "sub", "sum", "topk", "tril", "triu", "type_as", "unbind", "untyped_storage", "var", "where", "bool", "int8", "uint8", "view_as", "copy", "to_dense"])
+
+# torch.Tensor methods the twin answers with shapes (see Tensor.__getattr__), and others it answers with a stub
+ELEMENTWISE = frozenset({
+    "abs", "abs_", "ceil", "clamp", "clamp_", "clamp_min", "clamp_max", "cos", "exp", "exp_", "floor", "neg",
+    "reciprocal", "round", "rsqrt", "sign", "sin", "sqrt", "square", "masked_fill", "masked_fill_", "mul",
+    "div", "add", "sub", "pow", "type_as", "nan_to_num", "index_fill_", "scatter_", "scatter_add_", "copy",
+    "bool", "int", "long", "short", "byte", "char", "double", "int8", "uint8", "sigmoid", "relu", "silu",
+    "tanh", "log", "softmax", "cumsum", "expand_as", "repeat_interleave",
+})
+REDUCTIONS = frozenset({
+    "sum", "mean", "amax", "amin", "prod", "std", "var", "norm", "all", "any", "argmax", "argmin",
+})
+PAIRS = frozenset({
+    "aminmax", "sort", "topk", "max", "min", "mode", "median", "kthvalue",
+})
+TENSOR_METHODS = frozenset({
+    "addmm", "bmm", "data_ptr", "dequantize", "eq", "expand", "gather", "ge", "get_device", "gt", "index_add_",
+    "index_copy_", "index_put_", "index_select", "is_contiguous", "is_cuda", "is_meta", "is_pinned", "isnan",
+    "le", "lt", "masked_scatter_", "matmul", "mm", "ne", "nelement", "new_empty", "new_full", "new_ones",
+    "new_zeros", "ndimension", "nonzero", "record_stream", "repeat", "select", "storage", "stride", "tril",
+    "triu", "unbind", "untyped_storage", "where", "view_as", "to_dense",
+})
 
 
 class Parameter(Tensor):
@@ -695,6 +732,23 @@ def build_modules(stub_class: Any, cuda: types.ModuleType | None = None) -> dict
     torch.empty_like = torch.zeros_like = torch.ones_like = empty_like
     torch.full, torch.tensor, torch.arange, torch.cat, torch.concat, torch.stack = full, tensor, arange, cat, cat, stack
     torch.finfo = torch.iinfo = _Finfo
+
+    def first_tensor(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Tensor | None:
+        return next((a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)), None)
+
+    def elementwise(name: str) -> Any:
+        def fn(*args: Any, **kwargs: Any) -> Any:
+            x = first_tensor(args, kwargs)
+            return getattr(x, name)(*args[1:], **kwargs) if x is not None and name in ELEMENTWISE else (
+                Tensor(x.shape, x.dtype, x.device) if x is not None else StubValue())
+
+        return fn
+
+    for name in ELEMENTWISE | {"maximum", "minimum", "where", "addcmul", "lerp"}:
+        if not hasattr(torch, name):  # torch.int8, torch.bool, ... are dtypes, not functions
+            setattr(torch, name, elementwise(name))
+    for name in REDUCTIONS | PAIRS:
+        setattr(torch, name, lambda *a, _n=name, **k: getattr(a[0], _n)(*a[1:], **k) if a and isinstance(a[0], Tensor) else StubValue())
     torch.no_grad = torch.inference_mode = torch.enable_grad = no_grad
     torch.is_tensor = lambda x: isinstance(x, Tensor)
     torch.device = device

@@ -340,12 +340,15 @@ def quant_format(config: dict[str, Any]) -> str:
 
 
 def _unquantized(model: Any, quantized: bool) -> list[str]:
+    """The modules the quantization config left unquantized (their quant method is an ``Unquantized*Method``)."""
     if not quantized:
         return []
     out = []
     for name, module in model.named_modules():
-        method = module.__dict__.get("quant_method")
-        if method is not None and type(method).__name__.startswith("Unquantized") and "Linear" in type(method).__name__ or method is not None and type(method).__name__ == "UnquantizedFusedMoEMethod":
+        d = module.__dict__
+        method = d.get("quant_method") or d.get("_modules", {}).get("quant_method")
+        kind = type(method).__name__
+        if kind.startswith("Unquantized") and ("Linear" in kind or "FusedMoE" in kind):
             out.append(name)
     return out
 
@@ -374,6 +377,8 @@ def _load_one(executor: Executor, root: Path, config: dict[str, Any], checkpoint
         fake_torch.Tensor.copy_ = original  # type: ignore[method-assign]
     report.num_tensors += sum(w for _, _, _, w in checkpoint.entries)
     missing = [n for n, p in built.model.named_parameters() if id(p) not in loaded]
+    if draft:  # the draft worker hands the draft the target's embedding and LM head (EAGLEWorker's set_embed_and_head)
+        missing = [n for n in missing if not (n.endswith("embed_tokens.weight") or n.startswith("lm_head."))]
     unquantized = _unquantized(built.model, bool(config.get("quantization_config")))
     return checkpoint.bytes_by_category(), missing, unquantized, f"{built.model_class.file}:{built.model_class.name}"
 
