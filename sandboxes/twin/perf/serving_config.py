@@ -39,6 +39,11 @@ class ServingConfig:
     disable_overlap_schedule: bool = False  # resolved (speculative top-k > 1 sets it); False: the overlap scheduler
     context_length: int | None = None  # the served context length (None: the model's max_position_embeddings)
     schedule_conservativeness: float = 1.0  # resolved (x 0.3 under DP attention): scales the admission's reserve
+    # what decides the all-reduce path a step takes and who notices a stuck one (engine/serving_faults.py)
+    disable_custom_all_reduce: bool = False
+    quick_reduce_quantization: str = "NONE"  # ROCM_QUICK_REDUCE_QUANTIZATION in the engine's environment
+    watchdog_timeout: float = 300.0  # --watchdog-timeout: SGLang's scheduler watchdog, seconds
+    dist_timeout: int | None = None  # --dist-timeout: torch.distributed's collective timeout (None: 600 s for NCCL)
 
     @property
     def speculative(self) -> bool:
