@@ -67,6 +67,8 @@ class Diagnosis(BaseModel):
     capacity_bytes: int | None = Field(None, description="for an allocator OOM: the device's total capacity")
     running_requests: int | None = Field(
         None, description="the running requests the engine last reported before the failure (its decode log)")
+    max_running_requests: int | None = Field(
+        None, description="the most requests the engine said it would run at once (its start-up line)")
     avail_before_weights_gb: float | None = Field(
         None, description="the memory free when the weights began to load, which the static fraction is taken of")
     collective_library: str | None = Field(
@@ -169,6 +171,7 @@ _OOM_FIGURES = re.compile(r"Tried to allocate ([\d.]+) (bytes|KiB|MiB|GiB)\. GPU
                           r"(bytes|KiB|MiB|GiB) of which ([\d.]+) (bytes|KiB|MiB|GiB) is free")  # fmt: skip
 _RUNNING = re.compile(r"#running-req: (\d+)|\bnum_running_reqs=(\d+)")
 _AVAIL_BEFORE = re.compile(r"\bLoad weight begin\. avail mem=([\d.]+) GB")
+_MAX_RUNNING = re.compile(r"\bmax_running_requests=(\d+), context_len=")  # the scheduler's start-up line
 # a forward pass of a server at work (the schedulers' and engine cores' serving loops), and what only start-up runs
 _SERVING_FRAME = re.compile(r"^(run_batch|event_loop_overlap|event_loop_normal|forward_batch_generation|forward_step|"
                             r"exposed_step|forward_decode_batch|forward_prefill_batch|execute_model|step_with_batch_queue|"
@@ -449,6 +452,10 @@ def _memory_failure(entries: list[tuple[str, str]], lines: list[str], frames: li
         for _, body in entries[:idx]:
             if m := _AVAIL_BEFORE.search(body):
                 d.avail_before_weights_gb = float(m.group(1))
+                break
+        for _, body in entries[:idx]:
+            if m := _MAX_RUNNING.search(body):
+                d.max_running_requests = int(m.group(1))
                 break
         return d
     return None
