@@ -162,7 +162,8 @@ _RUNTIME_FAULT = re.compile(r"(Memory access fault by GPU node-\d+[^\n]*|\bHSA_S
 # ... in one worker of a multi-process engine: the launcher names the dead child (SGLang's SubprocessWatchdog), the
 # scheduler's own handler reports it, or the lines carry a rank's or a worker's prefix
 _DEAD_CHILD = re.compile(r"Subprocess (\S+) \(pid=\d+\) crashed with exit code (-?\d+)")
-_WORKER_LINES = re.compile(r"Scheduler hit an exception|WorkerProc hit an exception|EngineCore encountered a fatal error")
+_WORKER_LINES = re.compile(r"Scheduler hit an exception|WorkerProc hit an exception|EngineCore encountered a fatal error|"
+                           r"/srt/managers/scheduler\.py\", line \d+ in \w+")  # the last: a scheduler's faulthandler dump
 _WORKER_STREAM = re.compile(r"\[rank\d+\]:|\((?:VllmWorker|Worker_TP|Worker|EngineCore)[^)]*pid=\d+")
 # the allocator's figures ("Tried to allocate 2.36 GiB. GPU 6 has a total capacity of 288.00 GiB of which 1.41 GiB is
 # free"), the engine's last report of its running batch, and the memory its static fraction is taken of

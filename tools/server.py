@@ -95,8 +95,9 @@ class LaunchResult(ToolResult):
         "it adjusted or dropped applied); where it listens and what it loads left out"))
     known_failure: dict[str, Any] | None = Field(None, description=(
         "this exact serving configuration (as the engine runs it, whatever flags produced it) already failed under a "
-        "benchmark in this run: why, the workload and the rate. Measuring it again would fail the same way: change "
-        "what the failure calls for first"))
+        "benchmark in this run: why, the workload and the rate. A failure the configuration causes (out of memory "
+        "while serving, a collective) comes back the same way: change what it calls for first; a crashed worker may "
+        "have been the node's"))
 
 
 # /server_info keys that say where a server listens or what it loads, not how it serves

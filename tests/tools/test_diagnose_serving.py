@@ -111,3 +111,13 @@ def test_the_figures_are_read_in_every_unit_the_allocator_prints():
         assert classify(log).tried_bytes == want
     assert serving_faults.format_size(512 * 1024**2) == "512.00 MiB"
     assert serving_faults.format_size(1000) == "1000 bytes"
+
+
+def test_a_dead_rank_nothing_notices_is_still_a_crashed_worker(root):
+    """Under a DP controller a rank alone in its TP group dies unwatched: the log holds only the runtime's line and
+    the scheduler's faulthandler dump, whose frames are the scheduler's own."""
+    cfg = ServingConfig(tp_size=1, dp_size=8)
+    f = _fault("worker_crash", rank=0, error="memory_access_fault")
+    f.death_after = None
+    d = classify(_log(f, cfg, root))
+    assert d.category == "worker_crash" and d.worker is None
