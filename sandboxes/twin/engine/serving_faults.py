@@ -497,10 +497,8 @@ def _collective_lines(fault: Fault, cfg: Any, ranks: list[int], server_pid: int)
 
 
 def _py_repr(value: Any) -> str:
-    """How an f-string's ``{x=}`` prints a number: the default 300 is an int, a value given on the command line a
-    float (argparse's type=float)."""
-    if isinstance(value, float) and value.is_integer() and value == 300.0:
-        return "300"  # ServerArgs.watchdog_timeout = 300: argparse does not convert a default
+    """How an f-string's ``{x=}`` prints the value: the default 300 stays an int (argparse does not convert a
+    default), a value given on the command line is a float (type=float)."""
     return repr(value)
 
 

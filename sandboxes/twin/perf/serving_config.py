@@ -42,7 +42,7 @@ class ServingConfig:
     # what decides the all-reduce path a step takes and who notices a stuck one (engine/serving_faults.py)
     disable_custom_all_reduce: bool = False
     quick_reduce_quantization: str = "NONE"  # ROCM_QUICK_REDUCE_QUANTIZATION in the engine's environment
-    watchdog_timeout: float = 300.0  # --watchdog-timeout: SGLang's scheduler watchdog, seconds
+    watchdog_timeout: float = 300  # --watchdog-timeout: SGLang's scheduler watchdog, seconds (the release's int default)
     dist_timeout: int | None = None  # --dist-timeout: torch.distributed's collective timeout (None: 600 s for NCCL)
 
     @property
