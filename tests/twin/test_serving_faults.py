@@ -236,9 +236,10 @@ def test_a_dead_rank_nothing_watches_leaves_its_requests_waiting(tmp_path):
     cfg = ServingConfig(tp_size=1, dp_size=8)
     f = FaultWatch(sc, cfg, None).step(2, "prefill", 100, 1, 1, 0.0)
     assert f is not None and f.kind == "worker_crash" and f.death_after is None
-    # with TP peers the watchdog of the peers ends it
-    f = FaultWatch(sc, ServingConfig(tp_size=2, dp_size=4), None).step(0, "prefill", 100, 1, 1, 0.0)
-    assert f is not None and f.death_after == pytest.approx(300 + 5 + 1)
+    # with TP peers the watchdog of the peers ends it; under DP attention every rank is a peer in the MoE layers
+    for cfg in (ServingConfig(tp_size=2, dp_size=4), ServingConfig(tp_size=8, dp_size=8, enable_dp_attention=True)):
+        f = FaultWatch(sc, cfg, None).step(0, "prefill", 100, 1, 1, 0.0)
+        assert f is not None and f.death_after == pytest.approx(300 + 5 + 1)
 
 
 # --- the scenario format ----------------------------------------------------------------------------------------------

@@ -241,8 +241,9 @@ class FaultWatch:
         if self.cfg.dp_size == 1:  # the launcher watches every scheduler process
             return SUBPROCESS_POLL_S
         # under a DP controller the launcher watches only the controller: the dead rank's peers wait in their next
-        # collective until a watchdog fires (a rank alone in its group has no peer: nothing notices at all)
-        if self.cfg.tp_size // max(self.cfg.dp_size if self.cfg.enable_dp_attention else 1, 1) <= 1:
+        # collective until a watchdog fires. A replica of one GPU has no peer (under DP attention the MoE layers
+        # still join every rank): nothing notices at all
+        if not self.cfg.enable_dp_attention and self.cfg.tp_size <= 1:
             return None
         death, _ = self._hang_death(False)
         return death
