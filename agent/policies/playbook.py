@@ -583,6 +583,11 @@ class PlaybookPolicy:
                 if obs.result.get("moe_fallback_shapes") and not memo.get("tuning"):
                     memo["fallback_shapes"] = obs.result["moe_fallback_shapes"]
                 cur["serving"] = obs.result.get("serving_config") or {}
+                failed = memo.get("failed_serving", {}).get(self._serving_signature(cur))
+                if failed is not None:  # the engine serves what already failed under load: it would fail again
+                    memo.setdefault("tried", []).append(f"{cur['label']}: serves what failed before ({failed['why']}); "
+                                                        "not measured again")  # fmt: skip
+                    return self._serving_failure(ctx, memo, cur, failed["diagnosis"], failed["why"], again=True)
                 prior = memo.get("served", {}).get(self._served_key(cur))
                 if prior is not None:  # the engine serves what was measured already: the trace has the answer
                     memo["current"] = None
@@ -612,11 +617,8 @@ class PlaybookPolicy:
             if not obs.ok and "no server" in (obs.error or ""):
                 cur["step"] = "launch"  # a resumed run: the server went away with the old process
                 return None
-            if not obs.ok and obs.result.get("server_lost"):  # the engine died under the benchmark
-                if cur.get("relaunched"):
-                    return self._abandon(memo, cur, f"its server died twice under the benchmark: {obs.error}")
-                cur["relaunched"], cur["step"] = True, "launch"
-                return None
+            if not obs.ok and obs.result.get("server_lost"):  # the engine died (or hung) under the benchmark
+                return self._serving_failure(ctx, memo, cur, obs.result.get("diagnosis") or {}, obs.error or "")
             if obs.tool == "find_knee" and obs.result.get("stopped_by_budget") and not obs.result.get("runs"):
                 memo["current"], memo["phase"] = None, "done"
                 return [], f"the budget left ({obs.args.get('max_node_hours', 0):.3f} node-hours) buys no more benchmark runs"
@@ -659,6 +661,118 @@ class PlaybookPolicy:
                                          "keep_as": "engine_fix", "upstream": proposal})  # fmt: skip
             return None
         memo["current"] = None
+        return None
+
+    # --- failures while serving ---------------------------------------------------------------------------------
+
+    # what the configuration itself causes (a fix changes it); anything else (a crashed worker, a silent loss) may be
+    # the node's: the same configuration once more, then it is given up
+    CONFIGURATION_FAILURES = ("out_of_memory", "collective_error", "hang_timeout")
+
+    @staticmethod
+    def _serving_signature(cur: dict) -> str:
+        """What a launch serves, as the engine reported it (flags it resolved or rescaled included), and its env."""
+        return json.dumps([cur.get("serving") or {}, cur.get("env") or {}], sort_keys=True, default=str)
+
+    def _serving_failure(self, ctx: PolicyContext, memo: dict, cur: dict, diag: dict, error: str,
+                         again: bool = False) -> tuple[list[Call], str] | None:  # fmt: skip
+        """The server came up, then failed under the benchmark. A failure the configuration causes is answered by
+        changing it, reasoned from the engine's own figures: out of memory while serving -> less static memory or
+        fewer running requests; a collective that failed or hung -> another all-reduce path. The configuration that
+        failed is remembered as the engine served it, so that a relaunch serving the same is never measured again.
+        A crashed worker (or a loss the log does not explain) is relaunched once as it was, then given up."""
+        category = diag.get("category") or "unknown"
+        why = diag.get("summary") or error
+        cur["crash_category"] = category
+        configured = category in self.CONFIGURATION_FAILURES and (category != "hang_timeout" or "watchdog" in why)
+        if configured:
+            if cur.get("serving") and not again:
+                memo.setdefault("failed_serving", {})[self._serving_signature(cur)] = {"why": f"{category}: {why}",
+                                                                                      "diagnosis": diag}  # fmt: skip
+            cur["fixes"] = cur.get("fixes", 0) + 1
+            if cur["fixes"] > MAX_FIXES_PER_CONFIG:
+                return self._abandon(memo, cur, f"{why} persists after {MAX_FIXES_PER_CONFIG} fixes")
+            change = (self._serving_memory_fix(ctx.task, cur, diag) if category == "out_of_memory"
+                      else self._allreduce_fix(cur, diag))  # fmt: skip
+            if change:
+                cur["step"] = "launch"
+                memo.setdefault("tried", []).append(f"{cur['label']}: failed under load ({category}); {change}")
+                return None
+            return self._abandon(memo, cur, f"it fails under load and no allowed change is left: {why}")
+        if cur.get("relaunched"):
+            return self._abandon(memo, cur, f"its server died twice under the benchmark ({category}): {why}")
+        cur["relaunched"], cur["step"] = True, "launch"
+        return None
+
+    @staticmethod
+    def _serving_memory_fix(task: TaskSpec, cur: dict, diag: dict) -> str | None:
+        """Out of memory in a forward pass while serving: the step's transient memory outgrew what the static pool
+        left. From the engine's own figures: the allocation that failed, what was free, the batch it failed at and
+        the largest the engine runs, and the memory the static fraction is taken of, the static fraction that leaves
+        room for that allocation at the largest batch; the largest allowed value at or below it. Failing that, fewer
+        running requests: the largest allowed limit below the batch whose logits fit what was free. None when no
+        allowed value is left."""
+        flags, serving = cur["flags"], cur.get("serving") or {}
+        current = float(serving.get("mem_fraction_static") or diag.get("mem_fraction_static")
+                        or flags.get("mem-fraction-static") or 0.0)  # fmt: skip
+        tried, free = diag.get("tried_bytes"), diag.get("free_bytes") or 0
+        basis = diag.get("avail_before_weights_gb")
+        running = diag.get("running_requests")
+        largest = diag.get("max_running_requests") or serving.get("max_running_requests") or running
+        fractions = sorted(v for v in _allowed(task, "mem-fraction-static") if v)
+        if current and tried and basis:
+            scale = max(float(largest or 1) / float(running or largest or 1), 1.0)  # the batch can grow to its limit
+            shortfall = max(tried - free, 0) * scale + tried  # and one allocation of margin
+            bound = current - shortfall / (float(basis) * 1024**3)
+            # a flag the engine rescales (seen on this launch) is set so that what it runs stays under the bound
+            given = flags.get("mem-fraction-static")
+            ratio = current / float(given) if given else 1.0
+            lower = [f for f in fractions if f * ratio <= bound]
+            if lower:
+                flags["mem-fraction-static"] = lower[-1]
+                return (f"--mem-fraction-static {lower[-1]} (the engine ran {current:g}; {tried / 2**30:.2f} GiB asked "
+                        f"with {free / 2**30:.2f} GiB free at {running} running requests of {largest} allows at most "
+                        f"{bound:.4f} of the {basis:g} GB the pool is taken of)")
+        limits = sorted(v for v in _allowed(task, "max-running-requests") if v)
+        if running and tried:
+            fits = int(running * max(free, 1) / tried)
+            current_limit = flags.get("max-running-requests") or largest or running
+            below = [v for v in limits if v <= max(fits, 1) and v < current_limit]
+            below = below or [v for v in limits if v < min(running, current_limit)]
+            if below:
+                flags["max-running-requests"] = below[-1]
+                return (f"--max-running-requests {below[-1]} (the step failed at {running} running requests; the "
+                        f"logits of about {fits} fit what was free)")
+        return None
+
+    @staticmethod
+    def _allreduce_fix(cur: dict, diag: dict) -> str | None:
+        """A collective that failed or hung while serving: move the all-reduce to another path of the release's
+        dispatch. What the collective library itself reported (an RCCL error, a ProcessGroupNCCL work timing out) is
+        RCCL's: the custom all-reduce takes the messages it can when it was switched off. What only the engine's
+        watchdog saw is a custom kernel that never returned: aiter's fused all-reduce first, then the custom
+        all-reduce (``--disable-custom-all-reduce`` sends everything to RCCL). None when the configuration has no
+        other path left (or its TP group has one GPU: no all-reduce at all)."""
+        flags, serving = cur["flags"], cur.get("serving") or {}
+        tried = cur.setdefault("allreduce_tried", [])
+        if int(serving.get("tp_size") or flags.get("tp-size") or 1) <= 1:
+            return None
+        custom_off = bool(serving.get("disable_custom_all_reduce") or flags.get("disable-custom-all-reduce"))
+        fused = bool(serving.get("enable_aiter_allreduce_fusion") or flags.get("enable-aiter-allreduce-fusion"))
+        if diag.get("collective_library") == "rccl":
+            if custom_off and "custom" not in tried:
+                tried.append("custom")
+                flags.pop("disable-custom-all-reduce", None)
+                return "the custom all-reduce again (RCCL itself failed; it takes the messages RCCL carried)"
+            return None
+        if fused and "fusion" not in tried:
+            tried.append("fusion")
+            flags.pop("enable-aiter-allreduce-fusion", None)
+            return "no aiter all-reduce fusion (a fused all-reduce kernel stopped making progress)"
+        if not custom_off and "rccl" not in tried:
+            tried.append("rccl")
+            flags["disable-custom-all-reduce"] = True
+            return "--disable-custom-all-reduce (the custom all-reduce stopped making progress; RCCL takes it)"
         return None
 
     @staticmethod

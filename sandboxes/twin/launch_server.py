@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from .engine import faults, jit, memory, messages, moe_csv, server_args, tracebacks
+from .engine import faults, jit, memory, messages, moe_csv, server_args, serving_faults, tracebacks
 from .engine.http_api import ServerState, make_server
 from .engine.loading import loader, weights_cache
 from .engine.loading.platform import Platform
@@ -178,6 +178,9 @@ def serving_config(args, ws: Workspace, moe_tuned: bool) -> ServingConfig:
         mem_fraction_static=args.mem_fraction_static, enable_mixed_chunk=args.enable_mixed_chunk,
         disable_overlap_schedule=args.disable_overlap_schedule,
         context_length=context_len, schedule_conservativeness=args.schedule_conservativeness,
+        disable_custom_all_reduce=args.disable_custom_all_reduce,
+        quick_reduce_quantization=os.environ.get("ROCM_QUICK_REDUCE_QUANTIZATION", "NONE"),
+        watchdog_timeout=args.watchdog_timeout, dist_timeout=args.dist_timeout,
     )  # fmt: skip
 
 
@@ -220,6 +223,8 @@ def start(args) -> tuple[ServerState, float]:
     log.info(f"server_args=ServerArgs({', '.join(f'{k}={v!r}' for k, v in vars(args).items())})")
     server_args.check_platform(args, visible_gpus(sc))
     log.info("Init torch distributed begin.")
+    if args.tp_size > 1:  # the TP group's all-reduce path (GroupCoordinator.__init__, dispatch_custom_allreduce)
+        log.info(messages.AR_NCCL if args.disable_custom_all_reduce else messages.AR_AITER)
     log.info("Init torch distributed ends. elapsed=1.20 s, mem usage=0.62 GB")
     avail = memory.free_before_weights_gb(sc.hardware.memory_gb)
     log.info(f"Load weight begin. avail mem={avail:.2f} GB")
@@ -295,6 +300,10 @@ def start(args) -> tuple[ServerState, float]:
         "version": sc.engine.version,
         "jit_kernels": kernels,
         "pid": os.getpid(),  # where an injected fault (faults.py) finds the server to kill
+        # one GPU's memory as the plan left it: what a step under load may use (engine/serving_faults.py)
+        "memory": {"gpu_bytes": plan.gpu_bytes, "static_bytes": plan.weight_bytes_per_gpu + plan.kv_pool_bytes_per_gpu,
+                   "graph_bytes": plan.graph_bytes, "activation_bytes": plan.activation_bytes,
+                   "free_bytes": plan.free_bytes},
     }
     state = ServerState(
         model_path=args.model_path,
@@ -340,6 +349,47 @@ def check_draft_tree(ws: Workspace, cfg: ServingConfig, avail_gb: float) -> str:
                           [f"Exception: {failed}"]),
     ])  # fmt: skip
     raise SchedulerError(f"Exception: Capture cuda graph failed: {error}", text)
+
+
+_PRINT = threading.Lock()
+
+
+def print_engine_lines(lines: list[serving_faults.Printed]) -> None:
+    """Print what the engine's processes print, each the way its process writes it: a scheduler's logger with its
+    rank prefix (``[time DP1 TP3] ...``), the launcher's logger (``[time] ...``), or a runtime's bare stderr line."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    text = "".join(
+        f"{p.text}\n" if p.who == "raw" else f"[{stamp}{p.who.removeprefix('rank:')}] {p.text}\n"
+        if p.who.startswith("rank:") else f"[{stamp}] {p.text}\n" for p in lines)
+    handler = logging.getLogger().handlers[0] if logging.getLogger().handlers else None
+    with _PRINT:  # one write, under the log handler's lock: no access-log line lands inside a traceback
+        if handler is not None:
+            handler.acquire()
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        finally:
+            if handler is not None:
+                handler.release()
+
+
+def serving_failure(state: ServerState, ws_root: Path, data: dict) -> None:
+    """The benchmark's simulation reached a step this server cannot run (engine/serving_faults.py): after the time
+    the engine takes to notice (scaled by TWIN_TIME_SCALE), print what it prints and go as it goes: the launcher's
+    SIGQUIT handler kills the process tree (SIGKILL, itself included). A failure nothing notices leaves the server
+    up but its scheduler silent."""
+    fault = serving_faults.Fault.from_dict(data)
+    cfg = ServingConfig.from_dict(state.twin["serving_config"])
+    lines = serving_faults.render(fault, cfg, ws_root, os.getpid())
+    state.stalled.set()  # from now on the scheduler answers nothing
+    if fault.death_after is None:
+        print_engine_lines(lines)
+        return
+    time.sleep(max(fault.death_after, 0.0) * state.time_scale)
+    print_engine_lines(lines)
+    log.error(f"{SIMULATED_NOTE}: the server failed while serving ({fault.kind})")
+    sys.stdout.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def configure_logging() -> None:
@@ -398,6 +448,8 @@ def main(argv: list[str] | None = None) -> int:
         wait = None if fault == "hang_before_ready" else float(os.environ.get("TWIN_SLOW_START_S", "600"))
         if stopping.wait(wait):
             return 0
+    root = Path(args.sglang_root) if args.sglang_root else Path(args.model_path).parent / "sglang"
+    state.on_fault = lambda data: threading.Thread(target=serving_failure, args=(state, root, data), daemon=True).start()
     server = make_server(state, args.host, args.port)
     host, port = server.server_address[:2]
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)

@@ -46,6 +46,11 @@ class ServingConfig:
     mamba_full_memory_ratio: float = 0.9  # recurrent-state memory / full-attention KV memory
     mamba_ssm_dtype: str | None = None  # --mamba-ssm-dtype (None: the config's mamba_ssm_dtype, else float32)
     mamba_scheduler_strategy: str = "no_buffer"  # resolved: 0.5.12 turns its default "auto" into "no_buffer"
+    # what decides the all-reduce path a step takes and who notices a stuck one (engine/serving_faults.py)
+    disable_custom_all_reduce: bool = False
+    quick_reduce_quantization: str = "NONE"  # ROCM_QUICK_REDUCE_QUANTIZATION in the engine's environment
+    watchdog_timeout: float = 300  # --watchdog-timeout: SGLang's scheduler watchdog, seconds (the release's int default)
+    dist_timeout: int | None = None  # --dist-timeout: torch.distributed's collective timeout (None: 600 s for NCCL)
 
     @property
     def speculative(self) -> bool:

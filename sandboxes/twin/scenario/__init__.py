@@ -163,9 +163,32 @@ class MoEShape:
 
 
 @dataclass(frozen=True)
+class CollectiveFault:
+    """An all-reduce path the node's image has a defect on (engine/serving_faults.py): a step whose all-reduce
+    takes the path ``allreduce`` with at least ``min_tokens`` tokens hangs or fails."""
+
+    allreduce: str  # aiter_allreduce_fusion | custom_allreduce | quick_allreduce | rccl
+    failure: str = "hang"  # hang | error (RCCL reports an error: path rccl only)
+    min_tokens: int = 1
+
+
+@dataclass(frozen=True)
+class WorkerFault:
+    """A kernel that kills one TP rank's process while serving: on a forward step with at least ``min_tokens``
+    tokens, when the served flags satisfy ``when`` (always, without it)."""
+
+    rank: int
+    error: str = "memory_access_fault"  # memory_access_fault (the runtime aborts) | illegal_memory_access (raised)
+    min_tokens: int = 1
+    when: JitTrigger | None = None
+
+
+@dataclass(frozen=True)
 class DefectSpec:
     unguarded_includes: tuple[UnguardedInclude, ...] = ()
     tuned_moe_shapes: tuple[MoEShape, ...] = ()
+    collective_faults: tuple[CollectiveFault, ...] = ()
+    worker_faults: tuple[WorkerFault, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -322,6 +345,7 @@ def _check(sc: Scenario) -> None:
     for i, kernel in enumerate(sc.engine.jit_kernels):
         if kernel.when.flag not in flags:
             fail(f"engine.jit_kernels[{i}].when.flag", f"{kernel.when.flag!r} is not an SGLang server argument")
+    _check_serving_defects(sc.defects, sc.hardware.num_gpus, flags, fail)
     m = sc.model
     if m.mtp is not None:
         if m.mtp.layer_index != m.num_hidden_layers:
@@ -330,6 +354,37 @@ def _check(sc: Scenario) -> None:
         want = f"model.layers.{m.mtp.layer_index}"
         if m.mtp.checkpoint_prefix != want:
             fail("model.mtp.checkpoint_prefix", f"SGLang's NextN loader reads the MTP layer from {want!r}")
+
+
+COLLECTIVE_PATHS = ("aiter_allreduce_fusion", "custom_allreduce", "quick_allreduce", "rccl")
+COLLECTIVE_FAILURES = ("hang", "error")
+WORKER_ERRORS = ("memory_access_fault", "illegal_memory_access")
+
+
+def _check_serving_defects(defects: DefectSpec, num_gpus: int, flags: set[str], fail: Any) -> None:
+    """The defects that fail while serving (``collective_faults``, ``worker_faults``): known paths and errors, a
+    rank the node has, a trigger on a real flag."""
+    for i, cf in enumerate(defects.collective_faults):
+        where = f"defects.collective_faults[{i}]"
+        if cf.allreduce not in COLLECTIVE_PATHS:
+            fail(f"{where}.allreduce", f"unknown all-reduce path {cf.allreduce!r} (expected one of "
+                                       f"{', '.join(COLLECTIVE_PATHS)})")
+        if cf.failure not in COLLECTIVE_FAILURES:
+            fail(f"{where}.failure", f"unknown failure {cf.failure!r} (expected one of {', '.join(COLLECTIVE_FAILURES)})")
+        if cf.failure == "error" and cf.allreduce != "rccl":
+            fail(f"{where}.failure", "only RCCL reports an error (the custom all-reduce kernels wait: use hang)")
+        if cf.min_tokens < 1:
+            fail(f"{where}.min_tokens", "must be at least 1")
+    for i, wf in enumerate(defects.worker_faults):
+        where = f"defects.worker_faults[{i}]"
+        if wf.error not in WORKER_ERRORS:
+            fail(f"{where}.error", f"unknown error {wf.error!r} (expected one of {', '.join(WORKER_ERRORS)})")
+        if not 0 <= wf.rank < num_gpus:
+            fail(f"{where}.rank", f"the node has ranks 0 to {num_gpus - 1}, not {wf.rank}")
+        if wf.min_tokens < 1:
+            fail(f"{where}.min_tokens", "must be at least 1")
+        if wf.when is not None and wf.when.flag not in flags:
+            fail(f"{where}.when.flag", f"{wf.when.flag!r} is not an SGLang server argument")
 
 
 def _sglang_flags() -> set[str]:
