@@ -73,3 +73,36 @@ def config_from_spec(m: Any) -> dict[str, Any]:
         cfg["index_n_heads"] = a.indexer_heads
         cfg["index_head_dim"] = a.indexer_head_dim
     return cfg
+
+
+def spec_fields(arch: Any, config: dict[str, Any]) -> dict[str, Any]:
+    """The hand-written ``ModelSpec`` fields a config-driven model reads from its config (for the parts of the twin
+    that describe a model by its full-attention layers and its routed experts)."""
+    from ..scenario.format import AttentionSpec, MoESpec
+    from .arch import GQA, MLA, LinearAttention
+
+    full = arch.full_attention or next((la.attention for la in arch.layers if not isinstance(la.attention, LinearAttention)), None)
+    if isinstance(full, MLA):
+        attention = AttentionSpec(num_heads=full.num_heads, kind="mla", q_lora_rank=full.q_lora_rank,
+                                  kv_lora_rank=full.kv_lora_rank, qk_nope_head_dim=full.qk_nope_head_dim,
+                                  qk_rope_head_dim=full.qk_rope_head_dim, v_head_dim=full.v_head_dim,
+                                  sparse_topk=full.index_topk, indexer_heads=full.index_heads,
+                                  indexer_head_dim=full.index_head_dim)  # fmt: skip
+    elif isinstance(full, GQA):
+        attention = AttentionSpec(num_heads=full.num_heads, kind="gqa", num_kv_heads=full.num_kv_heads,
+                                  head_dim=full.head_dim, qk_norm=full.qk_norm)  # fmt: skip
+    else:
+        attention = None
+    moe = arch.moe
+    moe_spec = MoESpec(num_experts=moe.num_experts, top_k=moe.top_k, intermediate_size=moe.intermediate_size,
+                       num_shared_experts=(moe.shared_intermediate_size // moe.intermediate_size
+                                           if moe.has_shared and moe.intermediate_size else 0)) if moe else None  # fmt: skip
+    dense = [la for la in arch.layers if la.mlp.kind == "dense"]
+    first_dense = next((i for i, la in enumerate(arch.layers) if la.mlp.kind != "dense"), 0)
+    return {
+        "architecture": arch.architecture, "model_type": arch.model_type, "hidden_size": arch.hidden_size,
+        "num_hidden_layers": arch.num_hidden_layers, "vocab_size": arch.vocab_size, "attention": attention,
+        "moe": moe_spec, "first_k_dense_replace": first_dense if moe else 0,
+        "dense_intermediate_size": dense[0].mlp.intermediate_size if dense else 0,
+        "max_position_embeddings": arch.max_position_embeddings,
+    }  # fmt: skip

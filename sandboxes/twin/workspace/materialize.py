@@ -39,7 +39,6 @@ from .. import scenario as scenario_mod
 from ..engine import moe_csv
 from ..models import catalogue as checkpoint
 from ..models.catalogue import ModelDims, checkpoint_modules, param_specs, quantizable, tensor_bytes
-from ..models.legacy import config_from_spec
 from ..scenario import MoEShape, Scenario
 from . import release
 
@@ -168,10 +167,13 @@ def _quark_config(weight_format: str, exclude: list[str]) -> dict[str, Any] | No
 def build_config(sc: Scenario) -> dict[str, Any]:
     """The checkpoint's ``config.json`` for scenario ``sc``."""
     cfg: dict[str, Any] = {"_comment": f"{simulated_label(sc)}: checkpoint metadata only, no tensor data",
-                           **config_from_spec(sc.model)}  # fmt: skip
-    qc = _quark_config(sc.quantization.weight_format, sc.exclude_entries())
-    if qc is not None:
-        cfg["quantization_config"] = qc
+                           **sc.model.hf_config}  # fmt: skip
+    if sc.quantization.config:  # as the vendor published it
+        cfg["quantization_config"] = json.loads(sc.quantization.config)
+    else:
+        qc = _quark_config(sc.quantization.weight_format, sc.exclude_entries())
+        if qc is not None:
+            cfg["quantization_config"] = qc
     cfg["dayzero_twin"] = {"simulated": True, "scenario": sc.name}
     return cfg
 
@@ -397,15 +399,28 @@ def apply_defects(sc: Scenario, sglang_root: Path) -> list[str]:
             if _include_line(text.splitlines(), h) is None:
                 raise MaterializeError(f"{sc.where(f'engine.jit_kernels[{i}].includes')}: {k.source} does not "
                                        f"include <{h}>")
-    if sc.model.mtp is not None:
-        f = sc.model.mtp.draft_model_file
-        if not (sglang_root / f).is_file():
-            raise MaterializeError(f"{sc.where('model.mtp.draft_model_file')}: {f} is not a file of the SGLang "
-                                   f"{sc.engine.version} tree")
-        if f"class {sc.model.mtp.draft_model_class}" not in (sglang_root / f).read_text():
-            raise MaterializeError(f"{sc.where('model.mtp.draft_model_class')}: {f} defines no class "
-                                   f"{sc.model.mtp.draft_model_class}")
+    _check_classes(sc, sglang_root)
     return done
+
+
+def _check_classes(sc: Scenario, sglang_root: Path) -> None:
+    """The release registers the model's architecture, and, for a model with an MTP head, the draft class its
+    ``ModelConfig._config_draft_model`` picks for it (a tree without model code, the bundled excerpt, is not
+    asked)."""
+    from ..engine.loading.build import draft_class_of, registry
+
+    known = registry(sglang_root)
+    if len(known) < 10:
+        return
+    arch = sc.model.architecture
+    if arch not in known:
+        raise MaterializeError(f"{sc.where('model.architecture' if sc.model.config is None else 'model.config')}: "
+                               f"SGLang {sc.engine.version} registers no model class {arch!r}")  # fmt: skip
+    if sc.model.mtp is not None:
+        draft = draft_class_of(sglang_root, sc.model.hf_config)
+        if draft not in known:
+            raise MaterializeError(f"{sc.where('model.mtp')}: SGLang {sc.engine.version} drafts {arch} with "
+                                   f"{draft!r}, which it does not register")  # fmt: skip
 
 
 _MOE_READER_SRC = '''\

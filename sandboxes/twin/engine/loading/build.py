@@ -176,6 +176,16 @@ def draft_architecture(executor: Executor, config_obj: Any) -> Any:
     return config_obj
 
 
+def draft_class_of(sglang_root: Path, config: Mapping[str, Any]) -> str:
+    """The architecture the release's draft worker builds for a model of ``config`` (its own
+    ``ModelConfig._config_draft_model``; the model's own architecture when it renames nothing)."""
+    executor = Executor(Path(sglang_root))
+    obj = hf_config(executor, config)
+    draft_architecture(executor, obj)
+    archs = getattr(obj, "architectures", None) or config.get("architectures") or [""]
+    return str(archs[0])
+
+
 @dataclass
 class Built:
     model: Any
