@@ -26,6 +26,7 @@ from typing import Any
 
 from agent.state import AgentState, Call, Observation
 from tasks.spec import TaskSpec
+from tools.loader_names import renamed_prefix, renames
 from tools.source import unified_diff
 
 from ..ablation import explain_best
@@ -42,7 +43,7 @@ from ..search import (
     tree_of,
 )
 from .base import Decision, PolicyContext
-from .upstream_fixes import _map_mtp_exclude_entry, draft_class, map_draft_excludes
+from .upstream_fixes import _map_mtp_exclude_entry, class_at, draft_class, map_draft_excludes
 
 MAX_FIXES_PER_CONFIG = 6
 # Layout screening sends every prompt at once (a burst) and ranks layouts by the throughput they serve: 128 prompts
@@ -972,7 +973,8 @@ class PlaybookPolicy:
         if not model_file or not ctx.workspace.exists(model_file) or cp != f"model.layers.{n_layers}":
             return None
         source = ctx.workspace.read_file(model_file)
-        cls = draft_class(source, ep)
+        line = next((int(f["line"]) for f in diag.get("frames") or [] if f["file"] == model_file), None)
+        cls = class_at(source, line) if line else draft_class(source, ep)
         fixed = map_draft_excludes(source, cls, 'f"model.layers.{config.num_hidden_layers}"',
                                    "model.layers.<num_hidden_layers>", ep) if cls else None  # fmt: skip
         if fixed is None:
@@ -982,10 +984,9 @@ class PlaybookPolicy:
             "category": "weight_shape_mismatch",
             "defect": f"engine:{model_file}:{cls}",
             "title": "Map the checkpoint's MTP-layer exclude entries in the draft model",
-            "root_cause": (f"{cls}.hf_to_sglang_mapper renames one fixed checkpoint layer to {ep}, but this "
-                           f"checkpoint stores its MTP layer as {cp} (num_hidden_layers = {n_layers}); the exclude "
-                           f"entries naming that layer are not mapped, so the draft builds its bf16 modules "
-                           f"quantized and their weights do not fit"),
+            "root_cause": (f"{cls} builds the checkpoint's MTP layer {cp} (num_hidden_layers = {n_layers}) as {ep}, "
+                           f"but nothing maps the exclude entries naming that layer to {ep}, so the draft builds its "
+                           f"bf16 modules quantized and their weights do not fit"),
             "change": (f"in {cls}.__init__ ({model_file}), before any module is built, add each exclude entry "
                        f"that names model.layers.<num_hidden_layers> again under {ep} (exact names, the fused "
                        f"experts module, re: patterns), so checkpoints need no config fix"),
@@ -994,21 +995,26 @@ class PlaybookPolicy:
 
     @staticmethod
     def _draft_prefixes(ctx: PolicyContext, diag: dict, config: dict, names: dict) -> tuple[str, str] | None:
-        """(checkpoint prefix, engine prefix) of the layer a draft model loads, or None when it is not that."""
+        """(checkpoint prefix, engine prefix) of the layer a draft model loads, or None when it is not that.
+
+        The checkpoint's extra layer is the one beyond ``num_hidden_layers`` in the weight index; the name the
+        draft gives it is read from the loader code of the crash's own traceback: the renames its functions
+        (and their files' name maps) apply to the checkpoint's names (``tools.loader_names``)."""
         if not diag.get("draft_model"):
             return None
-        n_layers = int(config.get("num_hidden_layers") or 0)
+        n_layers = int(config.get("num_hidden_layers") or config.get("text_config", {}).get("num_hidden_layers") or 0)
         extra = sorted({int(m.group(1)) for k in names if (m := re.match(r"model\.layers\.(\d+)\.", k))
                         and int(m.group(1)) >= n_layers})  # fmt: skip
-        model_file = diag.get("model_file")
-        if not extra or not model_file or not ctx.workspace.exists(model_file):
+        if not extra:
             return None
-        source = ctx.workspace.read_file(model_file)
-        # the draft model's own checkpoint-name mapping: "model.layers.<i>": "<engine prefix>"
-        mapped = re.findall(r'["\']model\.layers\.\d+["\']\s*:\s*["\']([\w.]+)["\']', source)
-        if not mapped:
+        cp = f"model.layers.{extra[0]}"
+        frames = [(f["file"], f["function"], int(f["line"])) for f in diag.get("frames") or []
+                  if "/models/" in f["file"] and ctx.workspace.exists(f["file"])]  # fmt: skip
+        sources = {f: ctx.workspace.read_file(f) for f, _, _ in frames}
+        engine = renamed_prefix(cp, renames(sources, frames))
+        if not engine:
             return None
-        return f"model.layers.{extra[0]}", mapped[0]
+        return cp, engine[0]
 
     def _guard_fix(self, ctx: PolicyContext, diag: dict) -> tuple[Call, dict] | None:
         """A CUDA-only header included without a ROCm guard, in a file compiled for ROCm: guard it, with the HIP

@@ -165,3 +165,16 @@ def draft_class(source: str, prefix: str) -> str | None:
                 if prefix in values:
                     return cls.name
     return None
+
+
+def class_at(source: str, line: int) -> str | None:
+    """The class whose body holds ``line`` of ``source`` (the draft class whose code a traceback frame ran), or
+    None."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            return node.name
+    return None
