@@ -195,21 +195,24 @@ def load_weights(ws: Workspace, args) -> loader.WeightLoadReport:
     server_args_used = {k: v for k, v in sorted(vars(args).items()) if k not in _NOT_FOR_LOADING}
     attn_tp = args.tp_size // args.dp_size if args.enable_dp_attention else args.tp_size
     inputs = {"with_draft": bool(args.speculative_algorithm), "tp_size": args.tp_size, "attn_tp_size": attn_tp,
-              "gfx_arch": hw.gfx_arch, "memory_gb": hw.memory_gb, "server_args": server_args_used}  # fmt: skip
+              "dp_size": args.dp_size, "gfx_arch": hw.gfx_arch, "memory_gb": hw.memory_gb}  # fmt: skip
     twin_dir = ws.model_dir.parent / ".twin"
     scenario_file = Path(os.environ.get("TWIN_SCENARIO") or twin_dir / "scenario.yaml")
     scenarios = list(dict.fromkeys([scenario_file, twin_dir / "scenario.yaml"]))
     key = weights_cache.cache_key(inputs, [ws.model_dir, ws.sglang_root], scenarios)
     cache_dir = twin_dir / "weights-cache" if twin_dir.is_dir() else None
 
+    node = Platform(gfx_arch=hw.gfx_arch, memory_gb=hw.memory_gb, device_name=f"AMD Instinct {hw.name}",
+                    dp_size=args.dp_size, enable_dp_attention=args.enable_dp_attention,
+                    server_args=server_args_used)  # fmt: skip
+
     def load() -> loader.WeightLoadReport:
-        node = Platform(gfx_arch=hw.gfx_arch, memory_gb=hw.memory_gb, device_name=f"AMD Instinct {hw.name}",
-                        dp_size=args.dp_size, enable_dp_attention=args.enable_dp_attention,
-                        server_args=server_args_used)  # fmt: skip
         return loader.load_weights(ws.model_dir, ws.sglang_root, with_draft=inputs["with_draft"], tp_size=args.tp_size,
                                    attn_tp_size=attn_tp, platform=node)  # fmt: skip
 
-    return weights_cache.remembered(cache_dir, key, load)
+    # the server arguments the model code reads decide an entry; the others (the KV cache's dtype, the benchmark's
+    # limits) leave the load as it was
+    return weights_cache.remembered(cache_dir, key, load, args=server_args_used, args_read=lambda: node.args_read)
 
 
 def start(args) -> tuple[ServerState, float]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,13 +55,15 @@ class ModelClass:
         return "python/" + self.module.replace(".", "/") + ".py"
 
 
-def _entry_classes(tree: ast.Module) -> list[str]:
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "EntryClass" for t in node.targets):
-            value = node.value
-            items = value.elts if isinstance(value, ast.List | ast.Tuple) else [value]
-            return [n.id for n in items if isinstance(n, ast.Name)]
-    return []
+_ENTRY = re.compile(r"^EntryClass\s*=\s*(\[[^\]]*\]|\w+)", re.M)
+
+
+def _entry_classes(text: str) -> list[str]:
+    """The names a model file's ``EntryClass = X`` / ``EntryClass = [X, Y]`` registers (read, not imported)."""
+    m = _ENTRY.search(text)
+    if not m:
+        return []
+    return re.findall(r"\b([A-Za-z_]\w*)\b", m.group(1))
 
 
 @functools.lru_cache(maxsize=8)
@@ -68,8 +71,8 @@ def _registry(models_dir: str, stamp: tuple[tuple[str, float], ...]) -> dict[str
     out: dict[str, ModelClass] = {}
     for path in sorted(Path(models_dir).glob("*.py")):
         try:
-            names = _entry_classes(parse(path))
-        except PureCodeError:
+            names = _entry_classes(path.read_text(errors="replace"))
+        except OSError:
             continue
         module = f"sglang.srt.models.{path.stem}"
         for name in names:

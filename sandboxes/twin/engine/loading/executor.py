@@ -115,6 +115,51 @@ def _stub_result(fn: Any) -> Callable[[], Any]:
     return StubValue
 
 
+def _definitions(path: Path, names: list[str]) -> ast.Module:
+    """The file's imports (each allowed to fail: an optional dependency the image lacks) and the named top-level
+    definitions with everything they use."""
+    tree = parse(path)
+    imports: list[ast.stmt] = []
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+            continue  # compiled with the annotations flag instead
+        if isinstance(node, ast.Import | ast.ImportFrom) or (
+                isinstance(node, ast.Try) and any(isinstance(n, ast.Import | ast.ImportFrom) for n in node.body)):
+            guard = ast.Try(body=[node], handlers=[ast.ExceptHandler(type=ast.Name("Exception", ast.Load()),
+                            name=None, body=[ast.Pass()])], orelse=[], finalbody=[])  # fmt: skip
+            imports.append(ast.copy_location(guard, node))
+    return ast.fix_missing_locations(ast.Module(body=imports + _closure(tree, names, path), type_ignores=[]))
+
+
+def _compiled(path: Path, names: list[str] | None = None) -> types.CodeType:
+    """``path`` compiled as the executor runs it (whole, or just ``names`` with what they use), kept like a .pyc in
+    the per-user cache by the file's contents: a file of the release compiles once per user, an edited one again."""
+    import hashlib
+    import marshal
+    import os
+
+    from ...workspace.release import cache_dir
+
+    data = path.read_bytes()
+    salt = f"{path}\0{sys.version}\0{','.join(sorted(names)) if names is not None else '*'}".encode()
+    key = hashlib.sha256(data + salt).hexdigest()[:40]
+    cached = cache_dir() / "compiled" / f"{key}.bin"
+    try:
+        return marshal.loads(cached.read_bytes())
+    except (OSError, ValueError, EOFError, TypeError):
+        pass
+    tree = parse(path) if names is None else _definitions(path, names)  # a syntax error raises PureCodeError here
+    code = compile(tree, str(path), "exec", flags=_FUTURE_ANNOTATIONS, dont_inherit=True)
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(marshal.dumps(code))
+        os.replace(tmp, cached)
+    except OSError:
+        pass
+    return code
+
+
 class _StubMeta(abc.ABCMeta):
     """Stub classes: attributes are more stubs, calls return stub values. A workspace class deriving from one is a
     real class (a fake ``nn.Module``): calling it runs its own ``__init__``."""
@@ -342,8 +387,7 @@ class Executor:
         # sglang package is never installed beside the twin, so the name is free (the last executor's wins)
         sys.modules[name] = module
         try:
-            tree = parse(path)
-            code = compile(tree, str(path), "exec", flags=_FUTURE_ANNOTATIONS, dont_inherit=True)
+            code = _compiled(path)
             self.executed.append(path)
             exec(code, module.__dict__)
         except PureCodeError as exc:
@@ -432,26 +476,16 @@ class Executor:
 
     def _load(self, path: Path, module: str, names: list[str]) -> dict[str, Any]:
         """The named top-level definitions of ``path`` and what they use, with the file's imports."""
-        tree = parse(path)
-        imports: list[ast.stmt] = []
-        for node in tree.body:  # the file's imports, each allowed to fail (an optional dependency the image lacks)
-            if isinstance(node, ast.ImportFrom) and node.module == "__future__":
-                continue  # compiled with the annotations flag instead
-            if isinstance(node, ast.Import | ast.ImportFrom) or (
-                    isinstance(node, ast.Try) and any(isinstance(n, ast.Import | ast.ImportFrom) for n in node.body)):
-                guard = ast.Try(body=[node], handlers=[ast.ExceptHandler(type=ast.Name("Exception", ast.Load()),
-                                name=None, body=[ast.Pass()])], orelse=[], finalbody=[])  # fmt: skip
-                imports.append(ast.copy_location(guard, node))
-        body = imports + _closure(tree, names, path)
         holder = types.ModuleType(module)
         holder.__file__ = str(path)
         holder.__package__ = module if path.name == "__init__.py" else module.rpartition(".")[0]
         holder.__dict__["__builtins__"] = {**vars(builtins), "__import__": self}
         sys.modules.setdefault(module, holder)  # dataclasses look the module up while its classes are made
         try:
-            module_ast = ast.fix_missing_locations(ast.Module(body=body, type_ignores=[]))
-            code = compile(module_ast, str(path), "exec", flags=_FUTURE_ANNOTATIONS, dont_inherit=True)
+            code = _compiled(path, names)
             exec(code, holder.__dict__)
+        except PureCodeError:
+            raise
         except Exception as exc:
             raise PureCodeError(f"{type(exc).__name__}: {exc}", path=path) from None
         return holder.__dict__

@@ -132,24 +132,26 @@ class _Checkpoint:
     def __init__(self, weight_map: dict[str, dict[str, Any]]) -> None:
         self.entries: list[tuple[str, str, list[int], int]] = []  # name, dtype, shape, how many tensors it stands for
         groups: dict[str, list[str]] = {}
+        split: dict[str, tuple[str, str, str]] = {}
         for name in weight_map:
-            m = _EXPERT.match(name)
-            if m:
-                groups.setdefault(m.group(1) + "*" + m.group(3), []).append(m.group(2))
-        sampled: dict[str, tuple[set[str], int]] = {}
-        for key, ids in groups.items():
-            keep = {ids[0], ids[-1]}
-            sampled[key] = (keep, len(ids))
+            head, sep, rest = name.partition(".experts.")
+            if not sep:
+                continue
+            number, dot, tail = rest.partition(".")
+            if dot and number.isdigit():
+                key = head + ".experts.*." + tail
+                groups.setdefault(key, []).append(number)
+                split[name] = (key, number, tail)
+        keep = {key: ({ids[0], ids[-1]}, len(ids)) for key, ids in groups.items()}
         for name, meta in weight_map.items():
-            dtype, shape = str(meta.get("dtype", "BF16")), list(meta.get("shape") or [])
-            m = _EXPERT.match(name)
             weight = 1
-            if m:
-                keep, n = sampled[m.group(1) + "*" + m.group(3)]
-                if m.group(2) not in keep:
+            if name in split:
+                key, number, _ = split[name]
+                kept, n = keep[key]
+                if number not in kept:
                     continue
-                weight = n // len(keep) + (1 if m.group(2) == min(keep) and n % len(keep) else 0)
-            self.entries.append((name, dtype, shape, weight))
+                weight = n // len(kept) + (1 if number == min(kept) and n % len(kept) else 0)
+            self.entries.append((name, str(meta.get("dtype", "BF16")), list(meta.get("shape") or []), weight))
         self.consumed: dict[str, int] = {}  # checkpoint name -> the bytes it stands for
         self.used: set[str] = set()
 

@@ -60,6 +60,7 @@ class Platform:
     moe_ep_size: int = 1
     server_args: dict[str, Any] = field(default_factory=dict)
     sglang_root: Any = None  # the workspace's tree: ServerArgs' own field defaults come from its server_args.py
+    args_read: set[str] = field(default_factory=set)  # the server arguments model code has read (for the cache)
 
     @property
     def attention_tp_size(self) -> int:
@@ -105,7 +106,14 @@ class Platform:
         values.setdefault("dp_size", self.dp_size)
         values.setdefault("enable_dp_attention", self.enable_dp_attention)
 
+        read = self.args_read
+
         class ServerArgs(types.SimpleNamespace):
+            def __getattribute__(self, name: str) -> Any:
+                if not name.startswith("__"):
+                    read.add(name)
+                return super().__getattribute__(name)
+
             def __getattr__(self, name: str) -> Any:
                 if name.startswith("__"):
                     raise AttributeError(name)

@@ -199,9 +199,15 @@ def _answer(outcome: dict[str, Any]) -> WeightLoadReport:
     return WeightLoadReport(**outcome["report"])
 
 
-def remembered(cache_dir: Path | None, key: str, load: Callable[[], WeightLoadReport]) -> WeightLoadReport:
+def remembered(cache_dir: Path | None, key: str, load: Callable[[], WeightLoadReport], *,
+               args: dict[str, Any] | None = None, args_read: Callable[[], set[str]] | None = None) -> WeightLoadReport:  # fmt: skip
     """``load()``'s outcome, from the workspace's ``cache_dir`` or the per-user cache when an entry of ``key``
-    whose files are unchanged is there (an error is raised again as it was)."""
+    whose files are unchanged is there (an error is raised again as it was).
+
+    ``args``: the server arguments of this launch; ``args_read()``: which of them the load's model code read
+    (after it ran). An entry answers only a launch whose arguments have the values it read: the other flags (the
+    KV cache's dtype, the benchmark's limits) leave the load as it was."""
+    args = {k: _jsonable(v) for k, v in (args or {}).items()}
     scope = getattr(key, "scope", ())
     if not scope:
         return load()
@@ -228,6 +234,8 @@ def remembered(cache_dir: Path | None, key: str, load: Callable[[], WeightLoadRe
                     continue
                 if not same(data["reads"]):
                     continue
+                if any(args.get(name, _MISSING) != value for name, value in data.get("args", {}).items()):
+                    continue
                 outcome = _with_paths(data["outcome"], scope) if data["relocatable"] else data["outcome"]
             except (OSError, ValueError, KeyError, TypeError, IndexError):
                 continue
@@ -240,9 +248,12 @@ def remembered(cache_dir: Path | None, key: str, load: Callable[[], WeightLoadRe
     def store(outcome: dict[str, Any]) -> None:
         reads = sorted([*where, _content(p)] for p in opened if (where := _where(p, scope)))
         stripped, relocatable = _without_paths(outcome, scope)
-        data = {"scope": list(scope), "relocatable": relocatable, "reads": reads,
+        used = sorted(args_read() if args_read is not None else args)
+        conditions = {name: args.get(name, _MISSING) for name in used if name in args}
+        data = {"scope": list(scope), "relocatable": relocatable, "reads": reads, "args": conditions,
                 "outcome": stripped if relocatable else outcome}  # fmt: skip
-        name = f"{key}-{hashlib.sha256(json.dumps(reads).encode()).hexdigest()[:16]}.json"
+        digest = hashlib.sha256(json.dumps([reads, conditions], sort_keys=True).encode()).hexdigest()[:16]
+        name = f"{key}-{digest}.json"
         _store(cache_dir, name, data, KEEP)
         if relocatable:
             _store(shared, name, data, SHARED_KEEP)
@@ -255,6 +266,18 @@ def remembered(cache_dir: Path | None, key: str, load: Callable[[], WeightLoadRe
         raise
     store({"report": dataclasses.asdict(report)})
     return report
+
+
+_MISSING = "\0missing"
+
+
+def _jsonable(value: Any) -> Any:
+    """An argument as an entry stores it (JSON's own types; anything else by its text)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return str(value)
 
 
 def _entries(folder: Path | None, key: str) -> list[Path]:
