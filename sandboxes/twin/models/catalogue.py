@@ -436,7 +436,7 @@ class Tensor:
     kind: str
     shape: tuple[int, ...]
     category: str
-    params: tuple[tuple[str, str], ...] = ()  # GATE kind: (suffix, dtype) pairs stored as is; "" suffix: bare name
+    params: tuple[tuple[Any, ...], ...] = ()  # GATE kind: (suffix, dtype[, shape]) stored as is; "" suffix: bare name
     bias: bool = False  # a LINEAR/LAYERNORM-free bias (linears with bias=True store <name>.bias)
 
 
@@ -543,8 +543,9 @@ class _Builder:
         router = self.need("router")
         E, i = m.num_experts, m.intermediate_size
         router_dtype = self.naming.dtypes.get("router", self.norm_dtype)
-        params = [("weight", router_dtype)] + ([("bias", router_dtype)] if m.router_bias else [])
-        self.add(f"{block}.{router}", GATE, (E, h), "router", params=tuple(params))
+        self.add(f"{block}.{router}", GATE, (E, h), "router", params=(("weight", router_dtype),))
+        if m.router_bias:
+            self.add(f"{block}.{router}", GATE, (E,), "router", params=(("bias", router_dtype),))
         if m.correction_bias:  # DeepSeek's e_score_correction_bias: beside the router (mlp.gate.) or in the block
             where = f"{block}.{router}.e_score_correction_bias" if self.naming.moe_block == "mlp" else \
                 f"{block}.e_score_correction_bias"  # fmt: skip
@@ -593,9 +594,9 @@ class _Builder:
         vd = self.naming.dtypes.get("vision", "BF16")
 
         def lin(name: str, shape: tuple[int, ...]) -> None:
-            self.add(name, GATE, shape, "vision", params=(("bias", vd), ("weight", vd)))
+            self.add(name, GATE, shape, "vision", params=(("bias", vd, (shape[0],)), ("weight", vd)))
 
-        self.add("model.visual.patch_embed.proj", GATE, (h, ch, tps, ps, ps), "vision", params=(("bias", vd), ("weight", vd)))
+        lin("model.visual.patch_embed.proj", (h, ch, tps, ps, ps))
         if v.get("num_position_embeddings"):
             self.add("model.visual.pos_embed", GATE, (int(v["num_position_embeddings"]), h), "vision",
                      params=(("weight", vd),))  # fmt: skip
@@ -665,8 +666,9 @@ def config_checkpoint(arch: Any, config: Mapping[str, Any], naming: Any, scheme:
     out: dict[str, dict[str, Any]] = {}
     for t in modules:
         if t.kind == GATE:
-            for suffix, dtype in t.params:
-                out[f"{t.name}.{suffix}" if suffix else t.name] = {"dtype": dtype, "shape": list(t.shape)}
+            for suffix, dtype, *shape in t.params:
+                out[f"{t.name}.{suffix}" if suffix else t.name] = {"dtype": dtype, "shape": list(shape[0] if shape
+                                                                                                  else t.shape)}
             continue
         if t.kind in (EMBEDDING, PLAIN):
             out[f"{t.name}.weight"] = {"dtype": "BF16", "shape": list(t.shape)}

@@ -280,6 +280,10 @@ def naming_from_engine(params: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:
     if _any(names, r"qkv_proj\.bias$"):
         out["o_proj_bias"] = _any(names, r"o_proj\.bias$")
     out["rotary_inv_freq"] = False  # a buffer the engine recomputes: only an index shows a checkpoint storing it
+    if _any(names, r"^visual\.blocks\.\d+\.attn\.qkv_proj\.") and _any(names, r"^visual\.merger\.linear_fc1\."):
+        out["vision"] = "qwen3_vl"  # the engine builds (and loads) Qwen3-VL's vision tower
+    else:
+        out["vision"] = "none"
     return out
 
 
@@ -359,7 +363,7 @@ def generate(config_path: Path, out: Path, *, index_path: Path | None = None, qu
         from_index = facts_from_names(list(index)) if index is not None else {}
         from_engine = facts_from_engine(params, open_facts, config)
         for fact in open_facts:
-            if fact in from_index and not (fact == "attention.output_gate"):
+            if fact in from_index and fact != "attention.output_gate":
                 facts[fact], result.sources[fact] = from_index[fact], "index"
             elif fact in from_engine:
                 facts[fact], result.sources[fact] = from_engine[fact], "engine"
@@ -385,6 +389,9 @@ def generate(config_path: Path, out: Path, *, index_path: Path | None = None, qu
     if index is not None:
         naming.update(naming_from_names(index))
         src = "index"
+        if naming.get("vision") == "none" and naming_from_engine(params).get("vision") != "none":
+            naming["vision"] = naming_from_engine(params)["vision"]  # a partial index; the engine loads the tower
+            result.sources["checkpoint.vision"] = "engine"
     else:
         naming.update(naming_from_engine(params))
         src = "engine"
