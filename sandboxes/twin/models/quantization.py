@@ -72,6 +72,8 @@ class Matcher:
                     self.patterns.append(re.compile(e[3:]))
                 else:
                     self.exact.add(e)
+            elif re.escape(e) == e.replace(".", r"\."):  # a plain name: prefix and suffix lookups, no regex
+                self.exact.add(e)
             else:
                 try:
                     self.patterns.append(re.compile(e))
@@ -84,8 +86,11 @@ class Matcher:
                 return True
             parts = name.split(".")
             return any(".".join(parts[:k]) in self.exact for k in range(1, len(parts)))
-        return any(name == e or name.endswith(e) or name.startswith(e + ".") for e in self.entries) or any(
-            p.match(name) for p in self.patterns)
+        # a plain entry matches as re.match does from the start (any prefix of the name) or as a suffix
+        exact = self.exact
+        if any(name[:k] in exact or name[k:] in exact for k in range(1, len(name) + 1)) or name in exact:
+            return True
+        return any(p.match(name) or name.endswith(p.pattern) for p in self.patterns)
 
 
 # --- how a published quantization_config stores a linear ------------------------------------------------------
