@@ -8,6 +8,7 @@ from .format import (
     ATTENTION_KINDS,
     AttentionSpec,
     Calibration,
+    CheckpointSpec,
     CollectiveFault,
     DefectSpec,
     EngineSpec,
@@ -29,7 +30,7 @@ from .format import (
 from .loader import DEFAULT_SCENARIO, MOE_DTYPES, SCENARIO_DIR, WEIGHT_FORMATS, available, load, resolve
 
 __all__ = [
-    "ATTENTION_KINDS", "AttentionSpec", "Calibration", "CollectiveFault", "DEFAULT_SCENARIO", "DefectSpec",
+    "ATTENTION_KINDS", "AttentionSpec", "Calibration", "CheckpointSpec", "CollectiveFault", "DEFAULT_SCENARIO", "DefectSpec",
     "EngineSpec", "HardwareSpec", "JitKernel", "JitTrigger", "MOE_DTYPES", "MTPSpec", "ModelSpec", "MoEShape",
     "MoESpec", "QuantSpec", "SCENARIO_DIR", "Scenario", "ScenarioError", "StartupSpec", "UnguardedInclude",
     "WEIGHT_FORMATS", "WorkerFault", "available", "expand_ranges", "load", "resolve",

@@ -64,6 +64,32 @@ class MTPSpec:
 
 
 @dataclass(frozen=True)
+class CheckpointSpec:
+    """How the vendor's checkpoint names and stores what config.json does not say (``model.checkpoint``).
+
+    The ``scenario`` command fills every field from the checkpoint's real index (its tensor names), else from the
+    parameters of the SGLang class that loads the model; an empty field that the model needs is asked for in one
+    line (``models.catalogue.CheckpointQuestion``), never guessed. docs/twin-scenarios.md lists every variant."""
+
+    prefix: str = "model"  # the language model's modules: <prefix>.embed_tokens, <prefix>.layers.N, <prefix>.norm
+    moe_block: str = ""  # mlp (DeepSeek, Qwen, GLM, gpt-oss) | block_sparse_moe (MiniMax, Mixtral)
+    experts: str = ""  # per_expert (<block>.experts.N.<proj>) | fused (<block>.experts.gate_up_proj..., one tensor per layer)
+    expert_names: str = ""  # gate_up_down (gate_proj/up_proj/down_proj) | w1_w3_w2 (w1 gate, w3 up, w2 down)
+    router: str = ""  # gate (<block>.gate) | router (<block>.router: gpt-oss)
+    shared_expert: str = ""  # shared_experts (DeepSeek, GLM) | shared_expert (Qwen, with shared_expert_gate if gated)
+    linear_attention: str = ""  # qkvz_ba (in_proj_qkvz, in_proj_ba: Qwen3-Next) | qkv_z_b_a (in_proj_qkv/_z/_b/_a: Qwen3.5)
+    o_proj_bias: bool | None = None  # attention_bias: whether o_proj carries a bias too (gpt-oss) or only q/k/v (GLM)
+    mtp: str = ""  # layer (model.layers.<mtp_layer> + eh_proj/enorm/hnorm/shared_head) | mtp (Qwen's mtp.*) | none
+    mtp_layer: int = -1  # the N of model.layers.N for mtp: layer (-1: num_hidden_layers)
+    mtp_embeddings: bool | None = None  # mtp: layer: its own embed_tokens and shared_head.head copies (DeepSeek)
+    mtp_experts: str = ""  # the MTP layer's routed experts when stored otherwise than the model's (Qwen3.5: per_expert)
+    rotary_inv_freq: bool = False  # every attention layer stores self_attn.rotary_emb.inv_freq (Kimi-K2)
+    vision: str = ""  # none | qwen3_vl (model.visual.*: patch_embed, pos_embed, blocks.N.{attn.qkv,attn.proj,mlp.linear_fc1/2}, merger)
+    dtypes: dict[str, str] = field(default_factory=dict)  # norm, router, scale, linear_norm: safetensors dtypes (F32, BF16)
+    unquantized: tuple[str, ...] = ()  # linears the vendor stored unquantized beyond its quantization config's list
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """The model. Either ``config`` (its published config.json) or the hand-written fields below it; with a
     config those fields are read from it when the scenario is loaded (``models.config_reader``)."""
@@ -71,6 +97,7 @@ class ModelSpec:
     served_name: str  # the name /v1/models reports
     config: Any = None  # the model's config.json: a path relative to the scenario, or a mapping (loaded: its JSON text)
     facts: dict[str, Any] = field(default_factory=dict, compare=False)  # answers to what config.json leaves open
+    checkpoint: CheckpointSpec | None = None  # with a config: how the checkpoint names and stores it
     mtp: MTPSpec | None = None  # with a config: the draft's acceptance (the MTP layer itself is the config's)
     # a hand-written model (DeepSeek/GLM key names); with a config, read from it
     architecture: str = ""

@@ -89,7 +89,9 @@ def _read_configs(sc: Scenario) -> Scenario:
     m, q = sc.model, sc.quantization
     if m.config is not None:
         config = _json_ref(sc, "model.config", m.config)
-        config.pop("quantization_config", None) if q.config is not None else None
+        published = config.pop("quantization_config", None)
+        if q.config is None and not q.weight_format and published:  # the config's own quantization_config
+            q = dataclasses.replace(q, config=published)
         try:
             arch = read_arch(config, m.facts)
         except ConfigError as exc:

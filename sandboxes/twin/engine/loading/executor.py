@@ -49,6 +49,9 @@ REAL_MODULES = (
     "sglang.srt.layers.moe.fused_moe_triton.layer",
     "sglang.srt.layers.radix_attention",
     "sglang.srt.layers.attention.nsa.nsa_indexer",
+    "sglang.srt.layers.attention.fla.layernorm_gated",  # Gated DeltaNet's output norm (its weight is in the checkpoint)
+    "sglang.srt.layers.attention.mamba.mamba",  # mamba_v2_sharded_weight_loader: how a conv1d weight is loaded
+    "sglang.srt.layers.attention.vision",  # a vision tower's attention (qkv_proj, proj)
     "sglang.srt.model_loader.weight_utils",
     # the quantization configs that decide which layer is quantized how, and their methods' create_weights
     "sglang.srt.layers.quantization.base_config",

@@ -249,6 +249,8 @@ class Tensor:
                                f"the existing size ({value.shape[-1] if value.shape else 1}) at non-singleton dimension "
                                f"{max(len(target.shape) - 1, 0)}.  Target sizes: {list(target.shape)}.  Tensor sizes: "
                                f"{list(value.shape)}")  # fmt: skip
+        if isinstance(value, Tensor):
+            target.copy_(value)  # ``param.data[a:b] = w`` copies into the view, as copy_ does (and counts as loaded)
 
     def __len__(self) -> int:
         return self._shape[0] if self._shape else 0
