@@ -525,11 +525,11 @@ class PlaybookPolicy:
         tps = [v for v in _allowed(task, "tp-size") if v]
         dps = [v for v in _allowed(task, "dp-size") if v]
         base_tp = memo.get("base", {}).get("flags", {}).get("tp-size", gpus)
-        min_tp = memo.get("min_tp", 1)
+        min_tp, max_tp = memo.get("min_tp", 1), memo.get("max_tp", gpus)  # what fit, what the weights' blocks allow
         layouts = [(tp, dp, False) for tp in sorted(tps, reverse=True) for dp in sorted(dps)
-                   if tp * dp == gpus and tp >= min_tp]  # fmt: skip
+                   if tp * dp == gpus and min_tp <= tp <= max_tp]  # fmt: skip
         if True in _allowed(task, "enable-dp-attention"):
-            layouts += [(base_tp, dp, True) for dp in sorted(dps) if dp > 1 and base_tp % dp == 0]
+            layouts += [(base_tp, dp, True) for dp in sorted(dps) if dp > 1 and base_tp % dp == 0 and base_tp <= max_tp]
         plan = []
         for tp, dp, dpa in layouts:
             flags = {"tp-size": tp, "dp-size": dp, "enable-dp-attention": True if dpa else None}
@@ -891,6 +891,15 @@ class PlaybookPolicy:
                 cur["flags"].pop(flag)
                 cur["step"] = "launch"
                 return None
+        elif re.search(r"is not divisible by (weight quantization )?block_[nk]", diag.get("summary", "")):
+            # a weight sharded over more GPUs than its quantization blocks allow: the same GPUs in smaller TP
+            # groups, each shard twice as wide
+            tp, dp = int(cur["flags"].get("tp-size", 1)), int(cur["flags"].get("dp-size", 1))
+            if tp > 1 and tp // 2 in _allowed(ctx.task, "tp-size") and 2 * dp in _allowed(ctx.task, "dp-size"):
+                cur["flags"].update({"tp-size": tp // 2, "dp-size": 2 * dp})
+                memo["max_tp"] = min(memo.get("max_tp", tp // 2), tp // 2)
+                cur["step"] = "launch"
+                return None
         elif category == "port_in_use":  # another process took the port: the next launch gets a fresh one
             cur["step"] = "launch"
             return None
@@ -925,7 +934,7 @@ class PlaybookPolicy:
         else:
             prefixes = self._draft_prefixes(ctx, diag, config, names)
             if prefixes is None:
-                return None
+                return self._unlisted_draft_fix(ctx, diag, config_path, text, exclude, names)
             cp, ep = prefixes
             how = f"inferred: the draft model loads {cp}.* as {ep}.*"
             suspects = diag.get("suspects") or {}
@@ -961,6 +970,46 @@ class PlaybookPolicy:
             if upstream:
                 note["upstream"] = upstream
         return Call(tool="edit_file", args={"path": config_path, "old": edit[0], "new": edit[1]}), note
+
+    @staticmethod
+    def _unlisted_draft_fix(ctx: PolicyContext, diag: dict, config_path: str, text: str, exclude: list[str],
+                            names: dict) -> tuple[Call, dict] | None:  # fmt: skip
+        """The draft's own tree of the checkpoint (a top-level prefix the draft's loader code names, such as
+        ``mtp.``) is stored unquantized (no scale tensor anywhere under it) and the exclude list names none of it:
+        the engine builds the draft quantized. Name each of that tree's top modules in the list, as the vendor's
+        export would have (an entry under the tree's prefix, which also tells a draft class that decides from the
+        list's prefixes)."""
+        if not diag.get("draft_model"):
+            return None
+        sources = [ctx.workspace.read_file(f["file"]) for f in diag.get("frames") or []
+                   if "/models/" in f["file"] and ctx.workspace.exists(f["file"])]  # fmt: skip
+        tops = sorted({n.split(".", 1)[0] for n in names if "." in n})
+        named = [t for t in tops if any(re.search(rf"""["']{re.escape(t)}\.""", src) for src in sources)]
+        for top in named:
+            tree = [n for n in names if n.startswith(top + ".")]
+            if not tree or any(re.search(r"(_scale(_inv)?|_scales)$", n) for n in tree):
+                continue  # quantized in the checkpoint: not this defect
+            if all(_excluded(_module(n), exclude) for n in tree):
+                continue  # the list names all of it under the checkpoint's names: the naming fix's case
+            parts = sorted({".".join(n.split(".")[:3]) if n.split(".")[1:2] == ["layers"] else n.rsplit(".", 1)[0]
+                            for n in tree})  # fmt: skip
+            parents = [p for p in parts if not any(p != q and p.startswith(q + ".") for q in parts)]
+            edit = _insert_entries(text, parents)
+            if edit is None:
+                return None
+            note = {
+                "category": "weight_shape_mismatch",
+                "defect": f"exclude:{config_path}:{top}",
+                "title": f"Exclude the checkpoint's unquantized {top}.* draft modules from quantization"[:72],
+                "root_cause": (f"the checkpoint stores its {top}.* modules (the draft's, read by "
+                               f"{diag.get('model_file') or 'the draft model'}) unquantized: no scale tensor under "
+                               f"them in the weight index; but quantization_config.exclude names none of them, so "
+                               f"the engine built the draft quantized and the bf16 weights do not fit"),
+                "change": f"add {len(parents)} exclude entr{'y' if len(parents) == 1 else 'ies'} in {config_path}: "
+                          + ", ".join(parents[:6]) + (" ..." if len(parents) > 6 else ""),
+            }  # fmt: skip
+            return Call(tool="edit_file", args={"path": config_path, "old": edit[0], "new": edit[1]}), note
+        return None
 
     @staticmethod
     def _upstream_fix(ctx: PolicyContext, diag: dict, config: dict, config_path: str, cp: str,

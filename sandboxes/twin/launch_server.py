@@ -16,6 +16,7 @@ Simulated time is compressed by ``TWIN_TIME_SCALE`` (wall seconds per simulated 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import logging
@@ -239,6 +240,8 @@ def start(args) -> tuple[ServerState, float]:
         log.warning(line)
     moe_tuned = moe_selection(ws, scale)
     cfg = serving_config(args, ws, moe_tuned)
+    if report.draft_class and report.draft_class == report.target_class:
+        cfg = dataclasses.replace(cfg, draft_is_target=True)
     model = CostModel(sc, cfg, report.target_bytes_by_category)
     try:
         plan = memory.plan_memory(model, report.draft_bytes)
@@ -410,6 +413,8 @@ def configure_logging() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     configure_logging()
+    for name, value in server_args.ROCM_IMAGE_ENV.items():  # the image's Dockerfile ENV: the release's code reads it
+        os.environ.setdefault(name, value)
     try:
         args = server_args.parse(sys.argv[1:] if argv is None else argv)
     except server_args.ServerArgsError as exc:

@@ -299,11 +299,13 @@ class CostModel:
         }
 
     def draft_time(self, batch: int) -> float:
-        """The draft model's steps for one speculative iteration (one layer + LM head per step)."""
+        """The draft model's steps for one speculative iteration: an MTP draft runs one layer + the LM head per
+        step; a draft that is the target's own class runs every layer."""
         cfg, s = self.config, self.sizes
-        experts = self.experts_touched(batch * cfg.speculative_eagle_topk) * self.expert_bytes / self.moe_g
-        per_step = (self.layer_fixed_bytes + self.lm_head_bytes) / self.moe_g / self.bw + experts / self.moe_bw
-        per_step += self.kernel_overhead(batch, layers=1) + self.allreduce_time(batch) / s.layers
+        layers = s.layers if cfg.draft_is_target else 1
+        experts = layers * self.experts_touched(batch * cfg.speculative_eagle_topk) * self.expert_bytes / self.moe_g
+        per_step = (layers * self.layer_fixed_bytes + self.lm_head_bytes) / self.moe_g / self.bw + experts / self.moe_bw
+        per_step += self.kernel_overhead(batch, layers=layers) + self.allreduce_time(batch) * layers / s.layers
         per_step += SPEC_STEP_OVERHEAD_S
         return cfg.speculative_num_steps * per_step
 
@@ -324,6 +326,8 @@ class CostModel:
         mtp = self.scenario.model.mtp
         rate = mtp.acceptance_rate if mtp else 0.6
         decay = mtp.acceptance_decay if mtp else 0.8
+        if cfg.draft_is_target:  # the model drafting for itself, greedy: it proposes what it will verify
+            rate, decay = 1.0, 1.0
         return expected_accept_length(
             rate,
             1.0 if content == TOKEN_NOISE else decay,

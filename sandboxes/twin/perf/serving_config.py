@@ -27,6 +27,9 @@ class ServingConfig:
     speculative_num_steps: int = 0
     speculative_eagle_topk: int = 1
     speculative_num_draft_tokens: int = 0
+    # the draft the engine built is the target's own class (a checkpoint with no MTP head, EAGLE with no draft
+    # path): each draft step runs the whole model, which predicts what the model itself will verify
+    draft_is_target: bool = False
     enable_aiter_allreduce_fusion: bool = False
     chunked_prefill_size: int = 16384
     max_running_requests: int | None = None

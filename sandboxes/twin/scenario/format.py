@@ -85,7 +85,7 @@ class CheckpointSpec:
     mtp_experts: str = ""  # the MTP layer's routed experts when stored otherwise than the model's (Qwen3.5: per_expert)
     rotary_inv_freq: bool = False  # every attention layer stores self_attn.rotary_emb.inv_freq (Kimi-K2)
     vision: str = ""  # none | qwen3_vl (model.visual.*: patch_embed, pos_embed, blocks.N.{attn.qkv,attn.proj,mlp.linear_fc1/2}, merger)
-    dtypes: dict[str, str] = field(default_factory=dict)  # norm, router, scale, linear_norm: safetensors dtypes (F32, BF16)
+    dtypes: dict[str, str] = field(default_factory=dict, hash=False)  # norm, router, scale, linear_norm: safetensors dtypes (F32, BF16)
     unquantized: tuple[str, ...] = ()  # linears the vendor stored unquantized beyond its quantization config's list
 
 

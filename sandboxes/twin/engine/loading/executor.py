@@ -50,6 +50,7 @@ REAL_MODULES = (
     "sglang.srt.layers.radix_attention",
     "sglang.srt.layers.attention.nsa.nsa_indexer",
     "sglang.srt.layers.attention.fla.layernorm_gated",  # Gated DeltaNet's output norm (its weight is in the checkpoint)
+    "sglang.srt.layers.attention.fla.fused_norm_gate",  # the same norm, fused, when piecewise CUDA graphs are off
     "sglang.srt.layers.attention.mamba.mamba",  # mamba_v2_sharded_weight_loader: how a conv1d weight is loaded
     "sglang.srt.layers.attention.vision",  # a vision tower's attention (qkv_proj, proj)
     "sglang.srt.model_loader.weight_utils",
@@ -550,6 +551,8 @@ class Executor:
     def _stub(self, name: str) -> types.ModuleType:
         if name not in self.modules:
             self.modules[name] = _stub_module(name)
+            for attr, value in self.simulated.get(name, {}).items():  # a kernel the twin answers with real shapes
+                setattr(self.modules[name], attr, value)
         return self.modules[name]
 
     @staticmethod

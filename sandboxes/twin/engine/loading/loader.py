@@ -31,6 +31,7 @@ from typing import Any
 
 from ..tracebacks import (
     DRAFT_WORKER,
+    EAGLE_SHARE_HEAD,
     FUTURE,
     IMAGE_PYTHON_LIB,
     RUNNER_INIT,
@@ -381,6 +382,12 @@ def _load_one(executor: Executor, root: Path, config: dict[str, Any], checkpoint
     missing = [n for n, p in built.model.named_parameters() if id(p) not in loaded]
     if draft:  # the draft worker hands the draft the target's embedding and LM head (EAGLEWorker's set_embed_and_head)
         missing = [n for n in missing if not (n.endswith("embed_tokens.weight") or n.startswith("lm_head."))]
+        if not callable(getattr(built.model, "set_embed_and_head", None)):  # a class that is no draft (no MTP head)
+            name = type(built.model).__name__
+            raise WeightLoadError(f"AttributeError: '{name}' object has no attribute 'set_embed_and_head'",
+                                  render(root, SCHEDULER_START + DRAFT_WORKER[:3] + [EAGLE_SHARE_HEAD],
+                                         [f"AttributeError: '{name}' object has no attribute 'set_embed_and_head'"]),
+                                  draft=True)  # fmt: skip
     unquantized = _unquantized(built.model, bool(config.get("quantization_config")))
     return checkpoint.bytes_by_category(), missing, unquantized, f"{built.model_class.file}:{built.model_class.name}"
 

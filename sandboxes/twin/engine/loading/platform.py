@@ -173,9 +173,69 @@ class Platform:
 
         server = {"get_global_server_args": lambda: server_args}
         return {
+            # kernels whose results model code goes on to use: the shapes and dtypes the real kernel returns
+            "aiter.ops.triton.quant": {"dynamic_mxfp4_quant": _dynamic_mxfp4_quant},
+            # MLA's post-load step turns kv_b_proj's FP8 weight into the absorbed w_kc / w_vc (deepseek_weight_loader)
+            "sglang.srt.layers.quantization.fp8_utils": {
+                "block_quant_to_tensor_quant": _block_quant_to_tensor_quant,
+                "block_quant_dequant": _block_quant_dequant,
+                "channel_quant_to_tensor_quant": _channel_quant_to_tensor_quant,
+                "normalize_e4m3fn_to_e4m3fnuz": _normalize_e4m3fn_to_e4m3fnuz,
+            },
             "sglang.srt.distributed": parallel,
             "sglang.srt.distributed.parallel_state": parallel,
             "sglang.srt.layers.dp_attention": attention,
             "sglang.srt.server_args": server,
             "sglang.srt.utils.offloader": {"get_offloader": lambda: _Offloader()},
         }
+
+
+def _dynamic_mxfp4_quant(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+    """aiter's ``dynamic_mxfp4_quant``: ``x [m, n]`` -> (packed fp4 ``uint8 [m, n/2]``, e8m0 scales ``uint8 [m, n/32]``),
+    as DeepSeek's Quark MXFP4 post-load step (``quark_post_load_weights``) quantizes ``kv_b_proj`` on gfx950."""
+    from . import fake_torch
+
+    m, n = (int(d) for d in x.shape)
+    return (fake_torch.empty(m, n // 2, dtype=fake_torch.DTYPES["uint8"]),
+            fake_torch.empty(m, (n + 31) // 32, dtype=fake_torch.DTYPES["uint8"]))  # fmt: skip
+
+
+
+def _tiles_match(x: Any, scale: Any, block_size: Any) -> tuple[int, int]:
+    """The release's own checks: one scale per ``block_size`` tile of ``x``."""
+    n, k = (int(d) for d in x.shape)
+    bn, bk = int(block_size[0]), int(block_size[1])
+    assert (n + bn - 1) // bn == int(scale.shape[0])
+    assert (k + bk - 1) // bk == int(scale.shape[1])
+    return n, k
+
+
+def _block_quant_to_tensor_quant(x_q_block: Any, x_s: Any, block_size: Any) -> tuple[Any, Any]:
+    """fp8_utils.block_quant_to_tensor_quant: the same FP8 tensor with one per-tensor scale."""
+    from . import fake_torch
+
+    n, k = _tiles_match(x_q_block, x_s, block_size)
+    return fake_torch.empty(n, k, dtype=x_q_block.dtype), fake_torch.empty(1, dtype=fake_torch.DTYPES["float32"])
+
+
+def _block_quant_dequant(x_q_block: Any, x_s: Any, block_size: Any, dtype: Any) -> Any:
+    """fp8_utils.block_quant_dequant: the weight in ``dtype``."""
+    from . import fake_torch
+
+    n, k = _tiles_match(x_q_block, x_s, block_size)
+    return fake_torch.empty(n, k, dtype=dtype)
+
+
+def _channel_quant_to_tensor_quant(x_q_channel: Any, x_s: Any) -> tuple[Any, Any]:
+    """fp8_utils.channel_quant_to_tensor_quant: the same tensor with one per-tensor scale."""
+    from . import fake_torch
+
+    return fake_torch.empty_like(x_q_channel), fake_torch.empty(1, dtype=fake_torch.DTYPES["float32"])
+
+
+def _normalize_e4m3fn_to_e4m3fnuz(weight: Any, weight_scale: Any, input_scale: Any = None) -> tuple[Any, Any, Any]:
+    """fp8_utils.normalize_e4m3fn_to_e4m3fnuz (gfx942's FP8): the bits reinterpreted, the scales doubled."""
+    from . import fake_torch
+
+    assert str(weight.dtype).endswith("float8_e4m3fn")
+    return fake_torch.empty(*weight.shape, dtype=fake_torch.DTYPES["float8_e4m3fnuz"]), weight_scale, input_scale

@@ -7,8 +7,8 @@ the weight load as it was; and every workspace of a scenario starts with the sam
 (the report, or the error and the log SGLang would print) depends only on the arguments, on files, and on where
 those files are (the paths a traceback prints), so an entry is found in two steps:
 
-- its key: the arguments, the scenario's contents, which files exist in the model folder and the SGLang tree
-  (a file that appears or disappears can change what an import or a lookup finds), and the twin's own code;
+- its key: the arguments, the engine's environment variables, the scenario's contents, which files exist in the
+  model folder and the SGLang tree (a file that appears or disappears can change what an import or a lookup finds), and the twin's own code;
 - the files the load opened in those folders (an audit hook on ``open`` records them while it runs), each with
   the hash of its contents: the entry answers only while every one of them has those contents still.
 
@@ -95,8 +95,17 @@ def _code() -> str:
     return _CODE[0]
 
 
+# environment variables the release's load path reads (SGLANG_USE_AITER decides MoE padding, SGLANG_MOE_PADDING ...)
+ENV_PREFIXES = ("SGLANG_", "AITER_", "ROCM_", "HIP_")
+
+
+def _environment() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}
+
+
 def cache_key(inputs: dict[str, Any], folders: list[Path], files: list[Path]) -> CacheKey:
-    digest = hashlib.sha256(json.dumps([inputs, len(folders), _code()], sort_keys=True, default=str).encode())
+    digest = hashlib.sha256(json.dumps([inputs, len(folders), _code(), _environment()], sort_keys=True,
+                                       default=str).encode())  # fmt: skip
     for folder in folders:
         digest.update(json.dumps([_given(folder), _listing(folder)]).encode())
     for f in files:
