@@ -43,7 +43,13 @@ from ..search import (
     tree_of,
 )
 from .base import Decision, PolicyContext
-from .upstream_fixes import _map_mtp_exclude_entry, class_at, draft_class, map_draft_excludes
+from .upstream_fixes import (
+    _map_mtp_exclude_entry,
+    class_at,
+    draft_class,
+    draft_module_prefix,
+    map_draft_excludes,
+)
 
 MAX_FIXES_PER_CONFIG = 6
 # Layout screening sends every prompt at once (a burst) and ranks layouts by the throughput they serve: 128 prompts
@@ -898,6 +904,8 @@ class PlaybookPolicy:
             if tp > 1 and tp // 2 in _allowed(ctx.task, "tp-size") and 2 * dp in _allowed(ctx.task, "dp-size"):
                 cur["flags"].update({"tp-size": tp // 2, "dp-size": 2 * dp})
                 memo["max_tp"] = min(memo.get("max_tp", tp // 2), tp // 2)
+                memo.setdefault("tried", []).append(f"{cur['label']}: {diag.get('summary')}; TP{tp} x DP{dp} -> "
+                                                    f"TP{tp // 2} x DP{2 * dp}")  # fmt: skip
                 cur["step"] = "launch"
                 return None
         elif category == "port_in_use":  # another process took the port: the next launch gets a fresh one
@@ -934,7 +942,8 @@ class PlaybookPolicy:
         else:
             prefixes = self._draft_prefixes(ctx, diag, config, names)
             if prefixes is None:
-                return self._unlisted_draft_fix(ctx, diag, config_path, text, exclude, names)
+                return (self._draft_names_fix(ctx, diag, exclude, names)
+                        or self._unlisted_draft_fix(ctx, diag, config_path, text, exclude, names))  # fmt: skip
             cp, ep = prefixes
             how = f"inferred: the draft model loads {cp}.* as {ep}.*"
             suspects = diag.get("suspects") or {}
@@ -972,6 +981,50 @@ class PlaybookPolicy:
         return Call(tool="edit_file", args={"path": config_path, "old": edit[0], "new": edit[1]}), note
 
     @staticmethod
+    def _draft_names_fix(ctx: PolicyContext, diag: dict, exclude: list[str], names: dict) -> tuple[Call, dict] | None:
+        """The checkpoint keeps the draft's modules in a tree of their own (``mtp.*``) and the exclude list names
+        that tree, but the draft class builds it under the target's own names (its loader renames ``mtp`` to
+        ``model``: its one layer is ``model.layers.0``, like the target's first). No exclude entry can then tell
+        the draft's modules from the target's, so the fix is the engine's: the draft class builds that submodule
+        under the checkpoint's prefix, and the list applies as written."""
+        model_file = diag.get("model_file")
+        if not diag.get("draft_model") or not model_file or not ctx.workspace.exists(model_file):
+            return None
+        frames = [(f["file"], f["function"], int(f["line"])) for f in diag.get("frames") or []
+                  if "/models/" in f["file"] and ctx.workspace.exists(f["file"])]  # fmt: skip
+        sources = {f: ctx.workspace.read_file(f) for f, _, _ in frames}
+        rules = renames(sources, frames)
+        for top in sorted({n.split(".", 1)[0] for n in names if "." in n}):
+            tree = [n for n in names if n.startswith(top + ".")]
+            if not any(_excluded(_module(n), exclude) for n in tree):
+                continue  # the list does not name this tree: not a naming defect
+            engine = renamed_prefix(f"{top}.layers.0", rules)
+            if not engine or engine[0].split(".", 1)[0] == top:
+                continue
+            engine_top = engine[0].split(".", 1)[0]
+            if not any(n.startswith(engine[0] + ".") for n in names if not n.startswith(top + ".")):
+                continue  # the draft's names are its own: an exclude entry under them would do
+            line = next((ln for f, fn, ln in frames if f == model_file and fn == "load_weights"), None)
+            cls = class_at(sources[model_file], line) if line else None
+            edit = draft_module_prefix(sources[model_file], cls, engine_top, top) if cls else None
+            if edit is None:
+                return None
+            note = {
+                "category": "weight_shape_mismatch",
+                "defect": f"engine:{model_file}:{cls}",
+                "title": f"Name {cls}'s modules {top}.* as the checkpoint does"[:72],
+                "root_cause": (f"the checkpoint stores the draft's modules as {top}.* and keeps them unquantized by "
+                               f"quantization_config.exclude; {cls} ({model_file}) loads them as {engine[0]}.*, the "
+                               f"target's own names ({engine[0]}.* is the target's first layer too), so the list "
+                               f"never reaches the draft: it was built quantized and the weights do not fit, and no "
+                               f"exclude entry could name the draft's modules without naming the target's"),
+                "change": (f"in {cls}.__init__ ({model_file}), build the submodule holding the draft's layers with "
+                           f'add_prefix("{top}", prefix) instead of add_prefix("{engine_top}", prefix)'),
+            }  # fmt: skip
+            return Call(tool="edit_file", args={"path": model_file, "old": edit[0], "new": edit[1]}), note
+        return None
+
+    @staticmethod
     def _unlisted_draft_fix(ctx: PolicyContext, diag: dict, config_path: str, text: str, exclude: list[str],
                             names: dict) -> tuple[Call, dict] | None:  # fmt: skip
         """The draft's own tree of the checkpoint (a top-level prefix the draft's loader code names, such as
@@ -1000,7 +1053,7 @@ class PlaybookPolicy:
             note = {
                 "category": "weight_shape_mismatch",
                 "defect": f"exclude:{config_path}:{top}",
-                "title": f"Exclude the checkpoint's unquantized {top}.* draft modules from quantization"[:72],
+                "title": f"Exclude the checkpoint's unquantized {top}.* draft modules"[:72],
                 "root_cause": (f"the checkpoint stores its {top}.* modules (the draft's, read by "
                                f"{diag.get('model_file') or 'the draft model'}) unquantized: no scale tensor under "
                                f"them in the weight index; but quantization_config.exclude names none of them, so "
