@@ -15,6 +15,7 @@ Same flags and seed, same result.
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import http.client
 import json
@@ -138,14 +139,14 @@ def weighted_percentile(pairs: list[tuple[float, float]], q: float) -> float:
     if total <= 0:
         return 0.0
     pos = (total - 1) * q / 100
+    seen, cums = 0.0, []
+    for _, w in pairs:
+        seen += w
+        cums.append(seen)
 
-    def at(rank: float) -> float:
-        seen = 0.0
-        for v, w in pairs:
-            seen += w
-            if rank < seen:
-                return v
-        return pairs[-1][0]
+    def at(rank: float) -> float:  # the first value whose running count passes rank
+        i = bisect.bisect_right(cums, rank)
+        return pairs[i][0] if i < len(pairs) else pairs[-1][0]
 
     lo = math.floor(pos)
     return at(lo) + (at(lo + 1) - at(lo)) * (pos - lo)

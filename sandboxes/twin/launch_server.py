@@ -300,6 +300,7 @@ def start(args) -> tuple[ServerState, float]:
         "max_total_num_tokens": plan.max_total_num_tokens,
         "max_mamba_cache_size": plan.max_mamba_cache_size,
         "weight_bytes": dict(report.target_bytes_by_category),
+        "model_class": report.target_class,  # file:Class the release built: a forward pass's frames run its code
         "moe_kernels": "tuned" if moe_tuned else "fallback",
         "startup_seconds_simulated": round(startup_s, 1),
         "time_scale": scale,
@@ -386,7 +387,7 @@ def serving_failure(state: ServerState, ws_root: Path, data: dict) -> None:
     up but its scheduler silent."""
     fault = serving_faults.Fault.from_dict(data)
     cfg = ServingConfig.from_dict(state.twin["serving_config"])
-    lines = serving_faults.render(fault, cfg, ws_root, os.getpid())
+    lines = serving_faults.render(fault, cfg, ws_root, os.getpid(), state.twin.get("model_class", ""))
     state.stalled.set()  # from now on the scheduler answers nothing
     if fault.death_after is None:
         print_engine_lines(lines)

@@ -7,6 +7,7 @@
   the twin answers that kernel with the real result's shapes, so the release's code runs on.
 - The vendor's bf16 ``mtp.*`` tree with no exclude entry (sglang PR #36158): Qwen3.5's own draft class fails in
   its fused-MoE loader with the release's message.
+- A forward pass under load (an out-of-memory, a crashed rank) runs the served model's own ``forward``.
 - The image's environment (``SGLANG_USE_AITER=1``) decides the release's MoE padding, and a remembered load is
   keyed by it.
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from sandboxes.twin.engine import serving_faults, tracebacks
 from sandboxes.twin.engine.loading import weights_cache
 from sandboxes.twin.engine.loading.loader import WeightLoadError, load_weights
 from sandboxes.twin.perf.cost_model import CostModel
@@ -104,3 +106,20 @@ def test_a_remembered_load_is_keyed_by_the_engine_environment(monkeypatch: pytes
     monkeypatch.setenv("UNRELATED_VARIABLE", "x")
     assert on != off
     assert weights_cache.cache_key({"a": 1}, [tmp_path], []) == off
+
+
+@pytest.mark.parametrize(("scenario", "model_file", "defining_class"), [
+    ("qwen3_235b_fp8_mi300x", "qwen3_moe.py", "Qwen3MoeForCausalLM"),
+    ("qwen35_397b_mxfp4_mi355x", "qwen3_vl.py", "Qwen3VLForConditionalGeneration"),  # its base class, another file
+    ("deepseek_r1_mxfp4_mi355x", "deepseek_v2.py", "DeepseekV2ForCausalLM"),
+])
+def test_a_forward_pass_under_load_runs_the_served_models_own_code(workspaces, scenario, model_file,
+                                                                   defining_class) -> None:  # fmt: skip
+    ws = workspaces(scenario)
+    target = load_weights(ws / "model", ws / "sglang", with_draft=False, tp_size=8).target_class
+    cfg = ServingConfig(tp_size=8)
+    frames = serving_faults.step_frames(cfg, "decode", ws / "sglang", target)
+    forward = next(f for f in frames if f.func == "forward" and "/models/" in f.file)
+    assert forward.file.endswith(model_file) and forward.cls == defining_class
+    path, line = tracebacks.locate(ws / "sglang", forward)
+    assert "self.logits_processor(" in Path(path).read_text().splitlines()[line - 1]

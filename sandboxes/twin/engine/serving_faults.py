@@ -28,6 +28,7 @@ release writes), and RCCL's own WARN lines. Standard library only.
 
 from __future__ import annotations
 
+import ast
 import math
 import random
 from dataclasses import dataclass, field
@@ -182,23 +183,30 @@ class FaultWatch:
         self.gfx = scenario.hardware.gfx_arch
         self.defects = scenario.defects
         self.eager_collectives = 0  # eager RCCL calls so far: the NCCL work sequence numbers
+        self._paths: dict[int, tuple[str, ...]] = {}  # allreduce_paths per step size (the config is fixed)
 
     # the step's phases in the order a forward pass reaches them: kernels, all-reduces, logits
     def step(self, dp_rank: int, kind: str, tokens: int, rows: int, batch: int, at: float) -> Fault | None:
         cfg = self.cfg
         graph = graph_step(cfg, kind, batch)
+        worker_faults = getattr(self.defects, "worker_faults", ())
+        collective_faults = getattr(self.defects, "collective_faults", ())
+        if not worker_faults and not collective_faults and self.memory is None:
+            return None  # nothing can fail here (the per-step hot path of a simulation)
         base = {"at": at, "dp_rank": dp_rank, "step": kind, "tokens": tokens, "rows": rows, "batch": batch,
                 "graph": graph}  # fmt: skip
-        for wf in getattr(self.defects, "worker_faults", ()):
+        for wf in worker_faults:
             if (tokens >= wf.min_tokens and wf.rank < self.tp_per_group
                     and (wf.when is None or wf.when.fires(self._flag(wf.when.flag)))):  # fmt: skip
                 return Fault(kind="worker_crash", **base, death_after=self._crash_death(wf),
                              detail={"rank": wf.rank, "error": wf.error})  # fmt: skip
-        paths = allreduce_paths(cfg, self.hidden, tokens, self.gfx)
+        paths = self._paths.get(tokens)
+        if paths is None:
+            paths = self._paths[tokens] = allreduce_paths(cfg, self.hidden, tokens, self.gfx)
         eager_rccl = "rccl" in paths and not graph
         if eager_rccl:
             self.eager_collectives += 2 * self.scenario.model.num_hidden_layers
-        for cf in getattr(self.defects, "collective_faults", ()):
+        for cf in collective_faults:
             if cf.allreduce not in paths or tokens < cf.min_tokens:
                 continue
             path = cf.allreduce
@@ -317,11 +325,49 @@ def _forward_frames(step: str) -> list[Frame]:
     ]
 
 
-def _logits_frames() -> list[Frame]:
-    """The model's forward (DeepSeek V2's, which every MLA model of the twin's catalogue runs) down to the fp32
-    copy of the logits, the allocation an eager step fails in."""
+_DEEPSEEK_FORWARD = Frame(f"{_SRT}/models/deepseek_v2.py", "forward", "return self.logits_processor(", 2493,
+                          cls="DeepseekV2ForCausalLM")  # fmt: skip
+
+
+def model_forward(sglang_root: Path | None, model_class: str) -> Frame:
+    """The frame of the served model's own forward where it computes the logits: ``model_class`` is the
+    ``file:Class`` the release built (the class's forward, or that of the first base class that defines one, in
+    its file or the file it imports the base from). DeepSeek V2's when none can be read."""
+    file, _, name = model_class.partition(":")
+    seen: set[tuple[str, str]] = set()
+    while sglang_root and file and name and (file, name) not in seen:
+        seen.add((file, name))
+        try:
+            text = (Path(sglang_root) / file).read_text()
+            tree = ast.parse(text)
+        except (OSError, SyntaxError, ValueError):
+            break
+        cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name), None)
+        if cls is None:
+            break
+        forward = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "forward"), None)
+        if forward is not None:
+            stmts = [n for n in ast.walk(forward) if isinstance(n, ast.Return | ast.Assign)
+                     and "self.logits_processor(" in (ast.get_source_segment(text, n) or "")]  # fmt: skip
+            if not stmts:
+                break
+            first = (ast.get_source_segment(text, stmts[0]) or "").splitlines()[0].strip()
+            return Frame(file, "forward", first, stmts[0].lineno, cls=name)
+        base = next((b.id for b in cls.bases if isinstance(b, ast.Name)), None)
+        if base is None:
+            break
+        imported = next((n.module for n in tree.body if isinstance(n, ast.ImportFrom) and n.module
+                         and any(a.name == base and a.asname is None for a in n.names)), None)  # fmt: skip
+        if imported:
+            file = "python/" + imported.replace(".", "/") + ".py"
+        name = base
+    return _DEEPSEEK_FORWARD
+
+
+def _logits_frames(sglang_root: Path | None = None, model_class: str = "") -> list[Frame]:
+    """The served model's forward down to the fp32 copy of the logits, the allocation an eager step fails in."""
     return [
-        Frame(f"{_SRT}/models/deepseek_v2.py", "forward", "return self.logits_processor(", 2493, cls="DeepseekV2ForCausalLM"),
+        model_forward(sglang_root, model_class),
         *MODULE_CALL,
         Frame(_LOGITS, "forward", "logits = self._get_logits(pruned_states, lm_head, logits_metadata)", 343,
               cls="LogitsProcessor"),
@@ -340,9 +386,10 @@ WATCHDOG_THREAD = [
 ]
 
 
-def step_frames(cfg: Any, step: str) -> list[Frame]:
-    """A forward pass's Python frames from the scheduler process down to the logits."""
-    return _loop_frames(cfg) + _forward_frames(step) + _logits_frames()
+def step_frames(cfg: Any, step: str, sglang_root: Path | None = None, model_class: str = "") -> list[Frame]:
+    """A forward pass's Python frames from the scheduler process down to the logits (through ``model_class``'s
+    forward, ``file:Class``)."""
+    return _loop_frames(cfg) + _forward_frames(step) + _logits_frames(sglang_root, model_class)
 
 
 def format_size(size: float) -> str:
@@ -382,22 +429,23 @@ def _rng(fault: Fault, salt: str) -> random.Random:
     return random.Random(f"{salt}:{fault.kind}:{fault.at:.6f}:{fault.dp_rank}")
 
 
-def render(fault: Fault, cfg: Any, sglang_root: Path, server_pid: int) -> list[Printed]:
-    """The lines SGLang 0.5.12 (and the runtime under it) print when ``fault`` happens, in order."""
+def render(fault: Fault, cfg: Any, sglang_root: Path, server_pid: int, model_class: str = "") -> list[Printed]:
+    """The lines SGLang 0.5.12 (and the runtime under it) print when ``fault`` happens, in order (a forward pass
+    through ``model_class``, the ``file:Class`` the release built)."""
     out: list[Printed] = []
     ranks = _ranks(cfg)
     if fault.step == "decode" and (stats := fault.detail.get("batch_stats")):
         out.append(Printed(f"rank:{rank_prefix(cfg, fault.dp_rank, 0)}", decode_batch_line(cfg, stats)))
     if fault.kind == "out_of_memory":
         for r in ranks:
-            tb = tracebacks.render(sglang_root, step_frames(cfg, fault.step),
+            tb = tracebacks.render(sglang_root, step_frames(cfg, fault.step, sglang_root, model_class),
                                    [f"torch.OutOfMemoryError: {oom_message(fault, r)}"])
             out.append(Printed(f"rank:{rank_prefix(cfg, fault.dp_rank, r)}", messages.SCHEDULER_EXCEPTION.format(traceback=tb)))
         out += _launcher_after_exception(cfg, server_pid)
     elif fault.kind in ("collective_hang", "collective_error"):
         out += _collective_lines(fault, cfg, ranks, server_pid)
     elif fault.kind == "worker_crash":
-        out += _crash_lines(fault, cfg, sglang_root, ranks, server_pid)
+        out += _crash_lines(fault, cfg, sglang_root, ranks, server_pid, model_class)
     return out
 
 
@@ -503,11 +551,12 @@ def _py_repr(value: Any) -> str:
     return repr(value)
 
 
-def _crash_lines(fault: Fault, cfg: Any, sglang_root: Path, ranks: list[int], server_pid: int) -> list[Printed]:
+def _crash_lines(fault: Fault, cfg: Any, sglang_root: Path, ranks: list[int], server_pid: int,
+                 model_class: str = "") -> list[Printed]:  # fmt: skip
     out: list[Printed] = []
     rank = int(fault.detail["rank"])
     if fault.detail.get("error") == "illegal_memory_access":  # raised in Python: the scheduler's own handler
-        tb = tracebacks.render(sglang_root, step_frames(cfg, fault.step), messages.HIP_ILLEGAL_ACCESS.splitlines())
+        tb = tracebacks.render(sglang_root, step_frames(cfg, fault.step, sglang_root, model_class), messages.HIP_ILLEGAL_ACCESS.splitlines())
         out.append(Printed(f"rank:{rank_prefix(cfg, fault.dp_rank, rank)}", messages.SCHEDULER_EXCEPTION.format(traceback=tb)))
         return out + _launcher_after_exception(cfg, server_pid)
     # the ROCm runtime aborts the process: its line, then Python's faulthandler (every scheduler enables it)
@@ -526,7 +575,7 @@ def _crash_lines(fault: Fault, cfg: Any, sglang_root: Path, ranks: list[int], se
         path, line = tracebacks.locate(sglang_root, f)
         out.append(Printed("raw", f'  File "{path}", line {line} in {f.func}'))
     out += [Printed("raw", ""), Printed("raw", f"Thread {main_thread} (most recent call first):")]
-    for f in reversed(step_frames(cfg, fault.step)):
+    for f in reversed(step_frames(cfg, fault.step, sglang_root, model_class)):
         path, line = tracebacks.locate(sglang_root, f)
         out.append(Printed("raw", f'  File "{path}", line {line} in {f.func}'))
     if fault.death_after is None:  # nothing watches this process: its requests wait forever

@@ -123,6 +123,7 @@ class CostModel:
     sizes: ModelSizes = field(init=False)
 
     def __post_init__(self) -> None:
+        self._decode_fixed: dict[tuple[int, int], tuple] = {}  # decode's batch-only terms, per (batch, tokens)
         self.sizes = model_sizes(self.scenario.model)
         self.arch = self.scenario.model.arch  # every layer's kind (models.arch.ModelArch)
         sc, cfg, cal = self.scenario, self.config, self.scenario.calibration
@@ -248,8 +249,9 @@ class CostModel:
         return c
 
     def decode(self, batch: int, sum_context: float, tokens_per_seq: int = 1) -> StepCost:
-        """One decode (or speculative verify) step: ``batch`` sequences, ``tokens_per_seq`` tokens each."""
-        t = self.decode_terms(batch, sum_context, tokens_per_seq)
+        """One decode (or speculative verify) step: ``batch`` sequences, ``tokens_per_seq`` tokens each (the
+        simulator's hot path: ``decode_terms``, with what depends on the batch alone computed once per batch)."""
+        t = self._decode_terms_fast(batch, sum_context, tokens_per_seq)
         c = StepCost()
         c.decode = max(t["weight_reads"] + t["kv_reads"] + t["state_reads"], t["compute"])
         c.communication = t["communication"]
@@ -257,6 +259,58 @@ class CostModel:
         if self.config.speculative:
             c.overhead += t["draft"]
         return c
+
+    def _decode_terms_fast(self, batch: int, sum_context: float, tokens_per_seq: int) -> dict[str, float]:
+        """``decode_terms``, the same arithmetic in the same order: the batch-only terms are remembered per
+        ``(batch, tokens_per_seq)``; only the context's (KV reads, attention) are computed per step."""
+        key = (batch, tokens_per_seq)
+        fixed = self._decode_fixed.get(key)
+        if fixed is None:
+            fixed = self._decode_fixed[key] = self._batch_terms(batch, tokens_per_seq)
+        tokens, linear_terms, base_flops, terms = fixed
+        mean_ctx = sum_context / batch if batch else 0.0
+        per_seq_kv = attention = 0.0
+        for grp, linear_term in zip(self.attention, linear_terms, strict=True):  # in decode_terms' order
+            if linear_term is not None:
+                attention += linear_term
+                continue
+            per_seq_kv += grp.count * (
+                grp.keys(mean_ctx) * grp.kv_bytes_per_key + mean_ctx * grp.indexer_bytes_per_key
+            )
+            attention += tokens * grp.count * grp.keys(mean_ctx) * grp.flops_per_key / (self.g * self.attn_flops)
+        kv_bytes = batch * tokens_per_seq**0.5 * per_seq_kv
+        out = dict(terms)
+        out["kv_reads"] = kv_bytes / self.bw
+        out["compute"] = base_flops + attention
+        return out
+
+    def _batch_terms(self, batch: int, tokens_per_seq: int) -> tuple:
+        s, cal = self.sizes, self.scenario.calibration
+        tokens = batch * tokens_per_seq
+        expert_bytes = s.moe_layers * self.experts_touched(tokens) * self.expert_bytes / self.moe_g
+        per_seq_state = 0.0
+        linear_terms: list[float | None] = []
+        for grp in self.attention:
+            if grp.linear:
+                per_seq_state += grp.count * grp.state_bytes
+                linear_terms.append(tokens * grp.count * grp.step_flops_per_token / (self.g * self.attn_flops))
+            else:
+                linear_terms.append(None)
+        state_bytes = batch * state_traffic(tokens_per_seq) * per_seq_state
+        moe_flops = 2 * tokens * self.scenario.model.moe.top_k * s.moe_layers * s.expert_params
+        flops = (2 * tokens * self.active_linear_params) / (self.flop_g * self.linear_flops)
+        flops += moe_flops / (self.flop_g * self.moe_flops)
+        terms = {
+            "weight_reads": self.fixed_weight_bytes / self.moe_g / self.bw + expert_bytes / self.moe_bw,
+            "kv_reads": 0.0,
+            "state_reads": state_bytes / self.bw,
+            "compute": 0.0,
+            "communication": self.allreduce_time(tokens),
+            "kernel_launch": self.kernel_overhead(batch),
+            "scheduler": (cal.scheduler_overhead_ms + cal.decode_step_overhead_ms) * 1e-3,
+            "draft": self.draft_time(batch) if self.config.speculative else 0.0,
+        }
+        return tokens, linear_terms, flops, terms
 
     def decode_terms(self, batch: int, sum_context: float, tokens_per_seq: int = 1) -> dict[str, float]:
         """The terms of one decode (verify) step before ``decode`` combines them, in seconds: streaming the

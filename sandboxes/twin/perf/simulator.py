@@ -161,6 +161,8 @@ class RankScheduler:
 
     def _evict(self, need: float, room=None) -> None:
         room = room or self._room
+        if room() >= need:  # the usual case: nothing to evict (and no copy of the cache's order)
+            return
         for group in list(self.cache):
             if room() >= need:
                 return
@@ -371,6 +373,36 @@ class RankScheduler:
             done.append(tr)
         return done
 
+    def decode_run(self, until: float) -> None:
+        """Consecutive decode steps while nothing but decoding can happen on this rank: no request waits or
+        prefills, none finishes at the step, and the step begins before ``until`` (when the next request reaches a
+        scheduler). Each step is ``run_step``'s, computed the same way in the same order; only the per-step
+        dispatch of the simulation's main loop is skipped (the hot path of a long, lightly loaded run)."""
+        while self.stopped is None and self.running and not self.waiting and not self.prefilling and self.clock < until:
+            if self.finish_heap and self.finish_heap[0][0] <= self.step + 1:
+                return  # a request finishes at this step: the full path
+            self.step_began = self.clock  # run_step's preamble, with nothing to prefill
+            self.batch_reserve = 0
+            if self.reservation is not None:
+                if not self._fits(len(self.running) * self.verify_tokens):
+                    return  # a retraction: the full path (which asks again, the same way)
+                self.reservation.after_decode()
+            b = len(self.running)
+            generated = self.accept * (b * self.step - self.sum_join)
+            if self.watch is not None and self._stops("decode", b * self.verify_tokens, b * self.verify_tokens, b):
+                return
+            cost = self.model.decode(b, self.sum_prompt + generated, self.verify_tokens)
+            self.last_decode_s = cost.total
+            self._account(cost)
+            self.step += 1
+            old = b - len(self.new_since_decode)
+            if old > 0:
+                self.itl.append((self.clock - self.prev_decode_end, old))
+            for t in self.new_since_decode:
+                self.itl.append((self.clock - t, 1))
+            self.new_since_decode.clear()
+            self.prev_decode_end = self.clock
+
     def _stops(self, kind: str, tokens: int, rows: int, batch: int) -> bool:
         """Show the step to the watch; True (and this scheduler stopped) when the step fails."""
         fault = self.watch.step(self.index, kind, tokens, rows, batch, self.clock)
@@ -444,6 +476,10 @@ def simulate(
         for i in range(cfg.num_ranks)
     ]
     pending = deque(zip(arrivals, requests, strict=True))
+    # a rank may run on alone between events when nothing it does reaches another: no client concurrency limit (a
+    # finish would free a send) and no collective defect (the ranks' steps share its call count)
+    run_on = max_concurrency is None and not (watch is not None and getattr(getattr(watch, "defects", None),
+                                                                            "collective_faults", ()))  # fmt: skip
     traces: list[RequestTrace] = []
     in_flight, gate, rr = 0, 0.0, 0
     inf = float("inf")
@@ -467,6 +503,8 @@ def simulate(
         for tr in rank.run_step():
             in_flight -= 1
             gate = max(gate, tr.done)
+        if run_on:
+            rank.decode_run(t_ready)
     fault = min((r.stopped for r in ranks if r.stopped is not None), key=lambda f: f.at, default=None)
     death = None
     if fault is not None:
