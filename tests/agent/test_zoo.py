@@ -1,10 +1,14 @@
 """The zoo (issue 25): every task whose twin scenario is built from a model's real config.json, run by `agent run`
-with the offline playbook, meets every target; where the scenario plants a defect its family really has, the fix
-is in the run's commits (or, for a failure while serving, in what the run tried).
+with the offline playbook.
 
-Each task runs to its targets (no budget after them) as the user runs it; pytest-xdist spreads the tasks over
-the workers. Nothing here tells the agent which model it has: the tasks name their scenario, the playbook reads
-what the engine prints.
+- In the default suite, each task's bring-up and single-stream stage (one draft tree): the defects its family
+  really has are met and fixed there (a commit, or a line of what the run tried), and nothing is left blocked
+  that the release itself does not refuse.
+- `pytest -m zoo` runs every task as the user runs it, to its targets (no budget after them), and asserts every
+  target met, with the same evidence; pytest-xdist spreads the tasks over the workers (about 8 CPU-minutes).
+
+Nothing here tells the agent which model it has: the tasks name their scenario, the playbook reads what the
+engine prints.
 """
 
 from __future__ import annotations
@@ -63,18 +67,24 @@ def test_the_zoo_covers_every_architecture_kind_and_both_gpus() -> None:
     assert set(EVIDENCE) <= set(ZOO)
 
 
-@pytest.mark.parametrize("task", ZOO)
-def test_the_playbook_meets_every_target_of_the_zoo(tmp_path: Path, task: str) -> None:
-    # the task as written, stopping at its targets (a zoo task extends the default task: its variant is a copy)
+# the release itself refuses speculative decoding to a model with no MTP head (no draft class: the target is
+# built as its own draft) where that class lacks what the EAGLE worker needs
+REFUSED_SPECULATION = {"qwen3_235b_fp8_mi300x", "kimi_k2_fp8_mi300x"}
+
+
+def _variant(tmp_path: Path, task: str, over: str) -> Path:
+    """The task as written, ``over`` (YAML) replacing its top-level keys, without pacing (a zoo task extends the
+    default task, and a task may extend only one that extends nothing: its variant is a copy of it)."""
     source = REPO / "tasks" / f"{task}.yaml"
-    text = source.read_text().replace("extends: glm52_mi355x.yaml", f"extends: {source.parent / 'glm52_mi355x.yaml'}")
-    variant = tmp_path / f"{task}_to_targets.yaml"
-    variant.write_text(f"{text}\nbudgets:\n  after_targets: {{node_hours: 0}}\n{NO_PACING}")
-    proc = agent(tmp_path, "run", str(variant), "--policy", "playbook", "--run-id", task)
-    summary_file = tmp_path / "runs" / task / "summary.json"
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    summary = json.loads(summary_file.read_text())
-    assert summary["finish_reason"] == "all targets met", summary["targets"]
+    data = yaml.safe_load(source.read_text())
+    data["extends"] = str((source.parent / data["extends"]).resolve())
+    data.update(yaml.safe_load(over + NO_PACING))
+    variant = tmp_path / f"{task}_variant.yaml"
+    variant.write_text(yaml.safe_dump(data, sort_keys=False))
+    return variant
+
+
+def _evidence(tmp_path: Path, task: str, summary: dict) -> None:
     if task in EVIDENCE:
         where, text = EVIDENCE[task]
         if where == "commit":
@@ -85,3 +95,30 @@ def test_the_playbook_meets_every_target_of_the_zoo(tmp_path: Path, task: str) -
         else:
             trace = (tmp_path / "runs" / task / "trace.jsonl").read_text()
             assert text in trace
+
+
+@pytest.mark.parametrize("task", [t for t in ZOO if t != "minimax_m27_fp8_mi300x"])  # its defect needs load
+def test_each_zoo_task_comes_up_with_its_familys_defects_fixed(tmp_path: Path, task: str) -> None:
+    """The single-stream stage only (where a draft's defects meet the agent), one draft tree allowed; its target is
+    out of reach on purpose, so the run ends there (exit 3)."""
+    variant = _variant(tmp_path, task, (
+        "targets:\n  - {name: single_stream, metric: decode_tok_s, workload: single_stream, min: 100000}\n"
+        "search_space:\n  flags:\n    speculative-num-steps: [4]\n    speculative-eagle-topk: [1]\n"))
+    proc = agent(tmp_path, "run", str(variant), "--policy", "playbook", "--run-id", task)
+    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "runs" / task / "summary.json").read_text())
+    assert summary["targets"]["single_stream"]["achieved"], summary["targets"]  # it came up and was measured
+    blocked = set(summary["blocked"])
+    assert blocked == ({"speculative decoding"} if task in REFUSED_SPECULATION else set()), summary["blocked"]
+    _evidence(tmp_path, task, summary)
+
+
+@pytest.mark.zoo
+@pytest.mark.parametrize("task", ZOO)
+def test_the_playbook_meets_every_target_of_the_zoo(tmp_path: Path, task: str) -> None:
+    variant = _variant(tmp_path, task, "budgets:\n  after_targets: {node_hours: 0}\n")  # stop at the targets
+    proc = agent(tmp_path, "run", str(variant), "--policy", "playbook", "--run-id", task)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "runs" / task / "summary.json").read_text())
+    assert summary["finish_reason"] == "all targets met", summary["targets"]
+    _evidence(tmp_path, task, summary)

@@ -10,6 +10,7 @@ parameter filled, nothing raised. Each model is generated, materialised and load
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -109,7 +110,10 @@ def test_generated_scenario_materialises_the_vendors_checkpoint_and_loads(
     gen, sc = r["gen"], r["scenario"]
     assert gen.questions == [], gen.questions
     head = gen.path.read_text().split("\nname:")[0]
-    assert str((C / MODELS[model_id][0]).resolve()) in head and str((C / MODELS[model_id][1]).resolve()) in head
+    # the header cites the config and the listing as the file names them: relative to its own folder
+    for source in MODELS[model_id][:2]:
+        cited = os.path.relpath((C / source).resolve(), gen.path.parent.resolve())
+        assert cited in head and (gen.path.parent / cited).resolve() == (C / source).resolve()
     # the index: every tensor of the real listing, with its shape and dtype where the listing is this checkpoint's
     _, listing, _, same = MODELS[model_id]
     index = json.loads((r["ws"].model_dir / "model.safetensors.index.json").read_text())["weight_map"]
