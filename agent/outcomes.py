@@ -85,6 +85,12 @@ def apply_observations(state: AgentState, run: Run) -> dict[str, Any]:
             for p in patches:
                 if p.status == "applied" and set(p.files) <= gone:
                     p.status = "discarded"
+        elif obs.tool in ("run_benchmark", "find_knee") and obs.result.get("server_lost") and trials:
+            diag = obs.result.get("diagnosis") or {}  # the trial came up, then failed under the load
+            trial = trials[-1]
+            trial.serving_failure = f"{diag.get('category', 'unknown')}: {diag.get('summary') or obs.error or ''}"
+            trial.excerpt = crash_excerpt(diag) if diag else trial.excerpt
+            server_flags, server_env = None, {}
         elif obs.ok and trials and trials[-1].status == "up":
             if obs.tool in ("run_benchmark", "find_knee"):
                 trials[-1].served = True

@@ -772,7 +772,9 @@ def build_report(run_dir: Path, gpu_hour_usd: float | None = None) -> RunReport:
     best_config = summary.get("best_config") or {}
     winner_id = best_config.get("trial")
     trials = [TrialRow(id=t["id"], status=t["status"], flags=t.get("flags", {}), env=t.get("env", {}),
-                       diagnosis=t.get("diagnosis"), metrics=t.get("metrics", {}), accuracy=t.get("accuracy"),
+                       diagnosis=t.get("diagnosis") or (f"failed under the benchmark: {t['serving_failure']}"
+                                                        if t.get("serving_failure") else None),
+                       metrics=t.get("metrics", {}), accuracy=t.get("accuracy"),
                        accuracy_ok=t.get("accuracy_ok"), bench_runs=sum(1 for r in runs if r.trial == t["id"]),
                        knee_rate=facts.knees[t["id"]][1] if t["id"] in facts.knees else None,
                        screening=t["id"] in facts.screening, measured=_measured(runs, t["id"]),

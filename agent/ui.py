@@ -190,7 +190,9 @@ class RunsSite:
         page = RunPage(listing=read_listing(run_dir), targets=_targets(summary), branch=summary.get("branch"),
                        node_hours=summary.get("simulated_node_hours", summary.get("node_hours")),
                        best_config=summary.get("best_config"),
-                       trials=[TrialRow.model_validate(t) for t in summary.get("trials") or []])  # fmt: skip
+                       trials=[TrialRow.model_validate({**t, "diagnosis": t.get("diagnosis") or (
+                           f"failed under the benchmark: {t['serving_failure']}" if t.get("serving_failure") else None)})
+                           for t in summary.get("trials") or []])  # fmt: skip
         try:
             page.timeline = read_timeline(run_dir / "trace.jsonl")
         except (OSError, ValueError) as exc:

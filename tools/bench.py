@@ -14,6 +14,7 @@ from tasks.spec import Workload
 
 from .base import Cost, ToolInput, ToolResult, tool
 from .context import ToolContext
+from .diagnose import Diagnosis, classify, workspace_relative
 
 
 class BenchMetrics(BaseModel):
@@ -108,8 +109,9 @@ def parse_record(name: str, record: dict[str, Any], prompts: int, seed: int | No
 
 
 def run_one(ctx: ToolContext, name: str, rate: float | None, duration_s: float | None = None,
-            seed: int | None = None, num_prompts: int | None = None) -> tuple[BenchMetrics | None, str, Cost]:  # fmt: skip
-    """One benchmark run; returns (metrics or None, error text, cost)."""
+            seed: int | None = None, num_prompts: int | None = None,
+            ) -> tuple[BenchMetrics | None, str, Cost, Diagnosis | None]:  # fmt: skip
+    """One benchmark run; returns (metrics or None, error text, cost, what the server's log says when it was lost)."""
     workload = ctx.task.workloads[name]
     n = ctx.next_id()
     rel = f".bench/{ctx.run_id}-{n:03d}-{name}.jsonl"  # in the workspace: visible to the engine wherever it runs
@@ -123,15 +125,17 @@ def run_one(ctx: ToolContext, name: str, rate: float | None, duration_s: float |
     if produced.exists():
         out.write_text(produced.read_text())
     if result.timed_out:
-        _forget_server(ctx)
+        diag = _lost(ctx, name, rate, timed_out=True)
         return None, (f"the benchmark did not finish within {ctx.engine.benchmark_timeout_s:g} s; the server is "
-                      "stopped too (launch it again to measure)"), Cost(wall_seconds=result.wall_seconds)  # fmt: skip
+                      f"stopped too (launch it again to measure): {diag.summary}"), \
+            Cost(wall_seconds=result.wall_seconds), diag  # fmt: skip
     if result.exit_code != 0 or not out.exists():
         err = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
         if not _answers(ctx.server.handle.base_url):  # e.g. its warm-up found no server: it died before
-            _forget_server(ctx)
-            return None, f"{SERVER_LOST}: {err[0]}", Cost(wall_seconds=result.wall_seconds)
-        return None, f"benchmark failed (exit {result.exit_code}): {err[0]}", Cost(wall_seconds=result.wall_seconds)
+            diag = _lost(ctx, name, rate)
+            return None, f"{SERVER_LOST}: {err[0]}; the server's log: {diag.summary}", \
+                Cost(wall_seconds=result.wall_seconds), diag  # fmt: skip
+        return None, f"benchmark failed (exit {result.exit_code}): {err[0]}", Cost(wall_seconds=result.wall_seconds), None
     record = json.loads(out.read_text().strip().splitlines()[-1])
     metrics = parse_record(name, record, prompts, seed).model_copy(update={"command": argv})
     cost = Cost(wall_seconds=result.wall_seconds,
@@ -140,13 +144,57 @@ def run_one(ctx: ToolContext, name: str, rate: float | None, duration_s: float |
     if metrics.completed < prompts and not _answers(ctx.server.handle.base_url):
         # the server died under the benchmark: its figures are not the configuration's, and nothing is up now
         failed = prompts - metrics.completed
-        _forget_server(ctx)
+        diag = _lost(ctx, name, rate)
         return None, (f"{SERVER_LOST}: {failed} of {prompts} requests failed"
-                      + (f" ({metrics.first_error})" if metrics.first_error else "")), cost  # fmt: skip
-    return metrics, "", cost
+                      + (f" ({metrics.first_error})" if metrics.first_error else "")
+                      + f"; the server's log: {diag.summary}"), cost, diag  # fmt: skip
+    return metrics, "", cost, None
 
 
 SERVER_LOST = "the server stopped answering during the benchmark"
+
+
+def _lost(ctx: ToolContext, workload: str, rate: float | None, timed_out: bool = False) -> Diagnosis:
+    """A server that died (or hung) under the benchmark: why, from its own log, before it is reaped; the failure is
+    remembered against the configuration it served (``serving_failures``), and the server forgotten."""
+    path = ctx.server.handle.log_path
+    text = path.read_text(errors="replace") if path.exists() else ""
+    diag = workspace_relative(ctx, classify(text))
+    if diag.category == "unknown" and timed_out:  # silent: a scheduler that stopped and nothing noticed
+        diag = Diagnosis(category="hang_timeout", evidence=text.splitlines()[-3:],
+                         summary="the server stopped answering under the benchmark and printed nothing")
+    if ctx.server.info:
+        remember_failure(ctx, ctx.server.info, ctx.server.env, f"{diag.category}: {diag.summary}", workload, rate)
+    _forget_server(ctx)
+    return diag
+
+
+FAILURES_FILE = "serving_failures.json"
+
+
+def serving_key(info: dict[str, Any], env: dict[str, str]) -> str:
+    """What a server runs as its /server_info reports it (flags the engine resolved or rescaled included), with the
+    environment it was given: two launches with the same key serve the same way."""
+    from .server import serving_config  # server imports this module's neighbours; imported late
+
+    return json.dumps([serving_config(info), dict(sorted(env.items()))], sort_keys=True, default=str)
+
+
+def remember_failure(ctx: ToolContext, info: dict[str, Any], env: dict[str, str], why: str, workload: str,
+                     rate: float | None) -> None:  # fmt: skip
+    """Record that this serving configuration failed under a workload (in the run's folder, so a resumed run knows)."""
+    path = ctx.run_dir / FAILURES_FILE
+    known = json.loads(path.read_text()) if path.exists() else {}
+    known[serving_key(info, env)] = {"why": why, "workload": workload, "rate": rate}
+    path.write_text(json.dumps(known, indent=1))
+
+
+def known_failure(ctx: ToolContext, info: dict[str, Any], env: dict[str, str]) -> dict[str, Any] | None:
+    """How this serving configuration failed under load before, if it did."""
+    path = ctx.run_dir / FAILURES_FILE
+    if not path.exists():
+        return None
+    return json.loads(path.read_text()).get(serving_key(info, env))
 
 
 def _forget_server(ctx: ToolContext) -> None:
@@ -186,6 +234,9 @@ class BenchResult(ToolResult):
     runs: list[BenchMetrics] = []
     server_lost: bool = Field(False, description=(
         "the server died or hung during a run and is gone: launch it again to measure"))
+    diagnosis: Diagnosis | None = Field(None, description=(
+        "when the server was lost: why, from its own log (out of memory while serving, a collective error or hang, "
+        "a crashed worker, ...)"))
 
 
 def _need_server(ctx: ToolContext, workload: str) -> str | None:
@@ -203,10 +254,11 @@ def run_benchmark(ctx: ToolContext, args: BenchInput) -> BenchResult:
         return BenchResult(ok=False, summary=err)
     runs, cost = [], Cost()
     for rate in args.rates or [args.request_rate]:
-        metrics, err, c = run_one(ctx, args.workload, rate, args.duration_s, num_prompts=args.num_prompts)
+        metrics, err, c, diag = run_one(ctx, args.workload, rate, args.duration_s, num_prompts=args.num_prompts)
         cost = _add(cost, c)
         if metrics is None:
-            return BenchResult(ok=False, runs=runs, summary=err, cost=cost, server_lost=ctx.server is None)
+            return BenchResult(ok=False, runs=runs, summary=err, cost=cost, server_lost=ctx.server is None,
+                               diagnosis=diag)  # fmt: skip
         runs.append(metrics)
     last = runs[-1]
     return BenchResult(runs=runs, cost=cost, summary=(
@@ -245,6 +297,7 @@ class KneeResult(ToolResult):
     first_failing_rate: float | None = None
     server_lost: bool = Field(False, description=(
         "the server died or hung during a run and is gone: launch it again to measure"))
+    diagnosis: Diagnosis | None = Field(None, description="when the server was lost: why, from its own log")
     stopped_by_budget: bool = Field(False, description="max_node_hours ran out before the bracket closed")
     runs: list[BenchMetrics] = []
 
@@ -268,6 +321,7 @@ def find_knee(ctx: ToolContext, args: KneeInput) -> KneeResult:
     seeds = list(args.seeds or workload.knee_seeds)
     results: dict[tuple[float, int], BenchMetrics] = {}
     errors: list[str] = []
+    lost: list[Diagnosis] = []
     cost = Cost()
     # what the next run will cost: the workload's length on the server's share of the node, then the last run's
     last_run_hours = (args.duration_s or workload.duration_s or 0.0) / 3600 * ctx.node_fraction()
@@ -281,10 +335,11 @@ def find_knee(ctx: ToolContext, args: KneeInput) -> KneeResult:
             if (rate, seed) not in results:
                 if args.max_node_hours is not None and cost.node_hours + last_run_hours > args.max_node_hours:
                     raise _OutOfBudget
-                metrics, err, c = run_one(ctx, args.workload, rate, args.duration_s, seed)
+                metrics, err, c, diag = run_one(ctx, args.workload, rate, args.duration_s, seed)
                 cost = _add(cost, c)
                 if metrics is None:
                     errors.append(err)
+                    lost.extend([diag] if diag else [])
                     raise _RunFailed
                 results[(rate, seed)] = metrics
                 last_run_hours = c.node_hours
@@ -295,7 +350,7 @@ def find_knee(ctx: ToolContext, args: KneeInput) -> KneeResult:
     def failed() -> KneeResult:
         why = errors[-1] if errors else "a benchmark run failed"
         return KneeResult(ok=False, runs=list(results.values()), cost=cost, seeds=seeds, summary=why,
-                          server_lost=ctx.server is None)  # fmt: skip
+                          server_lost=ctx.server is None, diagnosis=lost[-1] if lost else None)  # fmt: skip
 
     try:
         lo, hi = _search(args, seeds, ok, lambda: sorted(r for (r, s) in results if s == seeds[0]))

@@ -17,7 +17,7 @@ from .context import ToolContext
 
 Category = Literal[
     "weight_shape_mismatch", "compile_error", "out_of_memory", "invalid_flag", "hang_timeout",
-    "collective_error", "port_in_use", "unknown",
+    "collective_error", "port_in_use", "worker_crash", "unknown",
 ]  # fmt: skip
 # Which memory ran out; the fix goes the opposite way for the first and the third:
 #   startup_kv  the static pool leaves no room for the KV cache at start-up: raise --mem-fraction-static (or more GPUs)
@@ -25,7 +25,9 @@ Category = Literal[
 #   runtime     an allocation outside the static pool failed (activations, CUDA-graph capture, a forward pass): lower
 #               --mem-fraction-static, then --cuda-graph-max-bs / --chunked-prefill-size
 #   kv_pool     the engine's own KV-cache or request-slot pool ran dry while serving: fewer running requests
-MemoryPhase = Literal["startup_kv", "weights", "runtime", "kv_pool"]
+#   serving     the allocator failed in a forward pass while serving requests (its transient memory grew past what
+#               the static pool left): lower --mem-fraction-static, or fewer running requests
+MemoryPhase = Literal["startup_kv", "weights", "runtime", "kv_pool", "serving"]
 
 
 class Frame(BaseModel):
@@ -60,6 +62,20 @@ class Diagnosis(BaseModel):
         "prints it")
     min_mem_fraction_static: float | None = Field(
         None, description="the smallest --mem-fraction-static the engine says leaves room for the KV cache")
+    tried_bytes: int | None = Field(None, description="for an allocator OOM: what the failing allocation asked for")
+    free_bytes: int | None = Field(None, description="for an allocator OOM: what the device had free then")
+    capacity_bytes: int | None = Field(None, description="for an allocator OOM: the device's total capacity")
+    running_requests: int | None = Field(
+        None, description="the running requests the engine last reported before the failure (its decode log)")
+    max_running_requests: int | None = Field(
+        None, description="the most requests the engine said it would run at once (its start-up line)")
+    avail_before_weights_gb: float | None = Field(
+        None, description="the memory free when the weights began to load, which the static fraction is taken of")
+    collective_library: str | None = Field(
+        None, description="for a collective failure: 'rccl' when the collective library's own words report it (an "
+        "NCCL/RCCL error, a ProcessGroupNCCL work timing out); None when only the engine saw it stop")
+    worker: str | None = Field(None, description="for a crashed worker: the process the launcher names")
+    exit_code: int | None = Field(None, description="for a crashed worker: its exit code (-6: aborted)")
     frames: list[Frame] = Field(default_factory=list, description="the traceback's frames, outermost first")
     evidence: list[str] = Field(default_factory=list, description="the log lines this rests on")
 
@@ -137,7 +153,34 @@ _CAPTURE_FRAME = re.compile(r"capture|graph_runner|cuda_graph|init_device_graphs
 # an illegal instruction), which any kernel can cause, so it is no evidence of a collective failure
 # Their INFO lines (NCCL_DEBUG=INFO, RCCL prints "NCCL" too) are progress reports, never evidence of a failure.
 _COLLECTIVE = re.compile(r"((?:NCCL|RCCL) error|\bnccl(?:InternalError|SystemError|UnhandledCudaError|InvalidUsage|"
-                         r"RemoteError)\b|Watchdog caught collective|(?:Test )?(?:NCCL|RCCL) failure)")  # fmt: skip
+                         r"RemoteError)\b|Watchdog caught collective|(?:Test )?(?:NCCL|RCCL) failure|"
+                         r"failure detected by watchdog at work sequence id)")  # fmt: skip
+# a GPU runtime fault that kills the process running the kernel (ROCr's fault handler, HSA's queue abort, HIP's and
+# CUDA's illegal access)
+_RUNTIME_FAULT = re.compile(r"(Memory access fault by GPU node-\d+[^\n]*|\bHSA_STATUS_ERROR_\w+|"
+                            r"(?:HIP|CUDA) error: an illegal memory access was encountered)")  # fmt: skip
+# ... in one worker of a multi-process engine: the launcher names the dead child (SGLang's SubprocessWatchdog), the
+# scheduler's own handler reports it, or the lines carry a rank's or a worker's prefix
+_DEAD_CHILD = re.compile(r"Subprocess (\S+) \(pid=\d+\) crashed with exit code (-?\d+)")
+_WORKER_LINES = re.compile(r"Scheduler hit an exception|WorkerProc hit an exception|EngineCore encountered a fatal error|"
+                           r"/srt/managers/scheduler\.py\", line \d+ in \w+")  # the last: a scheduler's faulthandler dump
+_WORKER_STREAM = re.compile(r"\[rank\d+\]:|\((?:VllmWorker|Worker_TP|Worker|EngineCore)[^)]*pid=\d+")
+# the allocator's figures ("Tried to allocate 2.36 GiB. GPU 6 has a total capacity of 288.00 GiB of which 1.41 GiB is
+# free"), the engine's last report of its running batch, and the memory its static fraction is taken of
+_SIZE_UNITS = {"bytes": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
+_OOM_FIGURES = re.compile(r"Tried to allocate ([\d.]+) (bytes|KiB|MiB|GiB)\. GPU \d+ has a total capac\w* of ([\d.]+) "
+                          r"(bytes|KiB|MiB|GiB) of which ([\d.]+) (bytes|KiB|MiB|GiB) is free")  # fmt: skip
+_RUNNING = re.compile(r"#running-req: (\d+)|\bnum_running_reqs=(\d+)")
+_AVAIL_BEFORE = re.compile(r"\bLoad weight begin\. avail mem=([\d.]+) GB")
+_MAX_RUNNING = re.compile(r"\bmax_running_requests=(\d+), context_len=")  # the scheduler's start-up line
+# a forward pass of a server at work (the schedulers' and engine cores' serving loops), and what only start-up runs
+_SERVING_FRAME = re.compile(r"^(run_batch|event_loop_overlap|event_loop_normal|forward_batch_generation|forward_step|"
+                            r"exposed_step|forward_decode_batch|forward_prefill_batch|execute_model|step_with_batch_queue|"
+                            r"run_busy_loop|_process_engine_step)$")  # fmt: skip
+_STARTUP_FRAME = re.compile(r"capture|profile_run|_dummy_run|_dummy_sampler_run|determine_available_memory|"
+                            r"init_device_graphs|_initialize_kv_caches|load_model|warmup", re.I)  # fmt: skip
+_SERVING_LINE = re.compile(r"The server is fired up and ready to roll|\b(?:Decode|Prefill) batch[.,] |"
+                           r"Dumping scheduler output for model execution")  # fmt: skip
 _COLLECTIVE_INFO = re.compile(r"\b(?:NCCL|RCCL) INFO\b")
 # SGLang's scheduler watchdog: a forward pass (or a rank) stopped making progress
 # another process holds a port the server binds: uvicorn's HTTP port, torch.distributed's store, ZMQ's sockets
@@ -349,13 +392,18 @@ def _flag_value_error(entries: list[tuple[str, str]]) -> Diagnosis | None:
 
 
 def _allocation_phase(entries: list[tuple[str, str]], idx: int, line: str) -> MemoryPhase:
-    """Whether the allocator's OOM at ``entries[idx]`` hit while the weights loaded or after (activations, graphs):
-    by the traceback that raised it, else by the last start-up phase the log announced before it."""
+    """Whether the allocator's OOM at ``entries[idx]`` hit while the weights loaded, after (activations, graphs), or
+    in a forward pass of a server at work: by the traceback that raised it, else by the last phase the log announced
+    before it."""
     if re.search(r"\b[Ww]eights do not fit\b", line):
         return "weights"
     frames = _frames_before(entries, idx) or frames_of("\n".join(body for _, body in entries[: idx + 1]))
     if any(_CAPTURE_FRAME.search(f.function) or _CAPTURE_FRAME.search(f.file.rsplit("/", 1)[-1]) for f in frames):
         return "runtime"
+    startup = any(_STARTUP_FRAME.search(f.function) for f in frames)
+    if not startup and (any(_SERVING_FRAME.match(f.function) for f in frames)
+                        or any(_SERVING_LINE.search(body) for _, body in entries[:idx])):  # fmt: skip
+        return "serving"
     if any(_is_loading(f.function) or "/model_loader/" in f.file for f in frames):
         return "weights"
     for _, body in reversed(entries[:idx]):
@@ -394,8 +442,44 @@ def _memory_failure(entries: list[tuple[str, str]], lines: list[str], frames: li
                     break
         if m := _FRACTION_MIN.search(line):
             d.min_mem_fraction_static = float(m.group(1))
+        if m := _OOM_FIGURES.search(line):
+            d.tried_bytes = round(float(m.group(1)) * _SIZE_UNITS[m.group(2)])
+            d.capacity_bytes = round(float(m.group(3)) * _SIZE_UNITS[m.group(4)])
+            d.free_bytes = round(float(m.group(5)) * _SIZE_UNITS[m.group(6)])
+        for _, body in reversed(entries[:idx]):
+            if m := _RUNNING.search(body):
+                d.running_requests = int(m.group(1) or m.group(2))
+                break
+        for _, body in entries[:idx]:
+            if m := _AVAIL_BEFORE.search(body):
+                d.avail_before_weights_gb = float(m.group(1))
+                break
+        for _, body in entries[:idx]:
+            if m := _MAX_RUNNING.search(body):
+                d.max_running_requests = int(m.group(1))
+                break
         return d
     return None
+
+
+def _worker_crash(entries: list[tuple[str, str]], lines: list[str], frames: list[Frame]) -> Diagnosis | None:
+    """One worker of a multi-process engine died of a GPU runtime fault (its kernel faulted, or the runtime
+    reported an illegal access): the fault's own line, and the engine's word that a worker is gone (the launcher
+    naming the dead child, the scheduler's handler) or its workers' prefixes. A runtime fault in a program with no
+    such structure is left unknown: nothing here says what to change."""
+    fault = next((m for _, body in entries if (m := _RUNTIME_FAULT.search(body))), None)
+    if fault is None:
+        return None
+    dead = next((m for _, body in entries if (m := _DEAD_CHILD.search(body))), None)
+    engine = dead is not None or any(_WORKER_LINES.search(body) or _WORKER_STREAM.search(src) for src, body in entries)
+    if not engine:
+        return None
+    d = Diagnosis(category="worker_crash", frames=frames, evidence=_tail(lines, _RUNTIME_FAULT, 1) + _tail(lines, _DEAD_CHILD, 1),
+                  summary=f"a worker process died: {fault.group(1).strip()[:200]}")  # fmt: skip
+    if dead is not None:
+        d.worker, d.exit_code = dead.group(1), int(dead.group(2))
+        d.summary = f"worker {d.worker} died (exit code {d.exit_code}): {fault.group(1).strip()[:200]}"
+    return d
 
 
 def classify(log: str, *, timed_out: bool = False) -> Diagnosis:
@@ -428,11 +512,16 @@ def classify(log: str, *, timed_out: bool = False) -> Diagnosis:
     quiet = [(src, body) for src, body in entries if not _COLLECTIVE_INFO.search(body)]
     quiet_text = "\n".join(body for _, body in quiet)
     quiet_lines = [ln for ln in lines if not _COLLECTIVE_INFO.search(ln)]
+    if (d := _worker_crash(quiet, quiet_lines, frames)) is not None:
+        return d  # before what the dead worker's peers then report (a collective that lost a rank, a watchdog)
     if (d := _memory_failure(quiet, quiet_lines, frames)) is not None:
         return d
     if m := _COLLECTIVE.search(quiet_text):
+        # the library's own words over the watchdog's report that a work failed
+        specific = [x for x in _COLLECTIVE.finditer(quiet_text) if not x.group(1).startswith("failure detected")]
+        m = specific[0] if specific else m
         return Diagnosis(category="collective_error", summary=f"collective communication error ({m.group(1)})",
-                         evidence=_tail(quiet_lines, _COLLECTIVE), frames=frames)  # fmt: skip
+                         evidence=_tail(quiet_lines, _COLLECTIVE), frames=frames, collective_library="rccl")  # fmt: skip
     if m := _HANG.search(quiet_text):
         return Diagnosis(category="hang_timeout", summary=f"the engine stopped making progress: {m.group(1)}",
                          evidence=_tail(quiet_lines, _HANG), frames=frames)  # fmt: skip
@@ -512,7 +601,8 @@ class DiagnoseResult(ToolResult):
 @tool(idempotent=True)
 def diagnose_crash(ctx: ToolContext, args: DiagnoseInput) -> DiagnoseResult:
     """Classify why the engine failed (weight shape mismatch, compile error, out of memory, invalid flag,
-    hang, collective error, port in use, unknown) and extract the parameter, shapes, file, line, header or flag."""
+    hang, collective error, port in use, crashed worker, unknown) and extract the parameter, shapes, file, line,
+    header or flag."""
     text = args.text
     if text is None:
         path = ctx.run_dir / args.log_path if args.log_path else ctx.last_log

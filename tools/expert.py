@@ -137,6 +137,16 @@ def propose_memory_fix(ctx: ToolContext, args: MemoryInput) -> Proposal:
         return _not_this(diag, "out of memory", "propose_memory_fix")
     cur = {"flags": dict(args.flags)}
     phase = diag.get("memory_phase") or "unknown"
+    if phase == "serving":  # a forward pass under load: from the engine's own figures
+        why = PlaybookPolicy._serving_memory_fix(ctx.task, cur, diag)
+        if why is None:
+            return Proposal(ok=False, category="out_of_memory",
+                            summary="out of memory while serving, and no allowed value of --mem-fraction-static or "
+                                    "--max-running-requests is left below what failed: this configuration does not "
+                                    "serve this load")  # fmt: skip
+        return Proposal(summary=f"proposed: relaunch with {why}", category="out_of_memory",
+                        title="Leave room for the steps under load", rationale=diag["summary"], change=why,
+                        call={"tool": "launch_server", "args": {"flags": cur["flags"]}})  # fmt: skip
     if PlaybookPolicy._memory_fix(ctx.task, cur, diag):
         changed = {k: v for k, v in cur["flags"].items() if args.flags.get(k) != v}
         change = ", ".join(f"{k} {args.flags.get(k, '(default)')} -> {v}" for k, v in changed.items())
@@ -155,3 +165,30 @@ def propose_memory_fix(ctx: ToolContext, args: MemoryInput) -> Proposal:
     return Proposal(ok=False, category="out_of_memory",
                     summary=f"no allowed value of the memory flags is left to move for {phase}, and no larger "
                             "tp-size: this configuration does not fit")  # fmt: skip
+
+
+class AllReduceInput(ProposeInput):
+    flags: dict[str, Any] = Field(description="the server flags of the launch whose collective failed or hung")
+
+
+@tool(idempotent=True)
+def propose_allreduce_fix(ctx: ToolContext, args: AllReduceInput) -> Proposal:
+    """For a collective that failed or hung while serving (an RCCL error or a ProcessGroupNCCL timeout, or the
+    scheduler watchdog ending a forward that stopped): propose the flags that move the all-reduce to another path of
+    the engine's dispatch (no aiter fusion, --disable-custom-all-reduce, or the custom all-reduce again)."""
+    from agent.policies.playbook import PlaybookPolicy
+
+    diag, why = _diagnosis(ctx, args.log_path)
+    if diag is None:
+        return Proposal(ok=False, summary=why)
+    if diag["category"] not in ("collective_error", "hang_timeout"):
+        return _not_this(diag, "a collective failure or hang", "propose_allreduce_fix")
+    cur: dict[str, Any] = {"flags": dict(args.flags)}
+    change = PlaybookPolicy._allreduce_fix(cur, diag)
+    if change is None:
+        return Proposal(ok=False, category=diag["category"],
+                        summary="no other all-reduce path is left for these flags (or the TP group has one GPU): "
+                                "this configuration does not serve on this node")  # fmt: skip
+    return Proposal(summary=f"proposed: relaunch with {change}", category=diag["category"],
+                    title="Move the all-reduce to another path", rationale=diag["summary"], change=change,
+                    call={"tool": "launch_server", "args": {"flags": cur["flags"]}})  # fmt: skip

@@ -13,6 +13,7 @@ from pydantic import Field, field_validator
 
 from . import flag_schema
 from .base import Cost, ToolInput, ToolResult, tool
+from .bench import known_failure
 from .context import ServerState, ToolContext
 from .diagnose import Diagnosis, MoEShape, classify, moe_fallbacks, workspace_relative
 from .git_ops import pristine_text
@@ -92,6 +93,11 @@ class LaunchResult(ToolResult):
     serving_config: dict[str, Any] = Field(default_factory=dict, description=(
         "the server arguments the engine runs with, as its /server_info reports them (defaults filled in, flags "
         "it adjusted or dropped applied); where it listens and what it loads left out"))
+    known_failure: dict[str, Any] | None = Field(None, description=(
+        "this exact serving configuration (as the engine runs it, whatever flags produced it) already failed under a "
+        "benchmark in this run: why, the workload and the rate. A failure the configuration causes (out of memory "
+        "while serving, a collective) comes back the same way: change what it calls for first; a crashed worker may "
+        "have been the node's"))
 
 
 # /server_info keys that say where a server listens or what it loads, not how it serves
@@ -155,11 +161,14 @@ def launch_server(ctx: ToolContext, args: LaunchInput) -> LaunchResult:
         twin = info.get("twin") or {}
         simulated = bool(info.get("simulated"))
         startup = twin.get("startup_seconds_simulated") if simulated else ready.wall_seconds
+        known = known_failure(ctx, info, dict(args.env))
         return LaunchResult(
             status="up", endpoint=handle.base_url, startup_seconds=startup, simulated=simulated, argv=argv,
             log_path=rel, log_tail=tail[-5:], moe_fallback_shapes=fallbacks, serving_config=serving_config(info),
+            known_failure=known,
             summary=f"up at {handle.base_url} after {startup:.0f} s" + (" (simulated)" if simulated else "")
-            + (f"; {len(fallbacks)} MoE shape(s) on the untuned fallback path" if fallbacks else ""),
+            + (f"; {len(fallbacks)} MoE shape(s) on the untuned fallback path" if fallbacks else "")
+            + (f"; this serving configuration already failed under load in this run ({known['why']})" if known else ""),
             cost=_startup_cost(ctx, startup or 0.0, simulated, ready.wall_seconds),
         )  # fmt: skip
     if ready.state == "timeout":

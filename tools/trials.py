@@ -195,9 +195,10 @@ def _run_trial(job: TrialJob, task, gpu_ids: list[int] | None) -> TrialOutcome:
         cost = Cost(wall_seconds=cost.wall_seconds + m.cost.wall_seconds,
                     simulated_seconds=(cost.simulated_seconds or 0.0) + (m.cost.simulated_seconds or 0.0),
                     node_hours=cost.node_hours + m.cost.node_hours)  # fmt: skip
+        lost = m.diagnosis if not m.ok and m.diagnosis else None  # it came up, then failed under the load
         return TrialOutcome(job_id=job.job_id, spec=spec, status="up", value=value, knee_rate=rate, summary=m.summary,
                             request_throughput=served, benchmark_runs=len(m.runs), gpus=gpus_of(spec.flags),
-                            cost=cost)  # fmt: skip
+                            diagnosis=lost.summary if lost else None, cost=cost)  # fmt: skip
     finally:
         sandbox.close()
 

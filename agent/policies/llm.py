@@ -300,6 +300,8 @@ def _trial_line(t: Any) -> str:
         parts.append(f"env {_fmt_flags(t.env)}")
     if t.diagnosis:
         parts.append(f"diagnosis: {t.diagnosis[:300]}")
+    if getattr(t, "serving_failure", None):
+        parts.append(f"failed under the benchmark: {t.serving_failure[:300]}")
     if t.metrics:
         parts.append("metrics: " + ", ".join(f"{k}={v:.1f}" for k, v in t.metrics.items()))
     if t.accuracy is not None:

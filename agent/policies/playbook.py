@@ -26,6 +26,7 @@ from typing import Any
 
 from agent.state import AgentState, Call, Observation
 from tasks.spec import TaskSpec
+from tools.loader_names import renamed_prefix, renames
 from tools.source import unified_diff
 
 from ..ablation import explain_best
@@ -42,7 +43,13 @@ from ..search import (
     tree_of,
 )
 from .base import Decision, PolicyContext
-from .upstream_fixes import _map_mtp_exclude_entry, draft_class, map_draft_excludes
+from .upstream_fixes import (
+    _map_mtp_exclude_entry,
+    class_at,
+    draft_class,
+    draft_module_prefix,
+    map_draft_excludes,
+)
 
 MAX_FIXES_PER_CONFIG = 6
 # Layout screening sends every prompt at once (a burst) and ranks layouts by the throughput they serve: 128 prompts
@@ -524,11 +531,11 @@ class PlaybookPolicy:
         tps = [v for v in _allowed(task, "tp-size") if v]
         dps = [v for v in _allowed(task, "dp-size") if v]
         base_tp = memo.get("base", {}).get("flags", {}).get("tp-size", gpus)
-        min_tp = memo.get("min_tp", 1)
+        min_tp, max_tp = memo.get("min_tp", 1), memo.get("max_tp", gpus)  # what fit, what the weights' blocks allow
         layouts = [(tp, dp, False) for tp in sorted(tps, reverse=True) for dp in sorted(dps)
-                   if tp * dp == gpus and tp >= min_tp]  # fmt: skip
+                   if tp * dp == gpus and min_tp <= tp <= max_tp]  # fmt: skip
         if True in _allowed(task, "enable-dp-attention"):
-            layouts += [(base_tp, dp, True) for dp in sorted(dps) if dp > 1 and base_tp % dp == 0]
+            layouts += [(base_tp, dp, True) for dp in sorted(dps) if dp > 1 and base_tp % dp == 0 and base_tp <= max_tp]
         plan = []
         for tp, dp, dpa in layouts:
             flags = {"tp-size": tp, "dp-size": dp, "enable-dp-attention": True if dpa else None}
@@ -583,6 +590,11 @@ class PlaybookPolicy:
                 if obs.result.get("moe_fallback_shapes") and not memo.get("tuning"):
                     memo["fallback_shapes"] = obs.result["moe_fallback_shapes"]
                 cur["serving"] = obs.result.get("serving_config") or {}
+                failed = memo.get("failed_serving", {}).get(self._serving_signature(cur))
+                if failed is not None:  # the engine serves what already failed under load: it would fail again
+                    memo.setdefault("tried", []).append(f"{cur['label']}: serves what failed before ({failed['why']}); "
+                                                        "not measured again")  # fmt: skip
+                    return self._serving_failure(ctx, memo, cur, failed["diagnosis"], failed["why"], again=True)
                 prior = memo.get("served", {}).get(self._served_key(cur))
                 if prior is not None:  # the engine serves what was measured already: the trace has the answer
                     memo["current"] = None
@@ -612,11 +624,8 @@ class PlaybookPolicy:
             if not obs.ok and "no server" in (obs.error or ""):
                 cur["step"] = "launch"  # a resumed run: the server went away with the old process
                 return None
-            if not obs.ok and obs.result.get("server_lost"):  # the engine died under the benchmark
-                if cur.get("relaunched"):
-                    return self._abandon(memo, cur, f"its server died twice under the benchmark: {obs.error}")
-                cur["relaunched"], cur["step"] = True, "launch"
-                return None
+            if not obs.ok and obs.result.get("server_lost"):  # the engine died (or hung) under the benchmark
+                return self._serving_failure(ctx, memo, cur, obs.result.get("diagnosis") or {}, obs.error or "")
             if obs.tool == "find_knee" and obs.result.get("stopped_by_budget") and not obs.result.get("runs"):
                 memo["current"], memo["phase"] = None, "done"
                 return [], f"the budget left ({obs.args.get('max_node_hours', 0):.3f} node-hours) buys no more benchmark runs"
@@ -659,6 +668,118 @@ class PlaybookPolicy:
                                          "keep_as": "engine_fix", "upstream": proposal})  # fmt: skip
             return None
         memo["current"] = None
+        return None
+
+    # --- failures while serving ---------------------------------------------------------------------------------
+
+    # what the configuration itself causes (a fix changes it); anything else (a crashed worker, a silent loss) may be
+    # the node's: the same configuration once more, then it is given up
+    CONFIGURATION_FAILURES = ("out_of_memory", "collective_error", "hang_timeout")
+
+    @staticmethod
+    def _serving_signature(cur: dict) -> str:
+        """What a launch serves, as the engine reported it (flags it resolved or rescaled included), and its env."""
+        return json.dumps([cur.get("serving") or {}, cur.get("env") or {}], sort_keys=True, default=str)
+
+    def _serving_failure(self, ctx: PolicyContext, memo: dict, cur: dict, diag: dict, error: str,
+                         again: bool = False) -> tuple[list[Call], str] | None:  # fmt: skip
+        """The server came up, then failed under the benchmark. A failure the configuration causes is answered by
+        changing it, reasoned from the engine's own figures: out of memory while serving -> less static memory or
+        fewer running requests; a collective that failed or hung -> another all-reduce path. The configuration that
+        failed is remembered as the engine served it, so that a relaunch serving the same is never measured again.
+        A crashed worker (or a loss the log does not explain) is relaunched once as it was, then given up."""
+        category = diag.get("category") or "unknown"
+        why = diag.get("summary") or error
+        cur["crash_category"] = category
+        configured = category in self.CONFIGURATION_FAILURES and (category != "hang_timeout" or "watchdog" in why)
+        if configured:
+            if cur.get("serving") and not again:
+                memo.setdefault("failed_serving", {})[self._serving_signature(cur)] = {"why": f"{category}: {why}",
+                                                                                      "diagnosis": diag}  # fmt: skip
+            cur["fixes"] = cur.get("fixes", 0) + 1
+            if cur["fixes"] > MAX_FIXES_PER_CONFIG:
+                return self._abandon(memo, cur, f"{why} persists after {MAX_FIXES_PER_CONFIG} fixes")
+            change = (self._serving_memory_fix(ctx.task, cur, diag) if category == "out_of_memory"
+                      else self._allreduce_fix(cur, diag))  # fmt: skip
+            if change:
+                cur["step"] = "launch"
+                memo.setdefault("tried", []).append(f"{cur['label']}: failed under load ({category}); {change}")
+                return None
+            return self._abandon(memo, cur, f"it fails under load and no allowed change is left: {why}")
+        if cur.get("relaunched"):
+            return self._abandon(memo, cur, f"its server died twice under the benchmark ({category}): {why}")
+        cur["relaunched"], cur["step"] = True, "launch"
+        return None
+
+    @staticmethod
+    def _serving_memory_fix(task: TaskSpec, cur: dict, diag: dict) -> str | None:
+        """Out of memory in a forward pass while serving: the step's transient memory outgrew what the static pool
+        left. From the engine's own figures: the allocation that failed, what was free, the batch it failed at and
+        the largest the engine runs, and the memory the static fraction is taken of, the static fraction that leaves
+        room for that allocation at the largest batch; the largest allowed value at or below it. Failing that, fewer
+        running requests: the largest allowed limit below the batch whose logits fit what was free. None when no
+        allowed value is left."""
+        flags, serving = cur["flags"], cur.get("serving") or {}
+        current = float(serving.get("mem_fraction_static") or diag.get("mem_fraction_static")
+                        or flags.get("mem-fraction-static") or 0.0)  # fmt: skip
+        tried, free = diag.get("tried_bytes"), diag.get("free_bytes") or 0
+        basis = diag.get("avail_before_weights_gb")
+        running = diag.get("running_requests")
+        largest = diag.get("max_running_requests") or serving.get("max_running_requests") or running
+        fractions = sorted(v for v in _allowed(task, "mem-fraction-static") if v)
+        if current and tried and basis:
+            scale = max(float(largest or 1) / float(running or largest or 1), 1.0)  # the batch can grow to its limit
+            shortfall = max(tried - free, 0) * scale + tried  # and one allocation of margin
+            bound = current - shortfall / (float(basis) * 1024**3)
+            # a flag the engine rescales (seen on this launch) is set so that what it runs stays under the bound
+            given = flags.get("mem-fraction-static")
+            ratio = current / float(given) if given else 1.0
+            lower = [f for f in fractions if f * ratio <= bound]
+            if lower:
+                flags["mem-fraction-static"] = lower[-1]
+                return (f"--mem-fraction-static {lower[-1]} (the engine ran {current:g}; {tried / 2**30:.2f} GiB asked "
+                        f"with {free / 2**30:.2f} GiB free at {running} running requests of {largest} allows at most "
+                        f"{bound:.4f} of the {basis:g} GB the pool is taken of)")
+        limits = sorted(v for v in _allowed(task, "max-running-requests") if v)
+        if running and tried:
+            fits = int(running * max(free, 1) / tried)
+            current_limit = flags.get("max-running-requests") or largest or running
+            below = [v for v in limits if v <= max(fits, 1) and v < current_limit]
+            below = below or [v for v in limits if v < min(running, current_limit)]
+            if below:
+                flags["max-running-requests"] = below[-1]
+                return (f"--max-running-requests {below[-1]} (the step failed at {running} running requests; the "
+                        f"logits of about {fits} fit what was free)")
+        return None
+
+    @staticmethod
+    def _allreduce_fix(cur: dict, diag: dict) -> str | None:
+        """A collective that failed or hung while serving: move the all-reduce to another path of the release's
+        dispatch. What the collective library itself reported (an RCCL error, a ProcessGroupNCCL work timing out) is
+        RCCL's: the custom all-reduce takes the messages it can when it was switched off. What only the engine's
+        watchdog saw is a custom kernel that never returned: aiter's fused all-reduce first, then the custom
+        all-reduce (``--disable-custom-all-reduce`` sends everything to RCCL). None when the configuration has no
+        other path left (or its TP group has one GPU: no all-reduce at all)."""
+        flags, serving = cur["flags"], cur.get("serving") or {}
+        tried = cur.setdefault("allreduce_tried", [])
+        if int(serving.get("tp_size") or flags.get("tp-size") or 1) <= 1:
+            return None
+        custom_off = bool(serving.get("disable_custom_all_reduce") or flags.get("disable-custom-all-reduce"))
+        fused = bool(serving.get("enable_aiter_allreduce_fusion") or flags.get("enable-aiter-allreduce-fusion"))
+        if diag.get("collective_library") == "rccl":
+            if custom_off and "custom" not in tried:
+                tried.append("custom")
+                flags.pop("disable-custom-all-reduce", None)
+                return "the custom all-reduce again (RCCL itself failed; it takes the messages RCCL carried)"
+            return None
+        if fused and "fusion" not in tried:
+            tried.append("fusion")
+            flags.pop("enable-aiter-allreduce-fusion", None)
+            return "no aiter all-reduce fusion (a fused all-reduce kernel stopped making progress)"
+        if not custom_off and "rccl" not in tried:
+            tried.append("rccl")
+            flags["disable-custom-all-reduce"] = True
+            return "--disable-custom-all-reduce (the custom all-reduce stopped making progress; RCCL takes it)"
         return None
 
     @staticmethod
@@ -776,6 +897,17 @@ class PlaybookPolicy:
                 cur["flags"].pop(flag)
                 cur["step"] = "launch"
                 return None
+        elif re.search(r"is not divisible by (weight quantization )?block_[nk]", diag.get("summary", "")):
+            # a weight sharded over more GPUs than its quantization blocks allow: the same GPUs in smaller TP
+            # groups, each shard twice as wide
+            tp, dp = int(cur["flags"].get("tp-size", 1)), int(cur["flags"].get("dp-size", 1))
+            if tp > 1 and tp // 2 in _allowed(ctx.task, "tp-size") and 2 * dp in _allowed(ctx.task, "dp-size"):
+                cur["flags"].update({"tp-size": tp // 2, "dp-size": 2 * dp})
+                memo["max_tp"] = min(memo.get("max_tp", tp // 2), tp // 2)
+                memo.setdefault("tried", []).append(f"{cur['label']}: {diag.get('summary')}; TP{tp} x DP{dp} -> "
+                                                    f"TP{tp // 2} x DP{2 * dp}")  # fmt: skip
+                cur["step"] = "launch"
+                return None
         elif category == "port_in_use":  # another process took the port: the next launch gets a fresh one
             cur["step"] = "launch"
             return None
@@ -810,7 +942,8 @@ class PlaybookPolicy:
         else:
             prefixes = self._draft_prefixes(ctx, diag, config, names)
             if prefixes is None:
-                return None
+                return (self._draft_names_fix(ctx, diag, exclude, names)
+                        or self._unlisted_draft_fix(ctx, diag, config_path, text, exclude, names))  # fmt: skip
             cp, ep = prefixes
             how = f"inferred: the draft model loads {cp}.* as {ep}.*"
             suspects = diag.get("suspects") or {}
@@ -848,6 +981,90 @@ class PlaybookPolicy:
         return Call(tool="edit_file", args={"path": config_path, "old": edit[0], "new": edit[1]}), note
 
     @staticmethod
+    def _draft_names_fix(ctx: PolicyContext, diag: dict, exclude: list[str], names: dict) -> tuple[Call, dict] | None:
+        """The checkpoint keeps the draft's modules in a tree of their own (``mtp.*``) and the exclude list names
+        that tree, but the draft class builds it under the target's own names (its loader renames ``mtp`` to
+        ``model``: its one layer is ``model.layers.0``, like the target's first). No exclude entry can then tell
+        the draft's modules from the target's, so the fix is the engine's: the draft class builds that submodule
+        under the checkpoint's prefix, and the list applies as written."""
+        model_file = diag.get("model_file")
+        if not diag.get("draft_model") or not model_file or not ctx.workspace.exists(model_file):
+            return None
+        frames = [(f["file"], f["function"], int(f["line"])) for f in diag.get("frames") or []
+                  if "/models/" in f["file"] and ctx.workspace.exists(f["file"])]  # fmt: skip
+        sources = {f: ctx.workspace.read_file(f) for f, _, _ in frames}
+        rules = renames(sources, frames)
+        for top in sorted({n.split(".", 1)[0] for n in names if "." in n}):
+            tree = [n for n in names if n.startswith(top + ".")]
+            if not any(_excluded(_module(n), exclude) for n in tree):
+                continue  # the list does not name this tree: not a naming defect
+            engine = renamed_prefix(f"{top}.layers.0", rules)
+            if not engine or engine[0].split(".", 1)[0] == top:
+                continue
+            engine_top = engine[0].split(".", 1)[0]
+            if not any(n.startswith(engine[0] + ".") for n in names if not n.startswith(top + ".")):
+                continue  # the draft's names are its own: an exclude entry under them would do
+            line = next((ln for f, fn, ln in frames if f == model_file and fn == "load_weights"), None)
+            cls = class_at(sources[model_file], line) if line else None
+            edit = draft_module_prefix(sources[model_file], cls, engine_top, top) if cls else None
+            if edit is None:
+                return None
+            note = {
+                "category": "weight_shape_mismatch",
+                "defect": f"engine:{model_file}:{cls}",
+                "title": f"Name {cls}'s modules {top}.* as the checkpoint does"[:72],
+                "root_cause": (f"the checkpoint stores the draft's modules as {top}.* and keeps them unquantized by "
+                               f"quantization_config.exclude; {cls} ({model_file}) loads them as {engine[0]}.*, the "
+                               f"target's own names ({engine[0]}.* is the target's first layer too), so the list "
+                               f"never reaches the draft: it was built quantized and the weights do not fit, and no "
+                               f"exclude entry could name the draft's modules without naming the target's"),
+                "change": (f"in {cls}.__init__ ({model_file}), build the submodule holding the draft's layers with "
+                           f'add_prefix("{top}", prefix) instead of add_prefix("{engine_top}", prefix)'),
+            }  # fmt: skip
+            return Call(tool="edit_file", args={"path": model_file, "old": edit[0], "new": edit[1]}), note
+        return None
+
+    @staticmethod
+    def _unlisted_draft_fix(ctx: PolicyContext, diag: dict, config_path: str, text: str, exclude: list[str],
+                            names: dict) -> tuple[Call, dict] | None:  # fmt: skip
+        """The draft's own tree of the checkpoint (a top-level prefix the draft's loader code names, such as
+        ``mtp.``) is stored unquantized (no scale tensor anywhere under it) and the exclude list names none of it:
+        the engine builds the draft quantized. Name each of that tree's top modules in the list, as the vendor's
+        export would have (an entry under the tree's prefix, which also tells a draft class that decides from the
+        list's prefixes)."""
+        if not diag.get("draft_model"):
+            return None
+        sources = [ctx.workspace.read_file(f["file"]) for f in diag.get("frames") or []
+                   if "/models/" in f["file"] and ctx.workspace.exists(f["file"])]  # fmt: skip
+        tops = sorted({n.split(".", 1)[0] for n in names if "." in n})
+        named = [t for t in tops if any(re.search(rf"""["']{re.escape(t)}\.""", src) for src in sources)]
+        for top in named:
+            tree = [n for n in names if n.startswith(top + ".")]
+            if not tree or any(re.search(r"(_scale(_inv)?|_scales)$", n) for n in tree):
+                continue  # quantized in the checkpoint: not this defect
+            if all(_excluded(_module(n), exclude) for n in tree):
+                continue  # the list names all of it under the checkpoint's names: the naming fix's case
+            parts = sorted({".".join(n.split(".")[:3]) if n.split(".")[1:2] == ["layers"] else n.rsplit(".", 1)[0]
+                            for n in tree})  # fmt: skip
+            parents = [p for p in parts if not any(p != q and p.startswith(q + ".") for q in parts)]
+            edit = _insert_entries(text, parents)
+            if edit is None:
+                return None
+            note = {
+                "category": "weight_shape_mismatch",
+                "defect": f"exclude:{config_path}:{top}",
+                "title": f"Exclude the checkpoint's unquantized {top}.* draft modules"[:72],
+                "root_cause": (f"the checkpoint stores its {top}.* modules (the draft's, read by "
+                               f"{diag.get('model_file') or 'the draft model'}) unquantized: no scale tensor under "
+                               f"them in the weight index; but quantization_config.exclude names none of them, so "
+                               f"the engine built the draft quantized and the bf16 weights do not fit"),
+                "change": f"add {len(parents)} exclude entr{'y' if len(parents) == 1 else 'ies'} in {config_path}: "
+                          + ", ".join(parents[:6]) + (" ..." if len(parents) > 6 else ""),
+            }  # fmt: skip
+            return Call(tool="edit_file", args={"path": config_path, "old": edit[0], "new": edit[1]}), note
+        return None
+
+    @staticmethod
     def _upstream_fix(ctx: PolicyContext, diag: dict, config: dict, config_path: str, cp: str,
                       ep: str) -> dict | None:  # fmt: skip
         """The same fix in the engine: the draft model maps the exclude entries naming the checkpoint's extra
@@ -858,7 +1075,8 @@ class PlaybookPolicy:
         if not model_file or not ctx.workspace.exists(model_file) or cp != f"model.layers.{n_layers}":
             return None
         source = ctx.workspace.read_file(model_file)
-        cls = draft_class(source, ep)
+        line = next((int(f["line"]) for f in diag.get("frames") or [] if f["file"] == model_file), None)
+        cls = class_at(source, line) if line else draft_class(source, ep)
         fixed = map_draft_excludes(source, cls, 'f"model.layers.{config.num_hidden_layers}"',
                                    "model.layers.<num_hidden_layers>", ep) if cls else None  # fmt: skip
         if fixed is None:
@@ -868,10 +1086,9 @@ class PlaybookPolicy:
             "category": "weight_shape_mismatch",
             "defect": f"engine:{model_file}:{cls}",
             "title": "Map the checkpoint's MTP-layer exclude entries in the draft model",
-            "root_cause": (f"{cls}.hf_to_sglang_mapper renames one fixed checkpoint layer to {ep}, but this "
-                           f"checkpoint stores its MTP layer as {cp} (num_hidden_layers = {n_layers}); the exclude "
-                           f"entries naming that layer are not mapped, so the draft builds its bf16 modules "
-                           f"quantized and their weights do not fit"),
+            "root_cause": (f"{cls} builds the checkpoint's MTP layer {cp} (num_hidden_layers = {n_layers}) as {ep}, "
+                           f"but nothing maps the exclude entries naming that layer to {ep}, so the draft builds its "
+                           f"bf16 modules quantized and their weights do not fit"),
             "change": (f"in {cls}.__init__ ({model_file}), before any module is built, add each exclude entry "
                        f"that names model.layers.<num_hidden_layers> again under {ep} (exact names, the fused "
                        f"experts module, re: patterns), so checkpoints need no config fix"),
@@ -880,21 +1097,26 @@ class PlaybookPolicy:
 
     @staticmethod
     def _draft_prefixes(ctx: PolicyContext, diag: dict, config: dict, names: dict) -> tuple[str, str] | None:
-        """(checkpoint prefix, engine prefix) of the layer a draft model loads, or None when it is not that."""
+        """(checkpoint prefix, engine prefix) of the layer a draft model loads, or None when it is not that.
+
+        The checkpoint's extra layer is the one beyond ``num_hidden_layers`` in the weight index; the name the
+        draft gives it is read from the loader code of the crash's own traceback: the renames its functions
+        (and their files' name maps) apply to the checkpoint's names (``tools.loader_names``)."""
         if not diag.get("draft_model"):
             return None
-        n_layers = int(config.get("num_hidden_layers") or 0)
+        n_layers = int(config.get("num_hidden_layers") or config.get("text_config", {}).get("num_hidden_layers") or 0)
         extra = sorted({int(m.group(1)) for k in names if (m := re.match(r"model\.layers\.(\d+)\.", k))
                         and int(m.group(1)) >= n_layers})  # fmt: skip
-        model_file = diag.get("model_file")
-        if not extra or not model_file or not ctx.workspace.exists(model_file):
+        if not extra:
             return None
-        source = ctx.workspace.read_file(model_file)
-        # the draft model's own checkpoint-name mapping: "model.layers.<i>": "<engine prefix>"
-        mapped = re.findall(r'["\']model\.layers\.\d+["\']\s*:\s*["\']([\w.]+)["\']', source)
-        if not mapped:
+        cp = f"model.layers.{extra[0]}"
+        frames = [(f["file"], f["function"], int(f["line"])) for f in diag.get("frames") or []
+                  if "/models/" in f["file"] and ctx.workspace.exists(f["file"])]  # fmt: skip
+        sources = {f: ctx.workspace.read_file(f) for f, _, _ in frames}
+        engine = renamed_prefix(cp, renames(sources, frames))
+        if not engine:
             return None
-        return f"model.layers.{extra[0]}", mapped[0]
+        return cp, engine[0]
 
     def _guard_fix(self, ctx: PolicyContext, diag: dict) -> tuple[Call, dict] | None:
         """A CUDA-only header included without a ROCm guard, in a file compiled for ROCm: guard it, with the HIP

@@ -165,3 +165,55 @@ def draft_class(source: str, prefix: str) -> str | None:
                 if prefix in values:
                     return cls.name
     return None
+
+
+def class_at(source: str, line: int) -> str | None:
+    """The class whose body holds ``line`` of ``source`` (the draft class whose code a traceback frame ran), or
+    None."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            return node.name
+    return None
+
+
+def draft_module_prefix(source: str, class_name: str, engine_top: str, ckpt_top: str) -> tuple[str, str] | None:
+    """(old, new) lines of ``class_name.__init__`` in ``source`` that make the draft build its modules under the
+    checkpoint's prefix ``ckpt_top`` instead of ``engine_top``: the ``add_prefix("<engine_top>", prefix)`` that
+    names the submodule holding its layers. A draft whose modules carry the target's own names (its one layer is
+    ``model.layers.0``, like the target's first) can never be told apart by an exclude list; under the
+    checkpoint's names, the list's entries for the draft's tree apply as written. None when the constructor has no
+    such call, or more than one."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    found = _init_of(tree, class_name)
+    if found is None:
+        return None
+    _, init = found
+    calls = [c for c in ast.walk(init) if isinstance(c, ast.Call) and getattr(c.func, "id", "") == "add_prefix"
+             and c.args and isinstance(c.args[0], ast.Constant) and c.args[0].value == engine_top]  # fmt: skip
+    if len(calls) != 1:
+        return None
+    lines = source.splitlines(True)
+    line = lines[calls[0].lineno - 1]
+    literal = re.compile(r"""add_prefix\(\s*(["'])""" + re.escape(engine_top) + r"""\1""")
+    if len(literal.findall(line)) != 1:
+        return None
+    new = literal.sub(lambda m: f"add_prefix({m.group(1)}{ckpt_top}{m.group(1)}", line)
+    # the comment goes above the statement that holds the call
+    stmt = next(s for s in ast.walk(init) if isinstance(s, ast.stmt) and not isinstance(s, ast.FunctionDef)
+                and s.lineno <= calls[0].lineno <= (s.end_lineno or s.lineno))  # fmt: skip
+    head = lines[stmt.lineno - 1]
+    head_indent = re.match(r"[ \t]*", head).group(0)
+    note = (f"# Named as the checkpoint names this module ({ckpt_top}.*), not as the target names its own layers "
+            f"({engine_top}.*): quantization exclude entries for the draft then apply as written.")
+    comment = "".join(f"{head_indent}# {ln}\n" for ln in textwrap.wrap(note[2:], LINE_LENGTH - len(head_indent) - 2))
+    if stmt.lineno == calls[0].lineno:
+        return line, comment + new
+    block = "".join(lines[stmt.lineno - 1:(stmt.end_lineno or stmt.lineno)])
+    return block, comment + block.replace(line, new, 1)

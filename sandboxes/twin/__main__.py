@@ -3,6 +3,8 @@
 Commands:
   scenarios                                      list the bundled scenario names
   materialize --scenario NAME|PATH --dest DIR    write a workspace (checkpoint metadata + SGLang excerpt)
+  scenario --config CONFIG [--index INDEX] [--quantization QC] --hardware mi355x|mi300x [--release V] -o OUT
+                                                 write a scenario for any model from its real config.json
   walkthrough                                    run the walk-through in docs/twin.md
 """
 
@@ -59,9 +61,39 @@ def _cmd_walkthrough(args: argparse.Namespace) -> int:
     return run()
 
 
+def _setup_scenario(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", required=True, help="the model's config.json")
+    p.add_argument("--index", help="the checkpoint's model.safetensors.index.json (or a name<TAB>shape<TAB>dtype listing)")
+    p.add_argument("--quantization", help="a published quantization_config (JSON) replacing config.json's own")
+    p.add_argument("--hardware", required=True, choices=("mi355x", "mi300x"))
+    p.add_argument("--release", default="0.5.12", help="the SGLang release the scenario pins")
+    p.add_argument("--name", help="the served model name (default: from the config's folder)")
+    p.add_argument("-o", "--output", required=True, help="the scenario YAML to write")
+
+
+def _cmd_scenario(args: argparse.Namespace) -> int:
+    """0: written, loads as is; 3: written with open questions (each named on stderr); 2: refused."""
+    from pathlib import Path
+
+    from .scenario.generate import GenerateError, generate
+
+    try:
+        result = generate(Path(args.config), Path(args.output), index_path=Path(args.index) if args.index else None,
+                          quantization_path=Path(args.quantization) if args.quantization else None,
+                          hardware=args.hardware, release=args.release, name=args.name)  # fmt: skip
+    except GenerateError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {result.path}: {result.target_class}" + (f", draft {result.draft_class}" if result.draft_class else ""))
+    for q in result.questions:
+        print(f"question: {q}", file=sys.stderr)
+    return 3 if result.questions else 0
+
+
 COMMANDS["walkthrough"] = ("run docs/twin.md: materialise, crash, patch, benchmark", lambda p: None, _cmd_walkthrough)
 COMMANDS["scenarios"] = ("list the bundled scenarios", _setup_scenarios, _cmd_scenarios)
 COMMANDS["materialize"] = ("write a twin workspace", _setup_materialize, _cmd_materialize)
+COMMANDS["scenario"] = ("write a scenario from a model's real config.json", _setup_scenario, _cmd_scenario)
 
 
 def build_parser() -> argparse.ArgumentParser:

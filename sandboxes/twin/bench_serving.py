@@ -15,7 +15,9 @@ Same flags and seed, same result.
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
+import http.client
 import json
 import math
 import os
@@ -28,11 +30,11 @@ import urllib.request
 from datetime import datetime
 from typing import Any
 
-from .engine import faults
+from .engine import faults, serving_faults
 from .engine.memory import plan_memory
 from .perf.cost_model import CostModel
 from .perf.serving_config import ServingConfig
-from .perf.simulator import SimulationResult, simulate
+from .perf.simulator import REFUSED, SimulationResult, simulate
 from .perf.workload import DatasetSpec, arrival_times, build_requests, prompt_content
 from .scenario import load
 
@@ -137,14 +139,14 @@ def weighted_percentile(pairs: list[tuple[float, float]], q: float) -> float:
     if total <= 0:
         return 0.0
     pos = (total - 1) * q / 100
+    seen, cums = 0.0, []
+    for _, w in pairs:
+        seen += w
+        cums.append(seen)
 
-    def at(rank: float) -> float:
-        seen = 0.0
-        for v, w in pairs:
-            seen += w
-            if rank < seen:
-                return v
-        return pairs[-1][0]
+    def at(rank: float) -> float:  # the first value whose running count passes rank
+        i = bisect.bisect_right(cums, rank)
+        return pairs[i][0] if i < len(pairs) else pairs[-1][0]
 
     lo = math.floor(pos)
     return at(lo) + (at(lo + 1) - at(lo)) * (pos - lo)
@@ -291,6 +293,46 @@ def _server_dies_halfway(result: SimulationResult, twin: dict, base_url: str) ->
             os.kill(int(pid), signal.SIGKILL)
 
 
+def fault_watch(scenario: Any, cfg: ServingConfig, twin: dict, server_args: dict | None = None) -> serving_faults.FaultWatch:
+    """What can fail while this server serves: the node's defects, and the memory its plan left (a server that does
+    not publish its plan, from an older twin, is checked against the defects only)."""
+    memory = twin.get("memory")
+    step_memory = serving_faults.StepMemory.from_twin(
+        memory, scenario.model.vocab_size, scenario.calibration.activation_gb_per_gpu) if memory else None
+    return serving_faults.FaultWatch(scenario, cfg, step_memory, server_args)
+
+
+SERVER_GONE_WAIT_S = 30.0  # how long the client waits, in wall seconds, for a failing server to be gone
+
+
+def _server_fails(result: SimulationResult, twin: dict, base_url: str) -> None:
+    """The simulation reached a step the engine cannot run: hand the failure to the server, which prints what SGLang
+    prints and dies (or stops answering), and wait for that as the real client would: its requests in flight end
+    when the server goes. A server that never goes leaves them waiting forever, as aiohttp's 6-hour timeout would."""
+    f = result.fault
+    host = base_url.split("://", 1)[-1]
+    for tr in result.traces:
+        if tr.error == REFUSED:
+            tr.error = REFUSED.format(host=host)
+    gone = "never" if result.death is None else f"{result.death:.1f} s"
+    print(f"dayzero digital twin (simulated): the server failed at {f.at:.1f} s of the benchmark ({f.kind}); "
+          f"gone at {gone}", flush=True)
+    try:
+        _post(f"{base_url}/_twin/serving_fault", f.to_dict(), timeout=10)
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException):
+        return  # it is gone already
+    if result.death is None:
+        while True:
+            time.sleep(3600)
+    deadline = time.monotonic() + (f.death_after or 0.0) * float(twin.get("time_scale") or 0.0) + SERVER_GONE_WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            _get(f"{base_url}/v1/models", timeout=2)
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException):  # gone, or going mid-answer
+            return
+        time.sleep(0.05)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.dataset_name not in SIMULATABLE:
         raise BenchError(
@@ -336,13 +378,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     scenario = load(twin["scenario_path"])
     cfg = ServingConfig.from_dict(twin["serving_config"])
     model = CostModel(scenario, cfg, twin.get("weight_bytes"))
-    kv_capacity = int(twin.get("max_total_num_tokens") or plan_memory(model).max_total_num_tokens)
+    if twin.get("max_total_num_tokens"):
+        kv_capacity, mamba_slots = int(twin["max_total_num_tokens"]), twin.get("max_mamba_cache_size")
+    else:
+        plan = plan_memory(model)
+        kv_capacity, mamba_slots = plan.max_total_num_tokens, plan.max_mamba_cache_size
     arrivals = arrival_times(len(requests), args.request_rate, rng)
     wall = time.perf_counter()
     content = prompt_content(args.dataset_name, args.backend)
-    result = simulate(model, requests, arrivals, kv_capacity, args.max_concurrency, content)
+    result = simulate(model, requests, arrivals, kv_capacity, args.max_concurrency, content, mamba_slots,
+                      watch=fault_watch(scenario, cfg, twin, info))
     if fault == "crash_mid_benchmark":
         _server_dies_halfway(result, twin, base_url)
+    if result.fault is not None:
+        _server_fails(result, twin, base_url)
     wall = time.perf_counter() - wall
     m = metrics(result)
     gpu_time, bottleneck = breakdown(result)
@@ -385,6 +434,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # what SGLang logs as "KV cache pool is full. Retract requests." (the scheduler's warning), summed
         "retracted_requests": result.retracted,
     })  # fmt: skip
+    if result.fault is not None:  # the twin's addition: when and how the server failed under this load
+        record["serving_failure"] = {"kind": result.fault.kind, "at_s": round(result.fault.at, 3),
+                                     "server_gone_s": None if result.death is None else round(result.death, 3),
+                                     "allreduce_path": result.fault.path}  # fmt: skip
     print_table(args, record)
     out = args.output_file or f"{args.backend}_{datetime.now().strftime('%m%d')}_{args.num_prompts}_sim.jsonl"
     with open(out, "a") as f:

@@ -4,7 +4,8 @@ It accepts SGLang's flags, prints SGLang-like start-up logs and then either serv
 mechanical reasons the real engine would, given what is in the workspace files at that moment:
 
 1. weight loading asks the workspace's own Quark exclude matcher which modules stay unquantized and compares
-   every parameter of the checkpoint index with what the engine built (``weights.py``);
+   every parameter of the checkpoint index with what the engine built, by running the workspace's own model class
+   and its ``load_weights`` (``engine/loading``);
 2. memory: weights, KV pool, activations and graphs against the GPU (``memory.py``);
 3. JIT kernels switched on by the flags are preprocessed by the real ``cpp`` (``jit.py``);
 4. the MoE kernel selection is looked up in the CSV ``AITER_CONFIG_FMOE`` points to, with the workspace's
@@ -15,6 +16,7 @@ Simulated time is compressed by ``TWIN_TIME_SCALE`` (wall seconds per simulated 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import logging
@@ -27,9 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from .engine import faults, jit, memory, messages, moe_csv, server_args, tracebacks
+from .engine import faults, jit, memory, messages, moe_csv, server_args, serving_faults, tracebacks
 from .engine.http_api import ServerState, make_server
-from .engine.loading import weights, weights_cache
+from .engine.loading import loader, weights_cache
+from .engine.loading.platform import Platform
 from .perf.cost_model import CostModel, scored_draft_tokens, single_stream_tpot
 from .perf.serving_config import ServingConfig
 from .scenario import Scenario, ScenarioError, load
@@ -176,22 +179,41 @@ def serving_config(args, ws: Workspace, moe_tuned: bool) -> ServingConfig:
         mem_fraction_static=args.mem_fraction_static, enable_mixed_chunk=args.enable_mixed_chunk,
         disable_overlap_schedule=args.disable_overlap_schedule,
         context_length=context_len, schedule_conservativeness=args.schedule_conservativeness,
+        disable_custom_all_reduce=args.disable_custom_all_reduce,
+        quick_reduce_quantization=os.environ.get("ROCM_QUICK_REDUCE_QUANTIZATION", "NONE"),
+        watchdog_timeout=args.watchdog_timeout, dist_timeout=args.dist_timeout,
     )  # fmt: skip
 
 
-def load_weights(ws: Workspace, args) -> weights.WeightLoadReport:
+# server arguments that cannot change what the model is built from or how it loads (where it listens, logs)
+_NOT_FOR_LOADING = ("host", "port", "model_path", "sglang_root", "served_model_name", "log_level", "api_key")
+
+
+def load_weights(ws: Workspace, args) -> loader.WeightLoadReport:
     """The checkpoint loaded into the workspace's engine, or the outcome of the last identical load (nothing it
     reads changed since: ``weights_cache``)."""
-    mtp = ws.scenario.model.mtp
-    inputs = {"with_draft": bool(args.speculative_algorithm), "tp_size": args.tp_size,
-              "attn_tp_size": args.tp_size // args.dp_size if args.enable_dp_attention else args.tp_size,
-              "draft": (mtp.draft_model_file, mtp.draft_model_class, mtp.engine_prefix) if mtp else None}  # fmt: skip
+    hw = ws.scenario.hardware
+    server_args_used = {k: v for k, v in sorted(vars(args).items()) if k not in _NOT_FOR_LOADING}
+    attn_tp = args.tp_size // args.dp_size if args.enable_dp_attention else args.tp_size
+    inputs = {"with_draft": bool(args.speculative_algorithm), "tp_size": args.tp_size, "attn_tp_size": attn_tp,
+              "dp_size": args.dp_size, "gfx_arch": hw.gfx_arch, "memory_gb": hw.memory_gb}  # fmt: skip
     twin_dir = ws.model_dir.parent / ".twin"
     scenario_file = Path(os.environ.get("TWIN_SCENARIO") or twin_dir / "scenario.yaml")
-    scenarios = list(dict.fromkeys([scenario_file, twin_dir / "scenario.yaml"]))  # the one given, the one the draft reads
+    scenarios = list(dict.fromkeys([scenario_file, twin_dir / "scenario.yaml"]))
     key = weights_cache.cache_key(inputs, [ws.model_dir, ws.sglang_root], scenarios)
     cache_dir = twin_dir / "weights-cache" if twin_dir.is_dir() else None
-    return weights_cache.remembered(cache_dir, key, lambda: weights.load_weights(ws.model_dir, ws.sglang_root, **inputs))
+
+    node = Platform(gfx_arch=hw.gfx_arch, memory_gb=hw.memory_gb, device_name=f"AMD Instinct {hw.name}",
+                    dp_size=args.dp_size, enable_dp_attention=args.enable_dp_attention,
+                    server_args=server_args_used)  # fmt: skip
+
+    def load() -> loader.WeightLoadReport:
+        return loader.load_weights(ws.model_dir, ws.sglang_root, with_draft=inputs["with_draft"], tp_size=args.tp_size,
+                                   attn_tp_size=attn_tp, platform=node)  # fmt: skip
+
+    # the server arguments the model code reads decide an entry; the others (the KV cache's dtype, the benchmark's
+    # limits) leave the load as it was
+    return weights_cache.remembered(cache_dir, key, load, args=server_args_used, args_read=lambda: node.args_read)
 
 
 def start(args) -> tuple[ServerState, float]:
@@ -205,17 +227,21 @@ def start(args) -> tuple[ServerState, float]:
     log.info(f"server_args=ServerArgs({', '.join(f'{k}={v!r}' for k, v in vars(args).items())})")
     server_args.check_platform(args, visible_gpus(sc))
     log.info("Init torch distributed begin.")
+    if args.tp_size > 1:  # the TP group's all-reduce path (GroupCoordinator.__init__, dispatch_custom_allreduce)
+        log.info(messages.AR_NCCL if args.disable_custom_all_reduce else messages.AR_AITER)
     log.info("Init torch distributed ends. elapsed=1.20 s, mem usage=0.62 GB")
     avail = memory.free_before_weights_gb(sc.hardware.memory_gb)
     log.info(f"Load weight begin. avail mem={avail:.2f} GB")
     try:
         report = load_weights(ws, args)
-    except weights.WeightLoadError as exc:
+    except loader.WeightLoadError as exc:
         raise SchedulerError(str(exc), exc.log) from None
     for line in report.log_lines:
         log.warning(line)
     moe_tuned = moe_selection(ws, scale)
     cfg = serving_config(args, ws, moe_tuned)
+    if report.draft_class and report.draft_class == report.target_class:
+        cfg = dataclasses.replace(cfg, draft_is_target=True)
     model = CostModel(sc, cfg, report.target_bytes_by_category)
     try:
         plan = memory.plan_memory(model, report.draft_bytes)
@@ -236,9 +262,8 @@ def start(args) -> tuple[ServerState, float]:
         f"avail mem={avail - weights_gb:.2f} GB, mem usage={weights_gb:.2f} GB."
     )
     log.info(f"Using KV cache dtype: {'torch.bfloat16' if cfg.kv_cache_dtype in ('auto', 'bf16') else 'torch.float8_e4m3fn'}")
-    log.info(
-        f"KV Cache is allocated. #tokens: {plan.max_total_num_tokens}, KV size: {plan.kv_pool_bytes_per_gpu / memory.GIB:.2f} GB"
-    )
+    for line in plan.pools.log_lines():  # the pools by layer kind, as the release prints them (engine/pools.py)
+        log.info(line)
     try:
         kernels = jit.compile_jit_kernels(sc, ws.sglang_root, vars(args), log.info)
     except jit.JitCompileError as exc:
@@ -252,7 +277,7 @@ def start(args) -> tuple[ServerState, float]:
     warmup_crash = check_draft_tree(ws, cfg, plan.free_bytes / memory.GIB)
     context_len = model_info.context_len
     # per DP rank, as SGLang's scheduler reports it (ServingConfig.max_running_per_rank)
-    max_running = cfg.max_running_per_rank(plan.max_total_num_tokens, context_len)
+    max_running = cfg.max_running_per_rank(plan.max_total_num_tokens, context_len, plan.max_mamba_cache_size)
     if max_running <= 0:
         raise LaunchError("AssertionError: max_running_request is zero", "AssertionError: max_running_request is zero")
     log.info(
@@ -273,13 +298,19 @@ def start(args) -> tuple[ServerState, float]:
         "quantization": sc.quantization.weight_format,
         "serving_config": cfg.to_dict(),
         "max_total_num_tokens": plan.max_total_num_tokens,
+        "max_mamba_cache_size": plan.max_mamba_cache_size,
         "weight_bytes": dict(report.target_bytes_by_category),
+        "model_class": report.target_class,  # file:Class the release built: a forward pass's frames run its code
         "moe_kernels": "tuned" if moe_tuned else "fallback",
         "startup_seconds_simulated": round(startup_s, 1),
         "time_scale": scale,
         "version": sc.engine.version,
         "jit_kernels": kernels,
         "pid": os.getpid(),  # where an injected fault (faults.py) finds the server to kill
+        # one GPU's memory as the plan left it: what a step under load may use (engine/serving_faults.py)
+        "memory": {"gpu_bytes": plan.gpu_bytes, "static_bytes": plan.weight_bytes_per_gpu + plan.kv_pool_bytes_per_gpu,
+                   "graph_bytes": plan.graph_bytes, "activation_bytes": plan.activation_bytes,
+                   "free_bytes": plan.free_bytes},
     }
     state = ServerState(
         model_path=args.model_path,
@@ -327,6 +358,47 @@ def check_draft_tree(ws: Workspace, cfg: ServingConfig, avail_gb: float) -> str:
     raise SchedulerError(f"Exception: Capture cuda graph failed: {error}", text)
 
 
+_PRINT = threading.Lock()
+
+
+def print_engine_lines(lines: list[serving_faults.Printed]) -> None:
+    """Print what the engine's processes print, each the way its process writes it: a scheduler's logger with its
+    rank prefix (``[time DP1 TP3] ...``), the launcher's logger (``[time] ...``), or a runtime's bare stderr line."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    text = "".join(
+        f"{p.text}\n" if p.who == "raw" else f"[{stamp}{p.who.removeprefix('rank:')}] {p.text}\n"
+        if p.who.startswith("rank:") else f"[{stamp}] {p.text}\n" for p in lines)
+    handler = logging.getLogger().handlers[0] if logging.getLogger().handlers else None
+    with _PRINT:  # one write, under the log handler's lock: no access-log line lands inside a traceback
+        if handler is not None:
+            handler.acquire()
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        finally:
+            if handler is not None:
+                handler.release()
+
+
+def serving_failure(state: ServerState, ws_root: Path, data: dict) -> None:
+    """The benchmark's simulation reached a step this server cannot run (engine/serving_faults.py): after the time
+    the engine takes to notice (scaled by TWIN_TIME_SCALE), print what it prints and go as it goes: the launcher's
+    SIGQUIT handler kills the process tree (SIGKILL, itself included). A failure nothing notices leaves the server
+    up but its scheduler silent."""
+    fault = serving_faults.Fault.from_dict(data)
+    cfg = ServingConfig.from_dict(state.twin["serving_config"])
+    lines = serving_faults.render(fault, cfg, ws_root, os.getpid(), state.twin.get("model_class", ""))
+    state.stalled.set()  # from now on the scheduler answers nothing
+    if fault.death_after is None:
+        print_engine_lines(lines)
+        return
+    time.sleep(max(fault.death_after, 0.0) * state.time_scale)
+    print_engine_lines(lines)
+    log.error(f"{SIMULATED_NOTE}: the server failed while serving ({fault.kind})")
+    sys.stdout.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def configure_logging() -> None:
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(logging.Formatter("[%(asctime)s TP0] %(message)s", datefmt="%Y-%m-%d %H:%M:%S"))
@@ -342,6 +414,8 @@ def configure_logging() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     configure_logging()
+    for name, value in server_args.ROCM_IMAGE_ENV.items():  # the image's Dockerfile ENV: the release's code reads it
+        os.environ.setdefault(name, value)
     try:
         args = server_args.parse(sys.argv[1:] if argv is None else argv)
     except server_args.ServerArgsError as exc:
@@ -383,6 +457,8 @@ def main(argv: list[str] | None = None) -> int:
         wait = None if fault == "hang_before_ready" else float(os.environ.get("TWIN_SLOW_START_S", "600"))
         if stopping.wait(wait):
             return 0
+    root = Path(args.sglang_root) if args.sglang_root else Path(args.model_path).parent / "sglang"
+    state.on_fault = lambda data: threading.Thread(target=serving_failure, args=(state, root, data), daemon=True).start()
     server = make_server(state, args.host, args.port)
     host, port = server.server_address[:2]
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)

@@ -204,21 +204,6 @@ def _server_pids(workspace: Path) -> set[int]:
     return {int(p) for p in out.stdout.split()}
 
 
-@pytest.mark.parametrize("task", ["orion_mi300x", "vega_mi355x"])
-def test_playbook_solves_unseen_scenarios_unchanged(tmp_path, task):
-    """Other model names, layer counts, MTP prefixes, unguarded headers in other kernel files, other MoE shapes
-    (and for Orion, another layer class failing, on other hardware): the same playbook fixes both defects and
-    meets the targets."""
-    variant = stopping_at_the_targets(tmp_path, REPO / "tasks" / f"{task}.yaml", run_seconds=150)
-    proc = agent(tmp_path, "run", str(variant), "--policy", "playbook", "--run-id", task)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    summary = json.loads((tmp_path / "runs" / task / "summary.json").read_text())
-    assert summary["finish_reason"] == "all targets met", summary["targets"]
-    assert summary["after_targets"]["spent"]["benchmark_runs"] == 0  # a zero budget stops at the targets
-    titles = " | ".join(c["title"] for c in summary["commits"])
-    assert "Exclude" in titles and "Guard the CUDA-only include" in titles
-
-
 @pytest.mark.parametrize("task", ["lyra_mi355x", "corvus_mi300x"])
 def test_playbook_fixes_the_new_defect_variants(tmp_path, task):
     """A whole MTP layer kept bf16 by exact names (lyra: routed experts and eh_proj included) and two unguarded

@@ -90,23 +90,29 @@ def read_draft_model(request: dict[str, Any]) -> dict[str, Any]:
     assert diagnosis["category"] == "weight_shape_mismatch", diagnosis
     assert diagnosis["draft_model"] and diagnosis["model_file"], diagnosis
     assert diagnosis["model_file"].startswith("sglang/"), diagnosis  # a workspace path the source tools take
-    return {"content": "The draft model failed to load; its model file maps the checkpoint's names.",
-            "tool_calls": [("search_source", {"regex": r"\"model\.layers\.\d+\"\s*:", "glob": diagnosis["model_file"]},
-                            READ_ID)]}
+    return {"content": "The draft model failed to load; its model file names the MTP layer's modules.",
+            "tool_calls": [("search_source", {"regex": r"self\.(model|decoder|eh_proj)\s*=",
+                                              "glob": diagnosis["model_file"]}, READ_ID)]}  # fmt: skip
 
 
 def patch_from_source(request: dict[str, Any]) -> dict[str, Any]:
-    """Build the exclude-list edit from the draft model's own name mapping, as a model would."""
+    """Name the MTP layer's excluded modules as the draft model builds them, as a model would."""
     reply = tool_replies(request)[READ_ID]
     assert reply["ok"], reply
     text = "\n".join(match["text"] for match in reply["matches"])
-    m = re.search(r'"model\.layers\.\d+":\s*"([\w.]+)"', text)
-    assert m, "the draft model file should show where it registers the MTP layer"
-    prefix = re.escape(m.group(1))
-    entry = json.dumps(f"re:{prefix}\\.(mlp\\.shared_experts|self_attn\\.indexer)\\..*")
-    edit = {"path": "model/config.json", "old": '"exclude": [', "new": f'"exclude": [\n      {entry},'}
-    return {"content": f"The draft model builds the MTP layer as {m.group(1)}.*; the exclude list only names "
-                       "model.layers.*.", "tool_calls": [("edit_file", edit, EDIT_ID)]}  # fmt: skip
+    built = set(re.findall(r"self\.(model|decoder|eh_proj)\s*=", text))
+    assert built == {"model", "decoder", "eh_proj"}, (
+        f"the draft model file should build these modules: {text}"
+    )
+    # the draft's top module holds eh_proj and the decoder layer directly: model.eh_proj, model.decoder.*
+    entries = [json.dumps("model.eh_proj"), json.dumps("re:model\\.decoder\\.self_attn\\.indexer\\..*")]
+    edit = {
+        "path": "model/config.json",
+        "old": '"exclude": [',
+        "new": '"exclude": [\n      ' + ",\n      ".join(entries) + ",",
+    }
+    return {"content": "The draft model builds the MTP layer as model.decoder and model.eh_proj; the exclude list "
+                       "only names model.layers.*.", "tool_calls": [("edit_file", edit, EDIT_ID)]}  # fmt: skip
 
 
 def relaunch_after_edit(request: dict[str, Any]) -> dict[str, Any]:
@@ -236,7 +242,10 @@ def test_llm_run_through_the_cli(tmp_path: Path) -> None:
     assert "- after: trial 3 launched and benchmarked" in messages[0], messages[0]
     assert summary["commits"][0]["commits"][0] == repo.heads[branch].commit.hexsha
     config = json.loads((run_dir / "workspace" / "model" / "config.json").read_text())
-    assert config["quantization_config"]["exclude"][0].startswith("re:model\\.decoder\\.")
+    assert config["quantization_config"]["exclude"][:2] == [
+        "model.eh_proj",
+        "re:model\\.decoder\\.self_attn\\.indexer\\..*",
+    ]
     trials = summary["trials"]
     assert [t["status"] for t in trials] == ["up", "crashed", "up"]
     assert trials[-1]["metrics"].get("single_stream", 0) > 0

@@ -120,7 +120,8 @@ def decode_step(rec: dict, concurrency: int) -> dict[str, float]:
     The batch is what one scheduler runs in steady state: the client's concurrency, capped by the server's
     running-request limit (SGLang's 48 under speculative decoding) and by the KV pool (the twin's scheduler
     reserves a request's prompt and full output when it admits it); the context is a request's mean prompt plus
-    half its mean output. ``memory`` (weight and KV reads) and ``compute`` overlap: the step pays the larger."""
+    half its mean output. ``memory`` (weight, KV and recurrent-state reads) and ``compute`` overlap: the step pays
+    the larger."""
     twin = rec["server_info"]["twin"]
     scenario = load(twin["scenario_path"])
     cfg = ServingConfig.from_dict(twin["serving_config"])
@@ -129,11 +130,12 @@ def decode_step(rec: dict, concurrency: int) -> dict[str, float]:
     capacity = int(twin["max_total_num_tokens"])
     n = rec["num_prompts"]
     mean_in, mean_out = rec["total_input_tokens"] / n, rec["total_output_tokens"] / n
-    limit = min(cfg.max_running_per_rank(capacity, context_len), int(capacity // (mean_in + mean_out)))
+    limit = min(cfg.max_running_per_rank(capacity, context_len, twin.get("max_mamba_cache_size")),
+                int(capacity // (mean_in + mean_out)))
     batch = max(1, min(-(-concurrency // cfg.num_ranks), limit))
     context = mean_in + mean_out / 2
     t = model.decode_terms(batch, batch * context, model.tokens_per_verify())
-    terms = {"memory": t["weight_reads"] + t["kv_reads"], **{k: t[k] for k in TERMS[1:]}}
+    terms = {"memory": t["weight_reads"] + t["kv_reads"] + t["state_reads"], **{k: t[k] for k in TERMS[1:]}}
     paid = max(terms["memory"], terms["compute"])
     step = paid + sum(terms[k] for k in TERMS[2:])
     return {**terms, "step": step, "batch": batch, "paid": paid}

@@ -35,7 +35,7 @@ def served(monkeypatch):
                          output_throughput=rate * 1000 - seed, request_throughput=rate, median_ttft_ms=ttft,
                          p99_ttft_ms=ttft * 3, median_tpot_ms=20, p99_tpot_ms=30, median_itl_ms=20, p99_itl_ms=30,
                          median_e2e_latency_ms=20_000, decode_tok_s=50, duration_s=600, seed=seed)  # fmt: skip
-        return m, "", Cost(node_hours=0.1)
+        return m, "", Cost(node_hours=0.1), None  # no server lost, so no diagnosis
 
     monkeypatch.setattr(bench, "run_one", run_one)
     return SimpleNamespace(capacity=capacity, calls=calls)

@@ -21,6 +21,8 @@ from sandboxes.twin.workspace.materialize import materialize
 from sandboxes.twin.workspace.release import ReleaseTree, Unavailable, release_tree
 
 READY = "The server is fired up and ready to roll!"
+# the default scenario's MTP-layer exclusions under the names SGLang's draft model builds them (fix 1)
+MTP_ENGINE_NAMES = ["model.eh_proj", r"re:model\.decoder\.self_attn\.indexer\..*"]
 
 
 def edited_default_scenario(tmp_path: Path, edit) -> Path:
@@ -124,7 +126,7 @@ def fixed_workspace(tmp_path_factory) -> Path:
 
     cfg_path = ws / "model" / "config.json"
     cfg = json.loads(cfg_path.read_text())
-    cfg["quantization_config"]["exclude"].append(r"re:model\.decoder\.(mlp\.shared_experts|self_attn\.indexer)\..*")
+    cfg["quantization_config"]["exclude"] += MTP_ENGINE_NAMES
     cfg_path.write_text(json.dumps(cfg))
     kernel = ws / "sglang/python/sglang/jit_kernel/csrc/elementwise/fused_metadata_copy.cuh"
     kernel.write_text(

@@ -52,7 +52,7 @@ def test_unguard_is_a_no_op_on_an_unguarded_include(tmp_path: Path) -> None:
     (lambda d: d["engine"]["jit_kernels"][0].update(source="python/sglang/jit_kernel/csrc/none.cuh"),
      "engine.jit_kernels[0].source"),
     (lambda d: d["engine"]["jit_kernels"][0].update(includes=["cuda_fp8.h"]), "engine.jit_kernels[0].includes"),
-    (lambda d: d["model"]["mtp"].update(draft_model_class="GlmNextN"), "model.mtp.draft_model_class"),
+    (lambda d: d["model"].update(architecture="GlmNextMoeForCausalLM"), "model.architecture"),
 ])  # fmt: skip
 def test_defects_must_name_what_the_tree_has(tree: release.ReleaseTree, tmp_path: Path, edit, where: str) -> None:
     path = edited_default_scenario(tmp_path, edit)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from sandboxes.twin.engine.loading.weights import WeightLoadError, load_weights
+from sandboxes.twin.engine.loading.loader import WeightLoadError, load_weights
 from sandboxes.twin.scenario import load
 from sandboxes.twin.workspace.materialize import materialize
 from tasks.spec import load_task
@@ -75,7 +75,7 @@ def test_new_scenarios_are_their_own() -> None:
     for sc in (lyra, corvus):
         m = sc.model
         for o in [*old, *(x for x in (lyra, corvus) if x is not sc)]:
-            assert m.served_name != o.model.served_name and m.architecture != o.model.architecture
+            assert m.served_name != o.model.served_name and m.model_type != o.model.model_type
             assert m.hidden_size != o.model.hidden_size and m.num_hidden_layers != o.model.num_hidden_layers
             assert m.mtp.layer_index != o.model.mtp.layer_index
             assert (m.moe.num_experts, m.moe.top_k, m.moe.intermediate_size) != (
@@ -133,9 +133,7 @@ def _draft(ws: Path, tmp: Path, extra: list[str]):
     cfg["quantization_config"]["exclude"] += extra
     (model / "config.json").write_text(json.dumps(cfg))
     (model / "model.safetensors.index.json").symlink_to(ws / "model" / "model.safetensors.index.json")
-    mtp = load("lyra_mi355x").model.mtp
-    return load_weights(model, ws / "sglang", with_draft=True, tp_size=8,
-                        draft=(mtp.draft_model_file, mtp.draft_model_class, mtp.engine_prefix))  # fmt: skip
+    return load_weights(model, ws / "sglang", with_draft=True, tp_size=8)
 
 
 def test_lyra_draft_takes_one_entry_for_the_routed_experts(lyra: Path, tmp_path: Path) -> None:

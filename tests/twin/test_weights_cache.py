@@ -14,9 +14,11 @@ from types import SimpleNamespace
 import pytest
 
 from sandboxes.twin import launch_server
-from sandboxes.twin.engine.loading import weights, weights_cache
-from sandboxes.twin.engine.loading.weights import QUARK_UTILS, WeightLoadError
+from sandboxes.twin.engine.loading import loader, weights_cache
+from sandboxes.twin.engine.loading.loader import WeightLoadError
 from sandboxes.twin.workspace.materialize import materialize
+
+QUARK_UTILS = "python/sglang/srt/layers/quantization/quark/utils.py"
 
 
 @pytest.fixture(scope="module")
@@ -32,13 +34,13 @@ def world(pristine, tmp_path, monkeypatch):
     shutil.copytree(pristine, ws, symlinks=True)
     monkeypatch.setattr(weights_cache, "shared_cache", lambda: tmp_path / "user-cache")  # this test's own
     loads = []
-    real = weights.load_weights
+    real = loader.load_weights
 
     def counting(*args, **kwargs):
         loads.append(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(weights, "load_weights", counting)
+    monkeypatch.setattr(loader, "load_weights", counting)
     monkeypatch.delenv("TWIN_SCENARIO", raising=False)
 
     def load(draft: bool = False, tp: int = 8, at: Path = ws):

@@ -20,7 +20,7 @@ from sandboxes.twin import scenario as scenario_mod
 from sandboxes.twin.__main__ import main as cli_main
 from sandboxes.twin.engine import moe_csv
 from sandboxes.twin.engine.jit import ROCM_INCLUDE, JitCompileError, compile_jit_kernels
-from sandboxes.twin.engine.loading.weights import QUARK_UTILS, WeightLoadError, load_weights
+from sandboxes.twin.engine.loading.loader import WeightLoadError, load_weights
 from sandboxes.twin.models.catalogue import ModelDims, checkpoint_modules, param_specs
 from sandboxes.twin.workspace import materialize as materialize_mod
 from sandboxes.twin.workspace.materialize import (
@@ -29,6 +29,8 @@ from sandboxes.twin.workspace.materialize import (
     materialize,
     workspace_scenario,
 )
+
+QUARK_UTILS = "python/sglang/srt/layers/quantization/quark/utils.py"
 
 needs_cpp = pytest.mark.skipif(shutil.which("cpp") is None, reason="the twin's JIT needs cpp")
 
@@ -105,18 +107,17 @@ def test_materialize_writes_the_workspace(pristine: Path) -> None:
     assert qc["global_quant_config"]["weight"]["group_size"] == 32
     assert qc["global_quant_config"]["input_tensors"]["is_dynamic"] is True
     assert qc["exclude"] == sc.exclude_entries()
-    assert r"re:model\.layers\.\d+\.mlp\.shared_experts\..*" in qc["exclude"]
+    assert r"re:model\.layers\.\d+\.self_attn\.indexer\..*" in qc["exclude"] and "model.layers.78.eh_proj" in qc["exclude"]
 
     index = json.loads((model / "model.safetensors.index.json").read_text())
     assert index["metadata"]["simulated"] is True
     wm = index["weight_map"]
-    # quantized routed expert (also in the MTP layer), bf16 shared expert, bf16 lm_head and router
+    # quantized routed and shared experts (also in the MTP layer), bf16 eh_proj, indexer, lm_head and router
     assert wm["model.layers.5.mlp.experts.17.gate_proj.weight"] == {"dtype": "U8", "shape": [2048, 3072]}
     assert wm["model.layers.5.mlp.experts.17.gate_proj.weight_scale"] == {"dtype": "U8", "shape": [2048, 192]}
     assert wm["model.layers.78.mlp.experts.255.down_proj.weight"] == {"dtype": "U8", "shape": [6144, 1024]}
-    assert wm["model.layers.78.mlp.shared_experts.gate_proj.weight"] == {"dtype": "BF16", "shape": [2048, 6144]}
-    assert "model.layers.78.mlp.shared_experts.gate_proj.weight_scale" not in wm
-    assert wm["model.layers.78.eh_proj.weight"] == {"dtype": "U8", "shape": [6144, 6144]}  # a Quark linear
+    assert wm["model.layers.78.mlp.shared_experts.gate_proj.weight"] == {"dtype": "U8", "shape": [2048, 3072]}
+    assert wm["model.layers.78.eh_proj.weight"] == {"dtype": "BF16", "shape": [6144, 12288]}  # excluded by name
     assert wm["model.layers.10.self_attn.indexer.wq_b.weight"]["dtype"] == "BF16"
     assert wm["model.layers.10.self_attn.q_b_proj.weight"]["dtype"] == "U8"
     assert wm["lm_head.weight"] == {"dtype": "BF16", "shape": [154880, 6144]}
@@ -128,7 +129,7 @@ def test_materialize_writes_the_workspace(pristine: Path) -> None:
     for name in ("tokenizer_config.json", "generation_config.json"):
         assert "simulated" in json.loads((model / name).read_text())["_comment"]
     root = pristine / "sglang"
-    for rel in (QUARK_UTILS, sc.model.mtp.draft_model_file, *(k.source for k in sc.engine.jit_kernels)):
+    for rel in (QUARK_UTILS, "python/sglang/srt/models/deepseek_nextn.py", *(k.source for k in sc.engine.jit_kernels)):
         assert (root / rel).is_file(), rel  # the real tree (or the bundled excerpt) at its real paths
     aiter = pristine / "aiter"  # what the twin writes itself says so, with the scenario's hardware
     assert "dayzero digital twin of MI355X (simulated)" in (aiter / sc.engine.moe_config_reader).read_text().splitlines()[0]
@@ -174,7 +175,7 @@ def test_packing_rule() -> None:
     mod = next(m for m in checkpoint_modules(dims) if m.name == "model.layers.4.self_attn.o_proj")
     assert mod.shape == (6144, 64 * 256)
     assert param_specs(mod, "mxfp4") == [("weight", "U8", (6144, 8192)), ("weight_scale", "U8", (6144, 512))]
-    assert param_specs(mod, "fp8") == [("weight", "F8_E4M3", (6144, 16384)), ("weight_scale", "F32", (6144, 1))]
+    assert param_specs(mod, "fp8") == [("weight", "F8_E4M3", (6144, 16384)), ("weight_scale", "F32", (6144,))]
     assert param_specs(mod, "bf16") == [("weight", "BF16", (6144, 16384))]
 
 
@@ -281,7 +282,7 @@ def _other_scenario(tmp_path: Path) -> Path:
     data = yaml.safe_load(scenario_mod.resolve(scenario_mod.DEFAULT_SCENARIO).read_text())
     data["name"] = "other_moe_test"
     model = data["model"]
-    model.update(served_name="acme/Other-MoE", architecture="OtherMoeForCausalLM", model_type="other_moe",
+    model.update(served_name="acme/Other-MoE", architecture="DeepseekV32ForCausalLM", model_type="other_moe",
                  hidden_size=4096, num_hidden_layers=40, vocab_size=100000, first_k_dense_replace=1,
                  dense_intermediate_size=8192)
     model["moe"].update(num_experts=64, top_k=4, intermediate_size=1024)

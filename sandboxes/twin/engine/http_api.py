@@ -71,6 +71,8 @@ CACHE_MAX_BLOCKS = 1 << 17
 KEEP_ALIVE_S = 5.0  # uvicorn's timeout_keep_alive in SGLang
 LISTEN_BACKLOG = 2048  # uvicorn's default backlog
 PARSE_BODY_ERROR = "There was an error parsing the body"  # FastAPI's HTTPException when json.loads raises
+GENERATION_ROUTES = frozenset({"/generate", "/v1/completions", "/v1/chat/completions"})
+SERVING_FAULT_KINDS = ("out_of_memory", "collective_hang", "collective_error", "worker_crash")
 
 FLUSH_CACHE_TEXT = (
     "Cache flushed.\nPlease check backend logs for more details. "
@@ -96,6 +98,12 @@ class ServerState:
     time_scale: float  # wall seconds per simulated second (0.001: 1000x faster; 0: no sleeping)
     context_length: int
     ready: threading.Event = field(default_factory=threading.Event)  # /health is 503 until set
+    # a scheduler that stopped answering (a hung collective, a dead rank nothing watches): generation requests wait
+    # until the server goes, /health is 503 (its own generation request times out)
+    stalled: threading.Event = field(default_factory=threading.Event)
+    # what the twin's benchmark client hands the server when its simulation reaches a step the engine cannot run
+    # (engine/serving_faults.py); None: such a server only serves
+    on_fault: Callable[[dict], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -616,6 +624,7 @@ class _Handler(BaseHTTPRequestHandler):
             "/v1/completions": (("POST",), _Handler._completions),
             "/v1/chat/completions": (("POST",), _Handler._chat),
             "/flush_cache": (("GET", "POST"), _Handler._flush_cache),
+            "/_twin/serving_fault": (("POST",), _Handler._serving_fault),
         }
 
     def _dispatch(self) -> None:
@@ -632,6 +641,10 @@ class _Handler(BaseHTTPRequestHandler):
             elif self.command not in route[0]:
                 self._read_body()
                 self._json(405, {"detail": "Method Not Allowed"})
+            elif path in GENERATION_ROUTES and self.server.state.stalled.is_set():
+                self._read_body()  # the tokenizer takes it; the scheduler never answers
+                self.server.stopping.wait()
+                self.close_connection = True
             else:
                 route[1](self)
         except _Disconnected:
@@ -655,7 +668,24 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- endpoints: server description
     def _health(self) -> None:
-        self._empty(200 if self.server.state.ready.is_set() and not self.server.stopping.is_set() else 503)
+        st = self.server.state
+        self._empty(200 if st.ready.is_set() and not self.server.stopping.is_set() and not st.stalled.is_set() else 503)
+
+    def _serving_fault(self) -> None:
+        """The twin's own endpoint (no SGLang path): the benchmark's simulation found a step this server cannot run;
+        the server prints what SGLang prints and fails the way it fails (launch_server.serving_failure)."""
+        ok, body = self._json_body()
+        if not ok:
+            return
+        st = self.server.state
+        if st.on_fault is None:
+            self._json(404, {"detail": "Not Found"})
+            return
+        if not isinstance(body, dict) or body.get("kind") not in SERVING_FAULT_KINDS:
+            self._http_error(400, f"expected a serving fault, one of {', '.join(SERVING_FAULT_KINDS)}")
+            return
+        self._json(200, {"accepted": True, "simulated": True})
+        st.on_fault(body)
 
     def _card(self, name: str) -> dict:
         return {"id": name, "object": "model", "created": int(time.time()), "owned_by": "sglang", "root": name,

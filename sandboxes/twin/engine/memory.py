@@ -1,10 +1,12 @@
-"""GPU memory at start-up: weights, the KV-cache pool and what is left for activations and graphs.
+"""GPU memory at start-up: weights, the KV-cache and state pools and what is left for activations and graphs.
 
-SGLang sizes its KV pool as ``mem_fraction_static`` of the memory that was free before the weights loaded, minus
+SGLang sizes its pools from ``mem_fraction_static`` of the memory that was free before the weights loaded, minus
 the weights (``ModelRunnerKVCacheMixin._profile_available_bytes``: what is free after loading, less
-``1 - mem_fraction_static`` of what was free before); what stays outside the static fraction must hold
-activations (a chunked-prefill step) and captured graphs. Too much static memory is
-an out-of-memory crash while capturing graphs; too little leaves no KV pool, a start-up error.
+``1 - mem_fraction_static`` of what was free before); how that memory is split between the pools follows each
+layer's kind (``pools.py``: one token-to-KV pool, full and sliding-window pools, or the mamba pool of linear
+attention's states and the KV pool of the full-attention layers). What stays outside the static fraction must
+hold activations (a chunked-prefill step) and captured graphs. Too much static memory is an out-of-memory crash
+while capturing graphs; too little leaves no KV pool, a start-up error.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..perf.cost_model import CostModel
+from .pools import PoolPlan, size_pools
 
 GIB = 1024**3
 # the share of a GPU's memory still free when the weights begin to load: the HIP context and torch.distributed
@@ -44,19 +47,29 @@ class MemoryPlan:
     activation_bytes: float
     graph_bytes: float
     free_bytes: float  # outside the static pool, after activations and graphs
+    pools: PoolPlan | None = None  # the pools by kind, their log lines and the running-request limit they set
+
+    @property
+    def max_mamba_cache_size(self) -> int | None:
+        """Recurrent-state slots of a hybrid linear-attention model (None for other models)."""
+        return self.pools.max_mamba_cache_size if self.pools else None
 
     def summary(self) -> str:
+        state = self.pools.state_bytes if self.pools else 0
         return (
             f"weights {self.weight_bytes_per_gpu / GIB:.2f} GB/GPU, KV pool {self.kv_pool_bytes_per_gpu / GIB:.2f} GB"
-            f" ({self.max_total_num_tokens} tokens), activations {self.activation_bytes / GIB:.2f} GB,"
-            f" graphs {self.graph_bytes / GIB:.2f} GB"
+            f" ({self.max_total_num_tokens} tokens)"
+            + (f", state pool {state / GIB:.2f} GB ({self.max_mamba_cache_size} slots)" if state else "")
+            + f", activations {self.activation_bytes / GIB:.2f} GB, graphs {self.graph_bytes / GIB:.2f} GB"
         )
 
 
-def plan_memory(model: CostModel, draft_bytes: float = 0.0) -> MemoryPlan:
+def plan_memory(model: CostModel, draft_bytes: float = 0.0, hybrid_swa: bool | None = None) -> MemoryPlan:
     """Raise ``OutOfMemory`` or ``NotEnoughMemory`` as SGLang would; else the plan.
 
     ``draft_bytes``: weights of the speculative draft model, when one was loaded (TP-sharded like the rest).
+    ``hybrid_swa``: whether the release gives sliding-window layers a pool of their own (default: the pinned
+    release's ``is_hybrid_swa_model`` list, ``pools.HYBRID_SWA_ARCHITECTURES``).
     """
     sc, cfg = model.scenario, model.config
     cal = sc.calibration
@@ -71,9 +84,9 @@ def plan_memory(model: CostModel, draft_bytes: float = 0.0) -> MemoryPlan:
     before = free_before_weights_gb(sc.hardware.memory_gb) * GIB
     static = before * cfg.mem_fraction_static
     pool = static - weights
-    kv_token = model.kv_token_bytes * (1.0 + (1.0 / model.sizes.layers if cfg.speculative else 0.0))
-    tokens = int(pool // kv_token) if pool > 0 else 0
-    tokens -= tokens % max(cfg.page_size, 1)
+    context_len = cfg.context_length or sc.model.max_position_embeddings
+    pools = size_pools(model.arch, cfg, pool, context_len, hybrid_swa)
+    tokens = pools.max_total_num_tokens
     if tokens <= 0:
         raise NotEnoughMemory(  # pool_configurator.MemoryPoolConfig.__post_init__, verbatim
             "Not enough memory. Please try to increase --mem-fraction-static. "
@@ -94,10 +107,11 @@ def plan_memory(model: CostModel, draft_bytes: float = 0.0) -> MemoryPlan:
     return MemoryPlan(
         gpu_bytes=gpu,
         weight_bytes_per_gpu=weights,
-        kv_pool_bytes_per_gpu=pool,
-        kv_bytes_per_token=kv_token,
+        kv_pool_bytes_per_gpu=pools.kv_budget_bytes,
+        kv_bytes_per_token=pools.token_bytes,
         max_total_num_tokens=tokens,
         activation_bytes=activation,
         graph_bytes=graph,
         free_bytes=free,
+        pools=pools,
     )

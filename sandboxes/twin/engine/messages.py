@@ -47,6 +47,57 @@ TOPK_OUT_OF_RANGE = "RuntimeError: selected index k out of range"
 SIGQUIT = "Received sigquit from a child process. It usually means the child failed."
 READY = "The server is fired up and ready to roll!"
 
+# --- while serving (engine/serving_faults.py) -------------------------------------------------------------------
+# the tokenizer manager's running-phase SIGQUIT handler, installed with loop.add_signal_handler: asyncio calls it
+# without arguments, so signum and frame print as None
+SIGQUIT_RUNNING = "SIGQUIT received. signum=None, frame=None. It usually means one child failed."
+SUBPROCESS_CRASHED = "Subprocess {name} (pid={pid}) crashed with exit code {code}. Triggering SIGQUIT for cleanup..."
+WATCHDOG_TIMEOUT = "{name} watchdog timeout (self.watchdog_timeout={timeout}, self.soft={soft})"
+DECODE_BATCH = ("Decode batch, #running-req: {running}, #token: {tokens}, token usage: {usage:.2f}, {spec}"
+                "cuda graph: {graph}, gen throughput (token/s): {throughput:.2f}, #queue-req: {queue}")
+DECODE_BATCH_SPEC = "accept len: {accept:.2f}, accept rate: {rate:.2f}, "
+AR_AITER = "[AR] Using AiterCustomAllreduce (AMD default)"
+AR_NCCL = "[AR] All-reduce call path: NCCL (custom AR disabled)"
+
+# --- what the runtime and PyTorch print under SGLang, not SGLang's own text ---------------------------------------
+# (the forms of c10's CUDACachingAllocator.cpp, ProcessGroupNCCL.cpp and NCCLUtils, ROCr's fault handler and
+# CPython's faulthandler, as real ROCm logs show them: tests/tools/data/real_logs/, tests/twin/test_serving_faults.py)
+# PyTorch's allocator on ROCm (hipify turns "CUDA" into "HIP"), with the graphs' memory in private pools
+HIP_OOM = (
+    "HIP out of memory. Tried to allocate {tried}. GPU {gpu} has a total capacity of {total} of which {free} is free. "
+    "Of the allocated memory {allocated} is allocated by PyTorch, with {private} allocated in private pools (e.g., "
+    "CUDA Graphs), and {unallocated} is reserved by PyTorch but unallocated. If reserved but unallocated memory is "
+    "large try setting PYTORCH_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for "
+    "Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+)
+HIP_ILLEGAL_ACCESS = (
+    "torch.AcceleratorError: HIP error: an illegal memory access was encountered\n"
+    "Search for `hipErrorIllegalAddress' in https://docs.nvidia.com/cuda/cuda-runtime-api/group__HIPRT__TYPES.html "
+    "for more information.\n"
+    "HIP kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be "
+    "incorrect.\n"
+    "For debugging consider passing AMD_SERIALIZE_KERNEL=3\n"
+    "Compile with `TORCH_USE_HIP_DSA` to enable device-side assertions."
+)
+MEMORY_ACCESS_FAULT = "Memory access fault by GPU node-{node} (Agent handle: {handle}) on address {address}. Reason: Unknown."
+# ProcessGroupNCCL: WorkNCCL's operator<<, the watchdog's lines, its exception and std::terminate's report
+WORK_NCCL = "WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn={numel}, NumelOut={numel}, Timeout(ms)={timeout})"
+NCCL_WATCHDOG_CAUGHT = "[Rank {rank}] Watchdog caught collective operation timeout: {work} ran for {ran} milliseconds before timing out."
+NCCL_FAILURE_DETECTED = ("[PG ID 2 PG GUID 3 Rank {rank}]  failure detected by watchdog at work sequence id: {seq} PG "
+                         "status: last enqueued work: {seq}, last completed work: {completed}")
+NCCL_NO_STACK_TRACE = ("Stack trace of the failed collective not found, potentially because FlightRecorder is disabled. "
+                       "You can enable it by setting TORCH_NCCL_TRACE_BUFFER_SIZE to a non-zero value.")
+NCCL_FIRST_PG_DUMPING = "[PG ID 2 PG GUID 3 Rank {rank}] First PG on this rank to signal dumping."
+NCCL_SOME_FAILED = ("[Rank {rank}] Some NCCL operations have failed or timed out. Due to the asynchronous nature of "
+                    "CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.")
+NCCL_TAKING_DOWN = "[Rank {rank}] To avoid data inconsistency, we are taking the entire process down."
+NCCL_WATCHDOG_TERMINATED = "[PG ID 2 PG GUID 3 Rank {rank}] Process group watchdog thread terminated with exception: {what}"
+# an error RCCL reports asynchronously (checkForNCCLErrorsInternal: ncclGetErrorWithVersion, getNcclErrorDetailStr)
+NCCL_ASYNC_ERROR = ("NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.26.6\n"
+                    "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device "
+                    "error. \nLast error:\n")
+NCCL_TERMINATE = "terminate called after throwing an instance of 'c10::DistBackendError'\n  what():  {what}"
+
 REAL_MESSAGES: tuple[RealMessage, ...] = (
     RealMessage("default weight loader", DEFAULT_LOADER, "srt/model_loader/weight_utils.py",
                 'f"Attempted to load weight ({loaded_weight.size()}) "', "weights._load_into"),
@@ -98,4 +149,20 @@ REAL_MESSAGES: tuple[RealMessage, ...] = (
                 '"1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)', "launch_server.check_draft_tree"),
     RealMessage("ready line", READY, "srt/entrypoints/http_server.py",
                 '"The server is fired up and ready to roll!"', "launch_server.main"),
+    RealMessage("SIGQUIT while serving", SIGQUIT_RUNNING, "srt/managers/tokenizer_manager.py",
+                'f"SIGQUIT received. {signum=}, {frame=}. It usually means one child failed."', "serving_faults.render"),
+    RealMessage("dead child", SUBPROCESS_CRASHED, "srt/utils/watchdog.py", 'f"Subprocess {name} (pid={proc.pid}) crashed "',
+                "serving_faults.render"),
+    RealMessage("dead child (exit code)", SUBPROCESS_CRASHED, "srt/utils/watchdog.py",
+                'f"with exit code {proc.exitcode}. "', "serving_faults.render"),
+    RealMessage("scheduler watchdog", WATCHDOG_TIMEOUT, "srt/utils/watchdog.py", 'f"{self.debug_name} watchdog timeout "',
+                "serving_faults.render"),
+    RealMessage("scheduler watchdog (values)", WATCHDOG_TIMEOUT, "srt/utils/watchdog.py",
+                'f"({self.watchdog_timeout=}, {self.soft=})"', "serving_faults.render"),
+    RealMessage("decode batch", DECODE_BATCH, "srt/observability/scheduler_metrics_mixin.py",
+                'f"Decode batch{iter_msg}, #running-req: {num_running_reqs}, {token_usage_msg}"', "serving_faults.render"),
+    RealMessage("custom all-reduce", AR_AITER, "srt/distributed/device_communicators/custom_all_reduce.py",
+                '"[AR] Using AiterCustomAllreduce (AMD default)"', "launch_server.start"),
+    RealMessage("all-reduce through RCCL", AR_NCCL, "srt/distributed/parallel_state.py",
+                '"[AR] All-reduce call path: NCCL (custom AR disabled)"', "launch_server.start"),
 )

@@ -293,6 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
     a("--random-seed", type=int, default=None)
     a("--log-level", type=str, default="info")
     a("--watchdog-timeout", type=float, default=300)
+    a("--dist-timeout", type=int, default=None)
+    a("--disable-custom-all-reduce", action="store_true")
     return p
 
 

@@ -27,6 +27,7 @@ class Frame:
     line: int  # its line in the pinned release (fallback)
     cls: str = ""  # the class that defines ``func``, when several classes define one of that name
     last: bool = False  # the statement's last occurrence in the function (else its first)
+    exact: bool = False  # ``line`` is where the code really was (a frame of workspace code the twin ran)
 
 
 @lru_cache(maxsize=256)
@@ -62,6 +63,8 @@ def locate(root: Path, frame: Frame) -> tuple[str, int]:
     if frame.file.startswith(("/", "<")):
         return frame.file, frame.line
     path = root / frame.file
+    if frame.exact:
+        return str(path), frame.line
     try:
         lines = _lines(str(path), path.stat().st_mtime)
     except OSError:
@@ -149,6 +152,10 @@ DRAFT_WORKER = [
     Frame(f"{_SRT}/speculative/eagle_worker.py", "__init__", "super().__init__(", 161),
     *_TP_WORKER,
 ]
+# after loading the draft, the EAGLE worker shares the target's embedding and LM head with it (a class built as a
+# draft that has no such method, such as a model with no MTP head taken as its own draft, fails here)
+EAGLE_SHARE_HEAD = Frame(f"{_SRT}/speculative/eagle_worker.py", "__init__",
+                         "self.draft_model_runner.model.set_embed_and_head(embed, head)", 203, last=True)
 _RUNNER_START = Frame(f"{_SRT}/model_executor/model_runner.py", "__init__", "self.initialize(pre_model_load_memory)", 535)
 _RUNNER_MODEL = [  # the model runner loads the model through its loader
     _RUNNER_START,

@@ -29,7 +29,7 @@ Shapes (``(out_features, in_features)`` for linears; ``h`` = hidden size, ``H`` 
 
 Packing rule for a linear stored in format ``fmt``: ``mxfp4`` -> ``weight`` U8 ``[out, in/2]`` (two e2m1
 values per byte) + ``weight_scale`` U8 ``[out, in/32]`` (one e8m0 scale per group of 32); ``fp8`` ->
-``weight`` F8_E4M3 ``[out, in]`` + ``weight_scale`` F32 ``[out, 1]`` (per output channel); ``bf16`` ->
+``weight`` F8_E4M3 ``[out, in]`` + ``weight_scale`` F32 ``[out]`` (Quark per_channel: one scale per output channel); ``bf16`` ->
 ``weight`` BF16 ``[out, in]``. Norms, embeddings, the router and the plain linears are never quantized.
 
 Parameter order is the natural sort of the full names (``lm_head``, ``model.embed_tokens``,
@@ -343,7 +343,7 @@ def param_specs(module: Module, fmt: str) -> list[tuple[str, str, tuple[int, ...
                 ("weight_scale", "U8", (out_f, -(-in_f // MXFP4_GROUP))),
             ]
         if fmt == "fp8":
-            return [("weight", "F8_E4M3", (out_f, in_f)), ("weight_scale", "F32", (out_f, 1))]
+            return [("weight", "F8_E4M3", (out_f, in_f)), ("weight_scale", "F32", (out_f,))]  # Quark per_channel
         if fmt == "bf16":
             return [("weight", "BF16", module.shape)]
         raise ValueError(f"unknown weight format {fmt!r} (expected one of {QUANT_FORMATS})")
@@ -380,3 +380,305 @@ def quant_format_from_config(cfg: Mapping[str, Any]) -> str:
 def exclude_from_config(cfg: Mapping[str, Any]) -> list[str]:
     qc = cfg.get("quantization_config") or {}
     return [str(x) for x in (qc.get("exclude") or [])]
+
+
+# =============================================================================================================
+# The checkpoint of a model given by its real config.json, in any architecture the twin reads (``ModelArch``)
+# =============================================================================================================
+#
+# ``config_checkpoint(arch, config, naming, quant)`` lists every tensor the vendor's checkpoint holds: its name
+# in the vendor's own style (``naming``: the scenario's ``model.checkpoint`` section, for what config.json does
+# not say), its dtype and its shape, stored as the published quantization_config says (``quant``: a
+# ``models.quantization.Scheme``). Module kinds decide what a quantization may touch: a ``LINEAR`` is quantized
+# unless the vendor's list (or ``naming.unquantized``) names it; norms, embeddings, routers, gates, a DSA
+# indexer's ``weights_proj`` and the Gated DeltaNet's small tensors never are.
+
+GATE = "gate_param"  # a tensor stored as is (router weights, shared_expert_gate, A_log...): name ends in its param
+FUSED_EXPERTS = "fused_experts"  # one tensor for every expert of a layer: [E, out, in]
+
+
+class CheckpointQuestion(ValueError):
+    """The checkpoint's naming is not in config.json and nobody answered ``fact`` (one line)."""
+
+    def __init__(self, fact: str, what: str) -> None:
+        super().__init__(f"config.json does not say {what}: set model.checkpoint.{fact} in the scenario (or give "
+                         "the checkpoint's model.safetensors.index.json to `python -m sandboxes.twin scenario`)")
+        self.fact = fact
+
+
+CHECKPOINT_FACTS: dict[str, str] = {
+    "moe_block": "under which module the routed experts are stored (mlp | block_sparse_moe)",
+    "experts": "whether each routed expert is its own tensors (per_expert) or one tensor per layer holds them (fused)",
+    "expert_names": "the routed experts' projection names (gate_up_down | w1_w3_w2)",
+    "router": "the router's module name (gate | router)",
+    "shared_expert": "the shared expert's module name (shared_experts | shared_expert)",
+    "linear_attention": "the Gated DeltaNet input projections' names (qkvz_ba | qkv_z_b_a)",
+    "o_proj_bias": "whether o_proj carries a bias like q/k/v_proj (attention_bias)",
+    "mtp": "where the MTP head is stored (layer: model.layers.<N> | mtp: Qwen's mtp.* | none)",
+    "mtp_embeddings": "whether the MTP layer stores its own embed_tokens and shared_head.head",
+    "vision": "how the vision tower is stored (qwen3_vl | none)",
+}
+
+
+def _ask(fact: str) -> CheckpointQuestion:
+    return CheckpointQuestion(fact, CHECKPOINT_FACTS[fact])
+
+
+def _dtype_name(torch_dtype: str) -> str:
+    return {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}.get(str(torch_dtype), "BF16")
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One module of the checkpoint: ``name`` (without ``.weight``), its kind, logical shape, what it is for."""
+
+    name: str
+    kind: str
+    shape: tuple[int, ...]
+    category: str
+    params: tuple[tuple[Any, ...], ...] = ()  # GATE kind: (suffix, dtype[, shape]) stored as is; "" suffix: bare name
+    bias: bool = False  # a LINEAR/LAYERNORM-free bias (linears with bias=True store <name>.bias)
+
+
+class _Builder:
+    def __init__(self, arch: Any, config: Mapping[str, Any], naming: Any) -> None:
+        self.arch, self.naming = arch, naming
+        self.c = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else config
+        self.top = config
+        self.norm_dtype = naming.dtypes.get("norm") or _dtype_name(self.c.get("torch_dtype") or self.c.get("dtype")
+                                                                     or config.get("torch_dtype") or "bfloat16")  # fmt: skip
+        self.out: list[Tensor] = []
+
+    def need(self, fact: str) -> Any:
+        value = getattr(self.naming, fact)
+        if value in ("", None):
+            raise _ask(fact)
+        return value
+
+    def add(self, name: str, kind: str, shape: tuple[int, ...], category: str, **kw: Any) -> None:
+        self.out.append(Tensor(name, kind, tuple(int(d) for d in shape), category, **kw))
+
+    def norm(self, name: str, size: int, category: str = "norm", dtype: str | None = None) -> None:
+        self.add(name, GATE, (size,), category, params=(("weight", dtype or self.norm_dtype),))
+
+    # --- attention ---------------------------------------------------------------------------------------
+
+    def attention(self, p: str, a: Any) -> None:
+        from .arch import GQA, MLA, LinearAttention
+
+        h = self.arch.hidden_size
+        if isinstance(a, MLA):
+            qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+            if a.q_lora_rank:
+                self.add(f"{p}.self_attn.q_a_proj", LINEAR, (a.q_lora_rank, h), "attention")
+                self.norm(f"{p}.self_attn.q_a_layernorm", a.q_lora_rank)
+                self.add(f"{p}.self_attn.q_b_proj", LINEAR, (a.num_heads * qk, a.q_lora_rank), "attention")
+            else:
+                self.add(f"{p}.self_attn.q_proj", LINEAR, (a.num_heads * qk, h), "attention")
+            self.add(f"{p}.self_attn.kv_a_proj_with_mqa", LINEAR, (a.kv_lora_rank + a.qk_rope_head_dim, h), "attention")
+            self.norm(f"{p}.self_attn.kv_a_layernorm", a.kv_lora_rank)
+            self.add(f"{p}.self_attn.kv_b_proj", LINEAR,
+                     (a.num_heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank), "attention")  # fmt: skip
+            self.add(f"{p}.self_attn.o_proj", LINEAR, (h, a.num_heads * a.v_head_dim), "attention")
+            if a.sparse:
+                q_in = a.q_lora_rank or h
+                self.add(f"{p}.self_attn.indexer.wq_b", LINEAR, (a.index_heads * a.index_head_dim, q_in), "indexer")
+                self.add(f"{p}.self_attn.indexer.wk", LINEAR, (a.index_head_dim, h), "indexer")
+                self.add(f"{p}.self_attn.indexer.weights_proj", PLAIN, (a.index_heads, h), "indexer")
+                dt = self.norm_dtype
+                self.add(f"{p}.self_attn.indexer.k_norm", GATE, (a.index_head_dim,), "indexer",
+                         params=(("bias", dt), ("weight", dt)))  # fmt: skip
+        elif isinstance(a, GQA):
+            hd, H, kv = a.head_dim, a.num_heads, a.num_kv_heads
+            q_rows = H * hd * (2 if a.output_gate else 1)
+            o_bias = bool(self.need("o_proj_bias")) if a.qkv_bias else False
+            self.add(f"{p}.self_attn.q_proj", LINEAR, (q_rows, h), "attention", bias=a.qkv_bias)
+            self.add(f"{p}.self_attn.k_proj", LINEAR, (kv * hd, h), "attention", bias=a.qkv_bias)
+            self.add(f"{p}.self_attn.v_proj", LINEAR, (kv * hd, h), "attention", bias=a.qkv_bias)
+            self.add(f"{p}.self_attn.o_proj", LINEAR, (h, H * hd), "attention", bias=o_bias)
+            if a.qk_norm:
+                per_layer = str(self.c.get("qk_norm_type", "")).lower() == "per_layer"  # MiniMax: over all heads
+                self.norm(f"{p}.self_attn.q_norm", H * hd if per_layer else hd)
+                self.norm(f"{p}.self_attn.k_norm", kv * hd if per_layer else hd)
+            if a.sinks:
+                self.add(f"{p}.self_attn.sinks", GATE, (H,), "attention", params=(("", self.norm_dtype),))
+        elif isinstance(a, LinearAttention):
+            la = f"{p}.linear_attn"
+            style = self.need("linear_attention")
+            nv = a.num_value_heads
+            if style == "qkvz_ba":
+                self.add(f"{la}.in_proj_qkvz", LINEAR, (2 * a.key_dim + 2 * a.value_dim, h), "attention")
+                self.add(f"{la}.in_proj_ba", LINEAR, (2 * nv, h), "attention")
+            elif style == "qkv_z_b_a":
+                self.add(f"{la}.in_proj_qkv", LINEAR, (2 * a.key_dim + a.value_dim, h), "attention")
+                self.add(f"{la}.in_proj_z", LINEAR, (a.value_dim, h), "attention")
+                self.add(f"{la}.in_proj_b", LINEAR, (nv, h), "attention")
+                self.add(f"{la}.in_proj_a", LINEAR, (nv, h), "attention")
+            else:
+                raise ValueError(f"model.checkpoint.linear_attention: unknown style {style!r} (qkvz_ba | qkv_z_b_a)")
+            self.add(f"{la}.conv1d", GATE, (a.conv_dim, 1, a.conv_kernel), "attention",
+                     params=(("weight", self.norm_dtype),))  # fmt: skip
+            state = self.naming.dtypes.get("linear_state", self.norm_dtype)
+            self.add(f"{la}.A_log", GATE, (nv,), "attention", params=(("", state),))
+            self.add(f"{la}.dt_bias", GATE, (nv,), "attention", params=(("", state),))
+            self.norm(f"{la}.norm", a.value_head_dim, dtype=self.naming.dtypes.get("linear_norm"))
+            self.add(f"{la}.out_proj", LINEAR, (h, a.value_dim), "attention")
+        if self.naming.rotary_inv_freq and not isinstance(a, LinearAttention):
+            rope = a.qk_rope_head_dim if isinstance(a, MLA) else a.head_dim
+            self.add(f"{p}.self_attn.rotary_emb", GATE, (rope // 2,), "attention", params=(("inv_freq", self.norm_dtype),))
+
+    # --- MLP ---------------------------------------------------------------------------------------------
+
+    def mlp(self, p: str, m: Any, *, experts_style: str | None = None) -> None:
+        from .arch import DenseMLP
+
+        h = self.arch.hidden_size
+        if isinstance(m, DenseMLP):
+            i = m.intermediate_size
+            self.add(f"{p}.mlp.gate_proj", LINEAR, (i, h), "dense_mlp", bias=m.bias)
+            self.add(f"{p}.mlp.up_proj", LINEAR, (i, h), "dense_mlp", bias=m.bias)
+            self.add(f"{p}.mlp.down_proj", LINEAR, (h, i), "dense_mlp", bias=m.bias)
+            return
+        block = f"{p}.{self.need('moe_block')}"
+        router = self.need("router")
+        E, i = m.num_experts, m.intermediate_size
+        router_dtype = self.naming.dtypes.get("router", self.norm_dtype)
+        self.add(f"{block}.{router}", GATE, (E, h), "router", params=(("weight", router_dtype),))
+        if m.router_bias:
+            self.add(f"{block}.{router}", GATE, (E,), "router", params=(("bias", router_dtype),))
+        if m.correction_bias:  # DeepSeek's e_score_correction_bias: beside the router (mlp.gate.) or in the block
+            where = f"{block}.{router}.e_score_correction_bias" if self.naming.moe_block == "mlp" else \
+                f"{block}.e_score_correction_bias"  # fmt: skip
+            self.add(where, GATE, (E,), "router", params=(("", "F32"),))
+        style = experts_style or self.need("experts")
+        if style == "per_expert":
+            gate, up, down = {"gate_up_down": ("gate_proj", "up_proj", "down_proj"),
+                              "w1_w3_w2": ("w1", "w3", "w2")}[self.need("expert_names")]  # fmt: skip
+            for e in range(E):
+                self.add(f"{block}.experts.{e}.{gate}", LINEAR, (i, h), "routed_experts", bias=m.expert_bias)
+                self.add(f"{block}.experts.{e}.{up}", LINEAR, (i, h), "routed_experts", bias=m.expert_bias)
+                self.add(f"{block}.experts.{e}.{down}", LINEAR, (h, i), "routed_experts", bias=m.expert_bias)
+        elif style == "fused":
+            self.add(f"{block}.experts.gate_up_proj", FUSED_EXPERTS, (E, 2 * i, h), "routed_experts", bias=m.expert_bias)
+            self.add(f"{block}.experts.down_proj", FUSED_EXPERTS, (E, h, i), "routed_experts", bias=m.expert_bias)
+        else:
+            raise ValueError(f"model.checkpoint.experts: unknown style {style!r} (per_expert | fused)")
+        if m.has_shared:
+            s = m.shared_intermediate_size
+            name = self.need("shared_expert")
+            for proj, shape in (("gate_proj", (s, h)), ("up_proj", (s, h)), ("down_proj", (h, s))):
+                self.add(f"{block}.{name}.{proj}", LINEAR, shape, "shared_experts")
+            if m.shared_expert_gate:
+                self.add(f"{block}.shared_expert_gate", GATE, (1, h), "shared_experts",
+                         params=(("weight", self.norm_dtype),))  # fmt: skip
+
+    def layer(self, p: str, layer: Any, *, experts_style: str | None = None) -> None:
+        self.norm(f"{p}.input_layernorm", self.arch.hidden_size)
+        self.norm(f"{p}.post_attention_layernorm", self.arch.hidden_size)
+        self.attention(p, layer.attention)
+        self.mlp(p, layer.mlp, experts_style=experts_style)
+
+    # --- the whole checkpoint ----------------------------------------------------------------------------
+
+    def vision(self) -> None:
+        style = self.naming.vision or ("none" if not isinstance(self.top.get("vision_config"), Mapping) else "")
+        if style == "none":
+            return
+        if style != "qwen3_vl":
+            raise _ask("vision") if not style else ValueError(f"model.checkpoint.vision: unknown style {style!r}")
+        v = self.top["vision_config"]
+        h, inter, depth = int(v["hidden_size"]), int(v["intermediate_size"]), int(v["depth"])
+        ps, tps, ch = int(v.get("patch_size", 16)), int(v.get("temporal_patch_size", 2)), int(v.get("in_channels", 3))
+        merge = int(v.get("spatial_merge_size", 2)) ** 2 * h
+        out = int(v.get("out_hidden_size", self.arch.hidden_size))
+        vd = self.naming.dtypes.get("vision", "BF16")
+
+        def lin(name: str, shape: tuple[int, ...]) -> None:
+            self.add(name, GATE, shape, "vision", params=(("bias", vd, (shape[0],)), ("weight", vd)))
+
+        lin("model.visual.patch_embed.proj", (h, ch, tps, ps, ps))
+        if v.get("num_position_embeddings"):
+            self.add("model.visual.pos_embed", GATE, (int(v["num_position_embeddings"]), h), "vision",
+                     params=(("weight", vd),))  # fmt: skip
+        for b in range(depth):
+            q = f"model.visual.blocks.{b}"
+            self.add(f"{q}.norm1", GATE, (h,), "vision", params=(("bias", vd), ("weight", vd)))
+            self.add(f"{q}.norm2", GATE, (h,), "vision", params=(("bias", vd), ("weight", vd)))
+            lin(f"{q}.attn.qkv", (3 * h, h))
+            lin(f"{q}.attn.proj", (h, h))
+            lin(f"{q}.mlp.linear_fc1", (inter, h))
+            lin(f"{q}.mlp.linear_fc2", (h, inter))
+        self.add("model.visual.merger.norm", GATE, (h,), "vision", params=(("bias", vd), ("weight", vd)))
+        lin("model.visual.merger.linear_fc1", (merge, merge))
+        lin("model.visual.merger.linear_fc2", (out, merge))
+
+    def build(self, *, include_mtp: bool = True) -> list[Tensor]:
+        arch, n = self.arch, self.naming
+        h, V = arch.hidden_size, arch.vocab_size
+        pre = n.prefix or "model"
+        self.add("lm_head", LINEAR, (V, h), "lm_head")
+        self.add(f"{pre}.embed_tokens", EMBEDDING, (V, h), "embedding")
+        for i, layer in enumerate(arch.layers):
+            self.layer(f"{pre}.layers.{i}", layer)
+        self.norm(f"{pre}.norm", h)
+        if arch.mtp is not None and include_mtp:
+            style = self.need("mtp")
+            experts = n.mtp_experts or None
+            if style == "layer":
+                for k in range(arch.mtp.num_layers):
+                    index = (n.mtp_layer if n.mtp_layer >= 0 else arch.num_hidden_layers) + k
+                    p = f"model.layers.{index}"
+                    self.layer(p, arch.mtp.layer, experts_style=experts)
+                    self.add(f"{p}.eh_proj", LINEAR, (h, 2 * h), "mtp")
+                    self.norm(f"{p}.enorm", h, "mtp")
+                    self.norm(f"{p}.hnorm", h, "mtp")
+                    self.norm(f"{p}.shared_head.norm", h, "mtp")
+                    if self.need("mtp_embeddings"):
+                        self.add(f"{p}.embed_tokens", EMBEDDING, (V, h), "mtp")
+                        self.add(f"{p}.shared_head.head", LINEAR, (V, h), "mtp")
+            elif style == "mtp":
+                self.add("mtp.fc", LINEAR, (h, 2 * h), "mtp")
+                self.norm("mtp.pre_fc_norm_embedding", h, "mtp")
+                self.norm("mtp.pre_fc_norm_hidden", h, "mtp")
+                self.norm("mtp.norm", h, "mtp")
+                for k in range(arch.mtp.num_layers):
+                    self.layer(f"mtp.layers.{k}", arch.mtp.layer, experts_style=experts)
+            elif style != "none":
+                raise ValueError(f"model.checkpoint.mtp: unknown style {style!r} (layer | mtp | none)")
+        self.vision()
+        return self.out
+
+
+def config_modules(arch: Any, config: Mapping[str, Any], naming: Any, *, include_mtp: bool = True) -> list[Tensor]:
+    """Every module of the checkpoint of ``arch`` (read from ``config``), named as ``naming`` says.
+
+    Raises ``CheckpointQuestion`` for a naming fact the model needs and ``naming`` leaves open."""
+    return _Builder(arch, config, naming).build(include_mtp=include_mtp)
+
+
+def config_checkpoint(arch: Any, config: Mapping[str, Any], naming: Any, scheme: Any,
+                      *, include_mtp: bool = True) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """``{tensor name: {"dtype", "shape"}}``: the whole checkpoint as the vendor stored it, in natural order."""
+    from .quantization import Matcher
+
+    modules = config_modules(arch, config, naming, include_mtp=include_mtp)
+    extra = Matcher(list(naming.unquantized), "quark") if naming.unquantized else None
+    out: dict[str, dict[str, Any]] = {}
+    for t in modules:
+        if t.kind == GATE:
+            for suffix, dtype, *shape in t.params:
+                out[f"{t.name}.{suffix}" if suffix else t.name] = {"dtype": dtype, "shape": list(shape[0] if shape
+                                                                                                  else t.shape)}
+            continue
+        if t.kind in (EMBEDDING, PLAIN):
+            out[f"{t.name}.weight"] = {"dtype": "BF16", "shape": list(t.shape)}
+            continue
+        quantized = t.kind in (LINEAR, FUSED_EXPERTS) and scheme.quantizes(t.name, t.category) and not (
+            extra is not None and extra(t.name))
+        for suffix, dtype, shape in scheme.tensors(t, quantized):
+            out[t.name + suffix] = {"dtype": dtype, "shape": list(shape)}
+        if t.bias:
+            rows = t.shape[:-1]
+            name = f"{t.name}_bias" if t.kind == FUSED_EXPERTS else f"{t.name}.bias"
+            out[name] = {"dtype": "BF16", "shape": list(rows)}
+    return dict(sorted(out.items(), key=lambda kv: natural_key(kv[0])))

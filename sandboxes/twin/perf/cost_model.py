@@ -15,8 +15,10 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ..engine.pools import kv_cell_bytes
 from ..models.catalogue import ModelDims, checkpoint_modules, layer_entries, tensor_bytes
 from ..scenario import ModelSpec, QuantSpec, Scenario, expand_ranges
+from .attention import layer_groups, state_traffic
 from .serving_config import ServingConfig
 
 KV_BYTES = {"auto": 2.0, "bf16": 2.0, "bfloat16": 2.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
@@ -33,7 +35,8 @@ TOKEN_NOISE = "token_noise"  # a continuation of raw random token ids, no chat t
 
 @dataclass(frozen=True)
 class ModelSizes:
-    """Parameter counts by category (from the checkpoint's module catalogue) and cache/FLOP shapes."""
+    """Parameter counts by category (from the checkpoint's module catalogue). What attention reads and computes
+    per layer kind is ``attention.layer_groups``'s."""
 
     layers: int
     moe_layers: int
@@ -42,11 +45,6 @@ class ModelSizes:
     shared_expert_params: int
     dense_mlp_params: int  # one dense MLP layer
     lm_head_params: int
-    kv_elems_per_token_layer: int  # cached latent + rope elements per token per layer
-    indexer_bytes_per_token_layer: int  # DSA indexer key: fp8 elements and an fp32 scale per 128 of them
-    attn_flops_per_key: int  # FLOPs per (query token, attended key) per layer
-    indexer_flops_per_key: int
-    kv_heads: int = 0  # GQA: KV heads, split over an attention group's GPUs (0: MLA's latent, replicated)
 
 
 def _count(entries, category: str) -> int:
@@ -56,7 +54,6 @@ def _count(entries, category: str) -> int:
 @functools.lru_cache(maxsize=32)
 def model_sizes(spec: ModelSpec) -> ModelSizes:
     dims = ModelDims.from_spec(spec)
-    a = spec.attention
     moe_layer = layer_entries(dims, spec.num_hidden_layers - 1)
     dense_layer = layer_entries(dims, 0) if spec.first_k_dense_replace else moe_layer
     return ModelSizes(
@@ -67,16 +64,6 @@ def model_sizes(spec: ModelSpec) -> ModelSizes:
         shared_expert_params=_count(moe_layer, "shared_experts"),
         dense_mlp_params=_count(dense_layer, "dense_mlp"),
         lm_head_params=spec.hidden_size * spec.vocab_size,
-        # MLA caches one latent (+ rope) per token; GQA caches K and V of every KV head
-        kv_elems_per_token_layer=(a.kv_lora_rank + a.qk_rope_head_dim) if a.kind == "mla"
-        else 2 * a.num_kv_heads * a.head_dim,
-        # NSATokenToKVPool's index_k_with_scale buffer, as pool_configurator sizes it: head_dim + head_dim // 128 * 4
-        indexer_bytes_per_token_layer=a.indexer_head_dim + a.indexer_head_dim // 128 * 4 if a.sparse_topk else 0,
-        # absorbed MLA: scores over (kv_lora + rope), values over kv_lora, every head; GQA: QK and PV per head
-        attn_flops_per_key=2 * a.num_heads * (2 * a.kv_lora_rank + a.qk_rope_head_dim) if a.kind == "mla"
-        else 2 * a.num_heads * 2 * a.head_dim,
-        indexer_flops_per_key=2 * a.indexer_heads * a.indexer_head_dim,
-        kv_heads=a.num_kv_heads if a.kind == "gqa" else 0,
     )
 
 
@@ -136,7 +123,9 @@ class CostModel:
     sizes: ModelSizes = field(init=False)
 
     def __post_init__(self) -> None:
+        self._decode_fixed: dict[tuple[int, int], tuple] = {}  # decode's batch-only terms, per (batch, tokens)
         self.sizes = model_sizes(self.scenario.model)
+        self.arch = self.scenario.model.arch  # every layer's kind (models.arch.ModelArch)
         sc, cfg, cal = self.scenario, self.config, self.scenario.calibration
         hw = sc.hardware
         self.g = cfg.gpus_per_rank
@@ -178,12 +167,12 @@ class CostModel:
             + (s.layers - s.moe_layers) * s.dense_mlp_params
             + s.lm_head_params
         )
-        # each GPU of an attention group holds all of MLA's latent, but only its own share of GQA's KV heads
-        self.kv_share = 1.0 / min(self.g, s.kv_heads) if s.kv_heads else 1.0
-        self.kv_token_bytes = s.layers * (
-            s.kv_elems_per_token_layer * self.kv_bytes * self.kv_share + s.indexer_bytes_per_token_layer
-        )
-        self.sparse_topk = sc.model.attention.sparse_topk
+        # attention by layer kind: keys read, bytes and FLOPs per key, linear attention's state (attention.py)
+        self.attention = layer_groups(self.arch, cfg, self.kv_bytes)
+        # bytes of the token pools per token of max_total_num_tokens, as the release sizes them (engine/pools.py):
+        # each GPU of an attention group holds all of MLA's latent, only its own share of GQA's KV heads, no KV
+        # for linear attention, and a hybrid sliding-window model's sliding layers in a smaller pool of their own
+        self.kv_token_bytes = kv_cell_bytes(self.arch, cfg)
 
     # --- building blocks -------------------------------------------------------------------------------
 
@@ -217,9 +206,6 @@ class CostModel:
             t *= cal.eager_overhead_factor
         return t
 
-    def attended_keys(self, context: float) -> float:
-        return min(context, self.sparse_topk) if self.sparse_topk else context
-
     def request_latency(self, input_tokens: int) -> float:
         """Tokenization and HTTP handling of one request before it reaches the scheduler."""
         cal = self.scenario.calibration
@@ -231,16 +217,24 @@ class CostModel:
         """A prefill (extend) step over ``contexts`` = [(prefix_len, new_len), ...] summing to new_tokens."""
         s, g = self.sizes, self.g
         c = StepCost()
-        keys = idx_keys = 0.0
-        for prefix, new in contexts:
-            # each new token attends to its prefix and the new tokens before it
-            mean_ctx = prefix + new / 2
-            keys += new * self.attended_keys(mean_ctx)
-            idx_keys += new * mean_ctx
-        c.prefill_attention = s.layers * (
-            keys * s.attn_flops_per_key / (g * self.attn_flops)
-            + idx_keys * s.indexer_flops_per_key / (g * self.idx_flops)
-        )
+        attention = 0.0
+        for grp in self.attention:
+            if grp.linear:  # a chunked scan over the new tokens, from the state the prefix left
+                attention += grp.count * sum(new for _, new in contexts) * grp.scan_flops_per_token / (
+                    g * self.attn_flops
+                )
+                continue
+            keys = idx_keys = 0.0
+            for prefix, new in contexts:
+                # each new token attends to its prefix and the new tokens before it (at most the group's cap)
+                mean_ctx = prefix + new / 2
+                keys += new * grp.keys(mean_ctx)
+                idx_keys += new * mean_ctx
+            attention += grp.count * (
+                keys * grp.flops_per_key / (g * self.attn_flops)
+                + idx_keys * grp.indexer_flops_per_key / (g * self.idx_flops)
+            )
+        c.prefill_attention = attention
         tokens = new_tokens + decode_batch
         dense_flops = 2 * tokens * self.active_linear_params
         c.prefill_dense = max(
@@ -255,42 +249,102 @@ class CostModel:
         return c
 
     def decode(self, batch: int, sum_context: float, tokens_per_seq: int = 1) -> StepCost:
-        """One decode (or speculative verify) step: ``batch`` sequences, ``tokens_per_seq`` tokens each."""
-        t = self.decode_terms(batch, sum_context, tokens_per_seq)
+        """One decode (or speculative verify) step: ``batch`` sequences, ``tokens_per_seq`` tokens each (the
+        simulator's hot path: ``decode_terms``, with what depends on the batch alone computed once per batch)."""
+        t = self._decode_terms_fast(batch, sum_context, tokens_per_seq)
         c = StepCost()
-        c.decode = max(t["weight_reads"] + t["kv_reads"], t["compute"])
+        c.decode = max(t["weight_reads"] + t["kv_reads"] + t["state_reads"], t["compute"])
         c.communication = t["communication"]
         c.overhead = t["kernel_launch"] + t["scheduler"]
         if self.config.speculative:
             c.overhead += t["draft"]
         return c
 
+    def _decode_terms_fast(self, batch: int, sum_context: float, tokens_per_seq: int) -> dict[str, float]:
+        """``decode_terms``, the same arithmetic in the same order: the batch-only terms are remembered per
+        ``(batch, tokens_per_seq)``; only the context's (KV reads, attention) are computed per step."""
+        key = (batch, tokens_per_seq)
+        fixed = self._decode_fixed.get(key)
+        if fixed is None:
+            fixed = self._decode_fixed[key] = self._batch_terms(batch, tokens_per_seq)
+        tokens, linear_terms, base_flops, terms = fixed
+        mean_ctx = sum_context / batch if batch else 0.0
+        per_seq_kv = attention = 0.0
+        for grp, linear_term in zip(self.attention, linear_terms, strict=True):  # in decode_terms' order
+            if linear_term is not None:
+                attention += linear_term
+                continue
+            per_seq_kv += grp.count * (
+                grp.keys(mean_ctx) * grp.kv_bytes_per_key + mean_ctx * grp.indexer_bytes_per_key
+            )
+            attention += tokens * grp.count * grp.keys(mean_ctx) * grp.flops_per_key / (self.g * self.attn_flops)
+        kv_bytes = batch * tokens_per_seq**0.5 * per_seq_kv
+        out = dict(terms)
+        out["kv_reads"] = kv_bytes / self.bw
+        out["compute"] = base_flops + attention
+        return out
+
+    def _batch_terms(self, batch: int, tokens_per_seq: int) -> tuple:
+        s, cal = self.sizes, self.scenario.calibration
+        tokens = batch * tokens_per_seq
+        expert_bytes = s.moe_layers * self.experts_touched(tokens) * self.expert_bytes / self.moe_g
+        per_seq_state = 0.0
+        linear_terms: list[float | None] = []
+        for grp in self.attention:
+            if grp.linear:
+                per_seq_state += grp.count * grp.state_bytes
+                linear_terms.append(tokens * grp.count * grp.step_flops_per_token / (self.g * self.attn_flops))
+            else:
+                linear_terms.append(None)
+        state_bytes = batch * state_traffic(tokens_per_seq) * per_seq_state
+        moe_flops = 2 * tokens * self.scenario.model.moe.top_k * s.moe_layers * s.expert_params
+        flops = (2 * tokens * self.active_linear_params) / (self.flop_g * self.linear_flops)
+        flops += moe_flops / (self.flop_g * self.moe_flops)
+        terms = {
+            "weight_reads": self.fixed_weight_bytes / self.moe_g / self.bw + expert_bytes / self.moe_bw,
+            "kv_reads": 0.0,
+            "state_reads": state_bytes / self.bw,
+            "compute": 0.0,
+            "communication": self.allreduce_time(tokens),
+            "kernel_launch": self.kernel_overhead(batch),
+            "scheduler": (cal.scheduler_overhead_ms + cal.decode_step_overhead_ms) * 1e-3,
+            "draft": self.draft_time(batch) if self.config.speculative else 0.0,
+        }
+        return tokens, linear_terms, flops, terms
+
     def decode_terms(self, batch: int, sum_context: float, tokens_per_seq: int = 1) -> dict[str, float]:
         """The terms of one decode (verify) step before ``decode`` combines them, in seconds: streaming the
-        weights and the KV cache (``weight_reads``, ``kv_reads``) overlaps with the matrix work (``compute``),
-        so the step pays the larger of the two; TP all-reduces (``communication``), kernel launches
+        weights, the KV cache and linear attention's recurrent state (``weight_reads``, ``kv_reads``,
+        ``state_reads``) overlaps with the matrix work (``compute``), so the step pays the larger of the two; TP
+        all-reduces (``communication``), kernel launches
         (``kernel_launch``), the CPU scheduler (``scheduler``) and the draft model's steps (``draft``, 0
         without speculation) add to it. For reports: which term a step's time is made of."""
         s, cal = self.sizes, self.scenario.calibration
         tokens = batch * tokens_per_seq
         expert_bytes = s.moe_layers * self.experts_touched(tokens) * self.expert_bytes / self.moe_g
         # latent KV is replicated across the TP ranks of an attention group: each GPU reads all of it (GQA: its
-        # own KV heads' share)
+        # own KV heads' share); a sliding window or DSA caps the keys, linear attention reads its state instead
         mean_ctx = sum_context / batch if batch else 0.0
-        per_seq_kv = s.layers * (
-            self.attended_keys(mean_ctx) * s.kv_elems_per_token_layer * self.kv_bytes * self.kv_share
-            + mean_ctx * s.indexer_bytes_per_token_layer
-        )
+        per_seq_kv = per_seq_state = attention = 0.0
+        for grp in self.attention:
+            if grp.linear:
+                per_seq_state += grp.count * grp.state_bytes
+                attention += tokens * grp.count * grp.step_flops_per_token / (self.g * self.attn_flops)
+                continue
+            per_seq_kv += grp.count * (
+                grp.keys(mean_ctx) * grp.kv_bytes_per_key + mean_ctx * grp.indexer_bytes_per_key
+            )
+            attention += tokens * grp.count * grp.keys(mean_ctx) * grp.flops_per_key / (self.g * self.attn_flops)
         kv_bytes = batch * tokens_per_seq**0.5 * per_seq_kv
+        state_bytes = batch * state_traffic(tokens_per_seq) * per_seq_state
         moe_flops = 2 * tokens * self.scenario.model.moe.top_k * s.moe_layers * s.expert_params
         flops = (2 * tokens * self.active_linear_params) / (self.flop_g * self.linear_flops)
         flops += moe_flops / (self.flop_g * self.moe_flops)
-        flops += tokens * s.layers * self.attended_keys(mean_ctx) * s.attn_flops_per_key / (
-            self.g * self.attn_flops
-        )
+        flops += attention
         return {
             "weight_reads": self.fixed_weight_bytes / self.moe_g / self.bw + expert_bytes / self.moe_bw,
             "kv_reads": kv_bytes / self.bw,
+            "state_reads": state_bytes / self.bw,
             "compute": flops,
             "communication": self.allreduce_time(tokens),
             "kernel_launch": self.kernel_overhead(batch),
@@ -299,11 +353,13 @@ class CostModel:
         }
 
     def draft_time(self, batch: int) -> float:
-        """The draft model's steps for one speculative iteration (one layer + LM head per step)."""
+        """The draft model's steps for one speculative iteration: an MTP draft runs one layer + the LM head per
+        step; a draft that is the target's own class runs every layer."""
         cfg, s = self.config, self.sizes
-        experts = self.experts_touched(batch * cfg.speculative_eagle_topk) * self.expert_bytes / self.moe_g
-        per_step = (self.layer_fixed_bytes + self.lm_head_bytes) / self.moe_g / self.bw + experts / self.moe_bw
-        per_step += self.kernel_overhead(batch, layers=1) + self.allreduce_time(batch) / s.layers
+        layers = s.layers if cfg.draft_is_target else 1
+        experts = layers * self.experts_touched(batch * cfg.speculative_eagle_topk) * self.expert_bytes / self.moe_g
+        per_step = (layers * self.layer_fixed_bytes + self.lm_head_bytes) / self.moe_g / self.bw + experts / self.moe_bw
+        per_step += self.kernel_overhead(batch, layers=layers) + self.allreduce_time(batch) * layers / s.layers
         per_step += SPEC_STEP_OVERHEAD_S
         return cfg.speculative_num_steps * per_step
 
@@ -324,6 +380,8 @@ class CostModel:
         mtp = self.scenario.model.mtp
         rate = mtp.acceptance_rate if mtp else 0.6
         decay = mtp.acceptance_decay if mtp else 0.8
+        if cfg.draft_is_target:  # the model drafting for itself, greedy: it proposes what it will verify
+            rate, decay = 1.0, 1.0
         return expected_accept_length(
             rate,
             1.0 if content == TOKEN_NOISE else decay,

@@ -27,6 +27,9 @@ class ServingConfig:
     speculative_num_steps: int = 0
     speculative_eagle_topk: int = 1
     speculative_num_draft_tokens: int = 0
+    # the draft the engine built is the target's own class (a checkpoint with no MTP head, EAGLE with no draft
+    # path): each draft step runs the whole model, which predicts what the model itself will verify
+    draft_is_target: bool = False
     enable_aiter_allreduce_fusion: bool = False
     chunked_prefill_size: int = 16384
     max_running_requests: int | None = None
@@ -39,6 +42,18 @@ class ServingConfig:
     disable_overlap_schedule: bool = False  # resolved (speculative top-k > 1 sets it); False: the overlap scheduler
     context_length: int | None = None  # the served context length (None: the model's max_position_embeddings)
     schedule_conservativeness: float = 1.0  # resolved (x 0.3 under DP attention): scales the admission's reserve
+    # hybrid models' pools (ServerArgs of the release; engine/pools.py sizes them)
+    swa_full_tokens_ratio: float = 0.8  # hybrid sliding-window models: SWA pool tokens per full-pool token
+    disable_hybrid_swa_memory: bool = False  # one pool for every layer, sliding or not
+    max_mamba_cache_size: int | None = None  # recurrent-state slots (None: from the memory, see pools.py)
+    mamba_full_memory_ratio: float = 0.9  # recurrent-state memory / full-attention KV memory
+    mamba_ssm_dtype: str | None = None  # --mamba-ssm-dtype (None: the config's mamba_ssm_dtype, else float32)
+    mamba_scheduler_strategy: str = "no_buffer"  # resolved: 0.5.12 turns its default "auto" into "no_buffer"
+    # what decides the all-reduce path a step takes and who notices a stuck one (engine/serving_faults.py)
+    disable_custom_all_reduce: bool = False
+    quick_reduce_quantization: str = "NONE"  # ROCM_QUICK_REDUCE_QUANTIZATION in the engine's environment
+    watchdog_timeout: float = 300  # --watchdog-timeout: SGLang's scheduler watchdog, seconds (the release's int default)
+    dist_timeout: int | None = None  # --dist-timeout: torch.distributed's collective timeout (None: 600 s for NCCL)
 
     @property
     def speculative(self) -> bool:
@@ -57,10 +72,24 @@ class ServingConfig:
     def gpus_used(self) -> int:
         return self.tp_size if self.enable_dp_attention else self.tp_size * self.dp_size
 
-    def max_running_per_rank(self, token_capacity: int, context_len: int) -> int:
+    def mamba_ratio(self) -> int:
+        """Recurrent-state slots per running request (``ModelRunner._calculate_mamba_ratio``): one when the
+        radix cache is off, else three (the cache keeps states of cached prefixes) plus the ping-pong buffers of
+        ``--mamba-scheduler-strategy extra_buffer`` (two with the overlap scheduler, one without)."""
+        if self.disable_radix_cache:
+            return 1
+        extra = 0
+        if self.mamba_scheduler_strategy == "extra_buffer":
+            extra = 1 if self.disable_overlap_schedule else 2
+        return 3 + extra
+
+    def max_running_per_rank(self, token_capacity: int, context_len: int, mamba_cache_size: int | None = None) -> int:
         """The running-request limit of one scheduler (one DP rank), as SGLang 0.5.12 derives it from
         ``--max-running-requests`` and the rank's KV capacity (``ModelRunner._resolve_max_num_reqs``,
         model_executor/model_runner_kv_cache_mixin.py:817-836).
+
+        ``mamba_cache_size``: a hybrid linear-attention model's recurrent-state slots on the rank
+        (``pools.PoolPlan.max_mamba_cache_size``); they cap the requests at ``slots // mamba_ratio()``.
 
         ``--max-running-requests`` (also the 48 that speculative decoding sets) is a limit for the whole
         server under DP attention: it is divided by ``dp_size`` there, ``ModelRunner.dp_size`` being
@@ -71,8 +100,12 @@ class ServingConfig:
         estimated = max(min(estimated, 4096), 2048)
         if self.max_running_requests is not None:
             divisor = self.dp_size if self.enable_dp_attention else 1
-            return min(self.max_running_requests // divisor, estimated)
-        return min(estimated, token_capacity // 2)
+            limit = min(self.max_running_requests // divisor, estimated)
+        else:
+            limit = min(estimated, token_capacity // 2)
+        if mamba_cache_size is not None:
+            limit = min(limit, mamba_cache_size // self.mamba_ratio())
+        return limit
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

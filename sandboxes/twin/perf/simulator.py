@@ -24,6 +24,7 @@ import heapq
 import math
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from .cost_model import NATURAL_TEXT, CostModel, StepCost
 from .workload import SimRequest
@@ -44,6 +45,7 @@ class RequestTrace:
     retracted_at: float | None = None  # when it was last retracted (its last token before the gap)
     retractions: int = 0
     arrived: float = 0.0  # when it reached this rank's scheduler (again, after a retraction)
+    rank: int = 0  # the DP rank that serves it
 
     @property
     def to_prefill(self) -> int:
@@ -117,11 +119,17 @@ class RankScheduler:
     # a busy rank's step admits only requests that had arrived when the step before it began.
     overlap: bool = True
     step_began: float = 0.0  # when the last step run began
+    # failures while serving (engine/serving_faults.py): every step is shown to the watch first; a step it stops
+    # never runs, and this scheduler runs nothing more
+    watch: Any = None
+    index: int = 0
+    stopped: Any = None  # the Fault that stopped it
+    last_decode_s: float = 0.0  # how long the last decode step took (the scheduler's decode log reports its rate)
 
     # --- queue ------------------------------------------------------------------------------------------
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.prefilling or self.running)
+        return self.stopped is None and bool(self.waiting or self.prefilling or self.running)
 
     def enqueue(self, tr: RequestTrace, at: float) -> None:
         if not self.has_work():
@@ -131,6 +139,7 @@ class RankScheduler:
             self.prev_decode_end = self.clock
             self.step_began = self.clock
         tr.arrived = at
+        tr.rank = self.index
         self.waiting.append(tr)
 
     # --- KV pool and radix cache ----------------------------------------------------------------------------
@@ -152,6 +161,8 @@ class RankScheduler:
 
     def _evict(self, need: float, room=None) -> None:
         room = room or self._room
+        if room() >= need:  # the usual case: nothing to evict (and no copy of the cache's order)
+            return
         for group in list(self.cache):
             if room() >= need:
                 return
@@ -252,6 +263,10 @@ class RankScheduler:
         if not batch:
             return failed or None
         pieces = [(tr.cached + tr.prefilled, take) for tr, take in batch]
+        if self.watch is not None:  # the logits of the requests this chunk finishes prefilling
+            rows = sum(1 for tr, take in batch if tr.to_prefill - take <= 0)
+            if self._stops("prefill", sum(t for _, t in batch), rows, len(self.running) + len(self.prefilling)):
+                return failed
         cost = self.model.prefill(sum(t for _, t in batch), pieces)
         self._account(cost)
         for tr, take in batch:
@@ -333,7 +348,10 @@ class RankScheduler:
         if b == 0:
             return []
         generated = self.accept * (b * self.step - self.sum_join)
+        if self.watch is not None and self._stops("decode", b * self.verify_tokens, b * self.verify_tokens, b):
+            return []
         cost = self.model.decode(b, self.sum_prompt + generated, self.verify_tokens)
+        self.last_decode_s = cost.total
         self._account(cost)
         self.step += 1
         old = b - len(self.new_since_decode)
@@ -355,6 +373,50 @@ class RankScheduler:
             done.append(tr)
         return done
 
+    def decode_run(self, until: float) -> None:
+        """Consecutive decode steps while nothing but decoding can happen on this rank: no request waits or
+        prefills, none finishes at the step, and the step begins before ``until`` (when the next request reaches a
+        scheduler). Each step is ``run_step``'s, computed the same way in the same order; only the per-step
+        dispatch of the simulation's main loop is skipped (the hot path of a long, lightly loaded run)."""
+        while self.stopped is None and self.running and not self.waiting and not self.prefilling and self.clock < until:
+            if self.finish_heap and self.finish_heap[0][0] <= self.step + 1:
+                return  # a request finishes at this step: the full path
+            self.step_began = self.clock  # run_step's preamble, with nothing to prefill
+            self.batch_reserve = 0
+            if self.reservation is not None:
+                if not self._fits(len(self.running) * self.verify_tokens):
+                    return  # a retraction: the full path (which asks again, the same way)
+                self.reservation.after_decode()
+            b = len(self.running)
+            generated = self.accept * (b * self.step - self.sum_join)
+            if self.watch is not None and self._stops("decode", b * self.verify_tokens, b * self.verify_tokens, b):
+                return
+            cost = self.model.decode(b, self.sum_prompt + generated, self.verify_tokens)
+            self.last_decode_s = cost.total
+            self._account(cost)
+            self.step += 1
+            old = b - len(self.new_since_decode)
+            if old > 0:
+                self.itl.append((self.clock - self.prev_decode_end, old))
+            for t in self.new_since_decode:
+                self.itl.append((self.clock - t, 1))
+            self.new_since_decode.clear()
+            self.prev_decode_end = self.clock
+
+    def _stops(self, kind: str, tokens: int, rows: int, batch: int) -> bool:
+        """Show the step to the watch; True (and this scheduler stopped) when the step fails."""
+        fault = self.watch.step(self.index, kind, tokens, rows, batch, self.clock)
+        if fault is None:
+            return False
+        gap = max(self.last_decode_s, 1e-9)
+        fault.detail["batch_stats"] = {
+            "running": len(self.running), "queue": len(self.waiting),
+            "tokens": int(self.kv_used + self.cache_tokens + self._generated()), "capacity": self.kv_capacity,
+            "throughput": len(self.running) * self.accept / gap, "graph": fault.graph, "accept": self.accept,
+        }  # fmt: skip
+        self.stopped = fault
+        return True
+
     def _account(self, cost: StepCost) -> None:
         self.clock += cost.total
         cost.add_to(self.breakdown)
@@ -369,6 +431,8 @@ class SimulationResult:
     accept_length: float
     peak_running: int
     retracted: int = 0  # requests sent back to the waiting queue because the KV pool was full
+    fault: Any = None  # the failure that stopped the server (engine/serving_faults.Fault), if one did
+    death: float | None = None  # when the server was gone (simulated seconds; None: it never went, requests hang)
 
 
 def reservation(cfg) -> Reservation | None:
@@ -384,15 +448,18 @@ def simulate(
     kv_capacity: int,
     max_concurrency: int | None = None,
     content: str = NATURAL_TEXT,
+    mamba_cache_size: int | None = None,
+    watch: Any = None,
 ) -> SimulationResult:
     """Run ``requests`` arriving at ``arrivals`` through the configuration's schedulers in virtual time.
     ``content`` is what the prompts make the model write (``workload.prompt_content``): it sets the draft's
-    acceptance under speculative decoding."""
+    acceptance under speculative decoding. ``mamba_cache_size``: a hybrid linear-attention model's
+    recurrent-state slots per rank (``MemoryPlan.max_mamba_cache_size``), which cap its running requests."""
     cfg = model.config
     # per DP rank, as SGLang's scheduler limits it (ServingConfig.max_running_per_rank): under DP attention
     # --max-running-requests (or the 48 speculative decoding sets) is shared by the ranks, else per replica
     context_len = cfg.context_length or model.scenario.model.max_position_embeddings
-    max_running = max(1, cfg.max_running_per_rank(kv_capacity, context_len))
+    max_running = max(1, cfg.max_running_per_rank(kv_capacity, context_len, mamba_cache_size))
     ranks = [
         RankScheduler(
             model=model,
@@ -403,10 +470,16 @@ def simulate(
             radix=not cfg.disable_radix_cache,
             reservation=reservation(cfg),
             overlap=not cfg.disable_overlap_schedule,
+            watch=watch,
+            index=i,
         )
-        for _ in range(cfg.num_ranks)
+        for i in range(cfg.num_ranks)
     ]
     pending = deque(zip(arrivals, requests, strict=True))
+    # a rank may run on alone between events when nothing it does reaches another: no client concurrency limit (a
+    # finish would free a send) and no collective defect (the ranks' steps share its call count)
+    run_on = max_concurrency is None and not (watch is not None and getattr(getattr(watch, "defects", None),
+                                                                            "collective_faults", ()))  # fmt: skip
     traces: list[RequestTrace] = []
     in_flight, gate, rr = 0, 0.0, 0
     inf = float("inf")
@@ -430,6 +503,12 @@ def simulate(
         for tr in rank.run_step():
             in_flight -= 1
             gate = max(gate, tr.done)
+        if run_on:
+            rank.decode_run(t_ready)
+    fault = min((r.stopped for r in ranks if r.stopped is not None), key=lambda f: f.at, default=None)
+    death = None
+    if fault is not None:
+        death = _fail_after(fault, traces, pending, model)
     end = max((t.done for t in traces if t.done is not None), default=0.0)
     breakdown: dict[str, float] = {}
     itl: list[tuple[float, int]] = []
@@ -447,4 +526,36 @@ def simulate(
         accept_length=ranks[0].accept,
         peak_running=max(r.peak_running for r in ranks),
         retracted=sum(r.retracted for r in ranks),
+        fault=fault,
+        death=death,
     )
+
+
+# what bench_serving's aiohttp client records for a request the server drops, and for one sent to no server
+DISCONNECTED = "aiohttp.client_exceptions.ServerDisconnectedError: Server disconnected"
+REFUSED = "aiohttp.client_exceptions.ClientConnectorError: Cannot connect to host {host} ssl:default"
+
+
+def _fail_after(fault: Any, traces: list[RequestTrace], pending: deque, model: CostModel) -> float | None:
+    """The requests a failure takes down. The server dies ``fault.death_after`` after it (None: never): until then
+    the other DP ranks go on serving, the stopped one answers nothing; at its death the requests it holds are
+    dropped, and every later one finds no server. With no death, what the stopped rank holds waits forever
+    (``done`` None). Requests the client never sent (a concurrency gate held by stuck requests) go at the death."""
+    death = None if fault.death_after is None else fault.at + fault.death_after
+    for tr in traces:
+        stuck = tr.rank == fault.dp_rank and (tr.done is None or tr.done > fault.at)
+        late = death is not None and (tr.done is None or tr.done > death)
+        if not (stuck or late):
+            continue
+        if death is None:
+            tr.done, tr.error = None, "no answer: the server's scheduler stopped"
+        elif tr.send < death:
+            tr.done, tr.error = death, DISCONNECTED
+        else:
+            tr.done, tr.error = tr.send, REFUSED
+    if death is not None:
+        for arrival, req in pending:
+            t = max(arrival, death)
+            traces.append(RequestTrace(req=req, send=t, done=t, error=REFUSED))
+        pending.clear()
+    return death

@@ -39,7 +39,7 @@ from .. import scenario as scenario_mod
 from ..engine import moe_csv
 from ..models import catalogue as checkpoint
 from ..models.catalogue import ModelDims, checkpoint_modules, param_specs, quantizable, tensor_bytes
-from ..scenario import MoEShape, Scenario
+from ..scenario import CheckpointSpec, MoEShape, Scenario
 from . import release
 
 SIMULATED = "dayzero digital twin (simulated)"
@@ -166,62 +166,14 @@ def _quark_config(weight_format: str, exclude: list[str]) -> dict[str, Any] | No
 
 def build_config(sc: Scenario) -> dict[str, Any]:
     """The checkpoint's ``config.json`` for scenario ``sc``."""
-    m, a, moe = sc.model, sc.model.attention, sc.model.moe
-    vocab = m.vocab_size
-    cfg: dict[str, Any] = {
-        "_comment": f"{simulated_label(sc)}: checkpoint metadata only, no tensor data",
-        "architectures": [m.architecture],
-        "model_type": m.model_type,
-        "hidden_size": m.hidden_size,
-        "num_hidden_layers": m.num_hidden_layers,
-        "num_nextn_predict_layers": 1 if m.mtp else 0,
-        "vocab_size": vocab,
-        "num_attention_heads": a.num_heads,
-        "num_key_value_heads": a.num_heads,
-        "q_lora_rank": a.q_lora_rank or None,
-        "kv_lora_rank": a.kv_lora_rank,
-        "qk_nope_head_dim": a.qk_nope_head_dim,
-        "qk_rope_head_dim": a.qk_rope_head_dim,
-        "v_head_dim": a.v_head_dim,
-        "head_dim": a.qk_rope_head_dim,
-        "n_routed_experts": moe.num_experts,
-        "num_experts_per_tok": moe.top_k,
-        "moe_intermediate_size": moe.intermediate_size,
-        "n_shared_experts": moe.num_shared_experts,
-        "first_k_dense_replace": m.first_k_dense_replace,
-        "intermediate_size": m.dense_intermediate_size or moe.intermediate_size * max(1, moe.top_k),
-        "moe_layer_freq": 1,
-        "n_group": 1,
-        "topk_group": 1,
-        "topk_method": "noaux_tc",
-        "scoring_func": "sigmoid",
-        "norm_topk_prob": True,
-        "routed_scaling_factor": 2.5,
-        "hidden_act": "silu",
-        "rms_norm_eps": 1e-05,
-        "max_position_embeddings": m.max_position_embeddings,
-        "rope_theta": 1000000,
-        "rope_scaling": None,
-        "attention_bias": False,
-        "tie_word_embeddings": False,
-        "bos_token_id": vocab - 100,
-        "eos_token_id": [vocab - 99, vocab - 92, vocab - 90],
-        "pad_token_id": vocab - 99,
-        "torch_dtype": "bfloat16",
-        "use_cache": True,
-        "transformers_version": "4.57.1",
-    }
-    if a.kind == "gqa":  # grouped-query attention: no latent ranks
-        for key in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
-            cfg.pop(key)
-        cfg.update(num_key_value_heads=a.num_kv_heads, head_dim=a.head_dim, use_qk_norm=a.qk_norm)
-    if a.sparse_topk > 0:
-        cfg["index_topk"] = a.sparse_topk
-        cfg["index_n_heads"] = a.indexer_heads
-        cfg["index_head_dim"] = a.indexer_head_dim
-    qc = _quark_config(sc.quantization.weight_format, sc.exclude_entries())
-    if qc is not None:
-        cfg["quantization_config"] = qc
+    cfg: dict[str, Any] = {"_comment": f"{simulated_label(sc)}: checkpoint metadata only, no tensor data",
+                           **sc.model.hf_config}  # fmt: skip
+    if sc.quantization.config:  # as the vendor published it
+        cfg["quantization_config"] = json.loads(sc.quantization.config)
+    else:
+        qc = _quark_config(sc.quantization.weight_format, sc.exclude_entries())
+        if qc is not None:
+            cfg["quantization_config"] = qc
     cfg["dayzero_twin"] = {"simulated": True, "scenario": sc.name}
     return cfg
 
@@ -242,23 +194,51 @@ def _tokenizer_config(sc: Scenario) -> dict[str, Any]:
 
 
 def _generation_config(cfg: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "_comment": SIMULATED,
-        "_from_model_config": True,
-        "bos_token_id": cfg["bos_token_id"],
-        "eos_token_id": cfg["eos_token_id"],
-        "pad_token_id": cfg["pad_token_id"],
-        "do_sample": True,
-        "temperature": 1.0,
-        "top_p": 0.95,
-        "transformers_version": cfg["transformers_version"],
-    }
+    """generation_config.json: the token ids the config has (a real config may lack some; then so does this)."""
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
+    out: dict[str, Any] = {"_comment": SIMULATED, "_from_model_config": True}
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        value = cfg.get(key, text.get(key))
+        if value is not None:
+            out[key] = value
+    out.update(do_sample=True, temperature=1.0, top_p=0.95)
+    if cfg.get("transformers_version"):
+        out["transformers_version"] = cfg["transformers_version"]
+    return out
+
+
+def _scheme(sc: Scenario) -> Any:
+    """The storage rule of the scenario's checkpoint: the published quantization_config, or a Quark export."""
+    from ..models.quantization import Scheme
+
+    naming = sc.model.checkpoint or CheckpointSpec()
+    qc = json.loads(sc.quantization.config) if sc.quantization.config else _quark_config(
+        sc.quantization.weight_format, sc.exclude_entries()) if sc.quantization.weight_format != "bf16" else None
+    dtype = naming.dtypes.get("weight") or checkpoint._dtype_name(
+        sc.model.hf_config.get("torch_dtype") or sc.model.hf_config.get("dtype")
+        or (sc.model.hf_config.get("text_config") or {}).get("dtype") or "bfloat16")  # fmt: skip
+    return Scheme(qc, scale_dtype=naming.dtypes.get("scale", "F32"), dtype=dtype)
+
+
+def config_params(sc: Scenario) -> dict[str, dict[str, Any]]:
+    """The checkpoint of a scenario whose model is given by its config.json: every tensor its vendor publishes
+    (``models.catalogue.config_checkpoint``). Raises ``MaterializeError`` naming an unanswered naming fact."""
+    try:
+        return checkpoint.config_checkpoint(sc.model.arch, sc.model.hf_config, sc.model.checkpoint or CheckpointSpec(),
+                                            _scheme(sc))  # fmt: skip
+    except checkpoint.CheckpointQuestion as q:
+        raise MaterializeError(f"{sc.where('model.checkpoint')}: {q}") from None
+    except ValueError as exc:
+        raise MaterializeError(f"{sc.where('model.checkpoint')}: {exc}") from None
 
 
 def index_text(sc: Scenario) -> tuple[str, int, int]:
     """``model.safetensors.index.json`` for scenario ``sc``: its text, its number of tensors and their bytes."""
-    dims, fmt = ModelDims.from_spec(sc.model), sc.quantization.weight_format
-    params = checkpoint_params(dims, fmt, sc.exclude_entries())
+    if sc.model.config:
+        params = config_params(sc)
+    else:
+        dims, fmt = ModelDims.from_spec(sc.model), sc.quantization.weight_format
+        params = checkpoint_params(dims, fmt, sc.exclude_entries())
     total = sum(tensor_bytes(p["dtype"], p["shape"]) for p in params.values())
     index = {
         "metadata": {
@@ -281,10 +261,13 @@ def index_cache() -> Path:
 def _index_cache_key(sc: Scenario) -> str:
     """What the index is computed from: the model's dimensions, the weight format, the exclude list, the label
     the file carries, and the code that computes it (this module and ``checkpoint.py``)."""
-    digest = hashlib.sha256(json.dumps([dataclasses.asdict(ModelDims.from_spec(sc.model)),
-                                        sc.quantization.weight_format, sc.exclude_entries(), simulated_label(sc)],
+    model = ([sc.model.config, dataclasses.asdict(sc.model.checkpoint or CheckpointSpec()), sc.model.facts,
+              sc.quantization.config] if sc.model.config else dataclasses.asdict(ModelDims.from_spec(sc.model)))  # fmt: skip
+    digest = hashlib.sha256(json.dumps([model, sc.quantization.weight_format, sc.exclude_entries(), simulated_label(sc)],
                                        sort_keys=True, default=str).encode())  # fmt: skip
-    for module in (__file__, checkpoint.__file__):
+    from ..models import arch, config_reader, quantization
+
+    for module in (__file__, checkpoint.__file__, quantization.__file__, arch.__file__, config_reader.__file__):
         digest.update(Path(module).read_bytes())
     return digest.hexdigest()[:32]
 
@@ -447,15 +430,28 @@ def apply_defects(sc: Scenario, sglang_root: Path) -> list[str]:
             if _include_line(text.splitlines(), h) is None:
                 raise MaterializeError(f"{sc.where(f'engine.jit_kernels[{i}].includes')}: {k.source} does not "
                                        f"include <{h}>")
-    if sc.model.mtp is not None:
-        f = sc.model.mtp.draft_model_file
-        if not (sglang_root / f).is_file():
-            raise MaterializeError(f"{sc.where('model.mtp.draft_model_file')}: {f} is not a file of the SGLang "
-                                   f"{sc.engine.version} tree")
-        if f"class {sc.model.mtp.draft_model_class}" not in (sglang_root / f).read_text():
-            raise MaterializeError(f"{sc.where('model.mtp.draft_model_class')}: {f} defines no class "
-                                   f"{sc.model.mtp.draft_model_class}")
+    _check_classes(sc, sglang_root)
     return done
+
+
+def _check_classes(sc: Scenario, sglang_root: Path) -> None:
+    """The release registers the model's architecture, and, for a model with an MTP head, the draft class its
+    ``ModelConfig._config_draft_model`` picks for it (a tree without model code, the bundled excerpt, is not
+    asked)."""
+    from ..engine.loading.build import draft_class_of, registry
+
+    known = registry(sglang_root)
+    if len(known) < 10:
+        return
+    arch = sc.model.architecture
+    if arch not in known:
+        raise MaterializeError(f"{sc.where('model.architecture' if sc.model.config is None else 'model.config')}: "
+                               f"SGLang {sc.engine.version} registers no model class {arch!r}")  # fmt: skip
+    if sc.model.mtp is not None:
+        draft = draft_class_of(sglang_root, sc.model.hf_config)
+        if draft not in known:
+            raise MaterializeError(f"{sc.where('model.mtp')}: SGLang {sc.engine.version} drafts {arch} with "
+                                   f"{draft!r}, which it does not register")  # fmt: skip
 
 
 _MOE_READER_SRC = '''\
@@ -639,12 +635,36 @@ def materialize(scenario: Scenario | str | Path, dest: str | Path, *, force: boo
     scenario_copy = twin_dir / "scenario.yaml"
     shutil.copyfile(src_path, scenario_copy)
     written.append(scenario_copy)
+    written.extend(_copy_referenced_json(sc, src_path, scenario_copy))
     source_note = twin_dir / "source.json"
     source_note.write_text(json.dumps({"sglang": provenance, "version": sc.engine.version, "defects": edits},
                                       indent=2) + "\n")
     written.append(source_note)
     return MaterializeResult(dest, model_dir, sglang_root, scenario_copy, num_params, total, written,
                              provenance=provenance, defect_edits=edits, simulated=simulated_label(sc))
+
+
+def _copy_referenced_json(sc: Scenario, src_path: Path, copy: Path) -> list[Path]:
+    """The JSON files a config-driven scenario names (``model.config``, ``quantization.config``), copied beside
+    the workspace's copy of the scenario, and the copy pointed at them, so that it loads on its own."""
+    import yaml
+
+    data = yaml.safe_load(src_path.read_text()) or {}
+    lines = copy.read_text().splitlines(keepends=True)
+    out: list[Path] = []
+    for section, field_path in (("model", "model.config"), ("quantization", "quantization.config")):
+        ref = (data.get(section) or {}).get("config")
+        if not isinstance(ref, str) or field_path not in sc.lines:
+            continue
+        src = Path(ref) if Path(ref).is_absolute() else src_path.parent / ref
+        target = copy.parent / f"{field_path}.json"
+        shutil.copyfile(src, target)
+        out.append(target)
+        at = sc.lines[field_path] - 1
+        lines[at] = re.sub(r"(config:\s*).*?(\s*(#.*)?)$", lambda m, t=target.name: f"{m.group(1)}{t}{m.group(2)}",
+                           lines[at].rstrip("\n")) + "\n"  # fmt: skip
+    copy.write_text("".join(lines))
+    return out
 
 
 def workspace_scenario(dest: str | Path) -> Scenario:

@@ -106,8 +106,10 @@ def parse(path: Path) -> ast.Module:
         _PARSED[path] = ((st.st_mtime_ns, st.st_size), tree)
         return tree
     except SyntaxError as exc:
-        raise PureCodeError(f"{exc.msg} ({path.name}, line {exc.lineno})", path=path, line=exc.lineno or 0,
-                            kind="SyntaxError") from None  # fmt: skip
+        error = PureCodeError(f"{exc.msg} ({path.name}, line {exc.lineno})", path=path, line=exc.lineno or 0,
+                              kind="SyntaxError")  # fmt: skip
+        error.syntax_error = exc  # type: ignore[attr-defined]
+        raise error from None
 
 
 def _closure(tree: ast.Module, wanted: Iterable[str], path: Path) -> list[ast.stmt]:

@@ -7,8 +7,8 @@ the weight load as it was; and every workspace of a scenario starts with the sam
 (the report, or the error and the log SGLang would print) depends only on the arguments, on files, and on where
 those files are (the paths a traceback prints), so an entry is found in two steps:
 
-- its key: the arguments, the scenario's contents, which files exist in the model folder and the SGLang tree
-  (a file that appears or disappears can change what an import or a lookup finds), and the twin's own code;
+- its key: the arguments, the engine's environment variables, the scenario's contents, which files exist in the
+  model folder and the SGLang tree (a file that appears or disappears can change what an import or a lookup finds), and the twin's own code;
 - the files the load opened in those folders (an audit hook on ``open`` records them while it runs), each with
   the hash of its contents: the entry answers only while every one of them has those contents still.
 
@@ -35,7 +35,7 @@ from typing import Any
 from ...workspace import release
 from .. import tracebacks
 from . import pure_code
-from .weights import WeightLoadError, WeightLoadReport, WorkspaceImportError
+from .loader import WeightLoadError, WeightLoadReport, WorkspaceImportError
 
 KEEP = 32  # entries per workspace; the least recently used go first
 SHARED_KEEP = 256  # entries in the per-user cache
@@ -95,8 +95,17 @@ def _code() -> str:
     return _CODE[0]
 
 
+# environment variables the release's load path reads (SGLANG_USE_AITER decides MoE padding, SGLANG_MOE_PADDING ...)
+ENV_PREFIXES = ("SGLANG_", "AITER_", "ROCM_", "HIP_")
+
+
+def _environment() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}
+
+
 def cache_key(inputs: dict[str, Any], folders: list[Path], files: list[Path]) -> CacheKey:
-    digest = hashlib.sha256(json.dumps([inputs, len(folders), _code()], sort_keys=True, default=str).encode())
+    digest = hashlib.sha256(json.dumps([inputs, len(folders), _code(), _environment()], sort_keys=True,
+                                       default=str).encode())  # fmt: skip
     for folder in folders:
         digest.update(json.dumps([_given(folder), _listing(folder)]).encode())
     for f in files:
@@ -199,9 +208,15 @@ def _answer(outcome: dict[str, Any]) -> WeightLoadReport:
     return WeightLoadReport(**outcome["report"])
 
 
-def remembered(cache_dir: Path | None, key: str, load: Callable[[], WeightLoadReport]) -> WeightLoadReport:
+def remembered(cache_dir: Path | None, key: str, load: Callable[[], WeightLoadReport], *,
+               args: dict[str, Any] | None = None, args_read: Callable[[], set[str]] | None = None) -> WeightLoadReport:  # fmt: skip
     """``load()``'s outcome, from the workspace's ``cache_dir`` or the per-user cache when an entry of ``key``
-    whose files are unchanged is there (an error is raised again as it was)."""
+    whose files are unchanged is there (an error is raised again as it was).
+
+    ``args``: the server arguments of this launch; ``args_read()``: which of them the load's model code read
+    (after it ran). An entry answers only a launch whose arguments have the values it read: the other flags (the
+    KV cache's dtype, the benchmark's limits) leave the load as it was."""
+    args = {k: _jsonable(v) for k, v in (args or {}).items()}
     scope = getattr(key, "scope", ())
     if not scope:
         return load()
@@ -228,6 +243,8 @@ def remembered(cache_dir: Path | None, key: str, load: Callable[[], WeightLoadRe
                     continue
                 if not same(data["reads"]):
                     continue
+                if any(args.get(name, _MISSING) != value for name, value in data.get("args", {}).items()):
+                    continue
                 outcome = _with_paths(data["outcome"], scope) if data["relocatable"] else data["outcome"]
             except (OSError, ValueError, KeyError, TypeError, IndexError):
                 continue
@@ -240,9 +257,12 @@ def remembered(cache_dir: Path | None, key: str, load: Callable[[], WeightLoadRe
     def store(outcome: dict[str, Any]) -> None:
         reads = sorted([*where, _content(p)] for p in opened if (where := _where(p, scope)))
         stripped, relocatable = _without_paths(outcome, scope)
-        data = {"scope": list(scope), "relocatable": relocatable, "reads": reads,
+        used = sorted(args_read() if args_read is not None else args)
+        conditions = {name: args.get(name, _MISSING) for name in used if name in args}
+        data = {"scope": list(scope), "relocatable": relocatable, "reads": reads, "args": conditions,
                 "outcome": stripped if relocatable else outcome}  # fmt: skip
-        name = f"{key}-{hashlib.sha256(json.dumps(reads).encode()).hexdigest()[:16]}.json"
+        digest = hashlib.sha256(json.dumps([reads, conditions], sort_keys=True).encode()).hexdigest()[:16]
+        name = f"{key}-{digest}.json"
         _store(cache_dir, name, data, KEEP)
         if relocatable:
             _store(shared, name, data, SHARED_KEEP)
@@ -255,6 +275,18 @@ def remembered(cache_dir: Path | None, key: str, load: Callable[[], WeightLoadRe
         raise
     store({"report": dataclasses.asdict(report)})
     return report
+
+
+_MISSING = "\0missing"
+
+
+def _jsonable(value: Any) -> Any:
+    """An argument as an entry stores it (JSON's own types; anything else by its text)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return str(value)
 
 
 def _entries(folder: Path | None, key: str) -> list[Path]:

@@ -1,0 +1,162 @@
+"""A checkpoint's quantization, as its published ``quantization_config`` says (each vendor's own style).
+
+``weight_format(qc)`` reads the format of the quantized weights from a quantization_config: AMD Quark
+(``quant_method: quark``, the format in ``global_quant_config.weight.dtype``), fp8 (``quant_method: fp8``:
+DeepSeek's, Qwen's, Zhipu's block-scaled exports), native MXFP4 (``quant_method: mxfp4``: gpt-oss). Standard
+library only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+METHODS = ("quark", "fp8", "mxfp4")
+
+
+class QuantizationError(ValueError):
+    """A quantization_config the twin cannot read (one line)."""
+
+
+def weight_format(qc: Mapping[str, Any] | None) -> str:
+    """``mxfp4`` / ``fp8`` / ``bf16`` for a quantization_config (None: an unquantized checkpoint)."""
+    if not qc:
+        return "bf16"
+    method = str(qc.get("quant_method", "")).lower()
+    if method == "mxfp4":
+        return "mxfp4"
+    if method == "fp8":
+        return "fp8"
+    if method == "quark":
+        weight = ((qc.get("global_quant_config") or {}).get("weight") or {})
+        dtype = str(weight.get("dtype", "")).lower()
+        if dtype in ("fp4", "mxfp4", "fp4_e2m1"):
+            return "mxfp4"
+        if dtype.startswith("fp8"):
+            return "fp8"
+        raise QuantizationError(f"quantization_config: Quark weight dtype {dtype!r} is not one the twin simulates")
+    raise QuantizationError(f"quantization_config: quant_method {method!r} is not one the twin simulates "
+                            f"(it knows {', '.join(METHODS)})")  # fmt: skip
+
+
+def quark_exclude(qc: Mapping[str, Any] | None) -> list[str]:
+    """A Quark config's exclude list (empty for other methods)."""
+    if not qc or str(qc.get("quant_method", "")).lower() != "quark":
+        return []
+    return [str(x) for x in (qc.get("exclude") or [])]
+
+
+# --- which modules a vendor's quantizer left unquantized, matched as that vendor's tooling matches its list ----
+
+
+class Matcher:
+    """A vendor's list of modules kept unquantized, matched the way its own tooling reads it.
+
+    ``quark`` (AMD Quark's ``exclude``; SGLang's ``check_equal_or_regex_match``): an exact module name, or
+    ``re:<regex>`` matched with ``re.match``; an entry naming a parent module (a whole layer) covers what is under
+    it. ``transformers`` (``modules_to_not_convert`` / ``ignored_layers`` of the fp8 and mxfp4 quantizers,
+    ``quantizers_utils.should_convert_module``): an entry matches a module it matches as a regular expression from
+    the start, a module it is a dotted prefix of, or a module whose name ends with it (``"gate"`` matches
+    ``model.layers.0.block_sparse_moe.gate``; ``model.layers.*.self_attn`` every layer's attention)."""
+
+    def __init__(self, entries: list[str], style: str) -> None:
+        import re
+
+        self.style = style
+        self.entries = list(entries)
+        self.exact: set[str] = set()
+        self.patterns: list[Any] = []
+        for e in self.entries:
+            if style == "quark":
+                if e.startswith("re:"):
+                    self.patterns.append(re.compile(e[3:]))
+                else:
+                    self.exact.add(e)
+            elif re.escape(e) == e.replace(".", r"\."):  # a plain name: prefix and suffix lookups, no regex
+                self.exact.add(e)
+            else:
+                try:
+                    self.patterns.append(re.compile(e))
+                except re.error:
+                    self.exact.add(e)
+
+    def __call__(self, name: str) -> bool:
+        if self.style == "quark":
+            if name in self.exact or any(p.match(name) for p in self.patterns):
+                return True
+            parts = name.split(".")
+            return any(".".join(parts[:k]) in self.exact for k in range(1, len(parts)))
+        # a plain entry matches as re.match does from the start (any prefix of the name) or as a suffix
+        exact = self.exact
+        if any(name[:k] in exact or name[k:] in exact for k in range(1, len(name) + 1)) or name in exact:
+            return True
+        return any(p.match(name) or name.endswith(p.pattern) for p in self.patterns)
+
+
+# --- how a published quantization_config stores a linear ------------------------------------------------------
+
+MXFP4_BLOCK = 32  # e2m1 values per e8m0 scale
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class Scheme:
+    """The storage rule of one published quantization_config (``scheme(qc, scale_dtype)``).
+
+    * AMD Quark (``quant_method: quark``): mxfp4 ``weight`` U8 ``[o, i/2]`` + ``weight_scale`` U8 ``[o, i/32]``;
+      fp8 per_channel ``weight`` F8_E4M3 ``[o, i]`` + ``weight_scale`` F32 ``[o]``. Every linear but the ``exclude``
+      list's.
+    * fp8 with ``weight_block_size`` (DeepSeek, Qwen, GLM, Kimi, MiniMax): ``weight`` F8_E4M3 ``[o, i]`` +
+      ``weight_scale_inv`` ``[ceil(o/b0), ceil(i/b1)]`` in the vendor's scale dtype. Every linear but
+      ``modules_to_not_convert`` / ``ignored_layers``'s.
+    * native MXFP4 (``quant_method: mxfp4``, gpt-oss): only the routed experts, fused per layer:
+      ``<proj>_blocks`` U8 ``[E, o, i/32, 16]`` + ``<proj>_scales`` U8 ``[E, o, i/32]``; the rest bf16.
+    * none: every tensor in the checkpoint's dtype."""
+
+    def __init__(self, qc: Mapping[str, Any] | None, *, scale_dtype: str = "F32", dtype: str = "BF16") -> None:
+        self.qc = dict(qc or {})
+        self.method = str(self.qc.get("quant_method", "")).lower() if qc else "none"
+        self.format = weight_format(qc)
+        self.dtype = dtype
+        self.scale_dtype = scale_dtype
+        block = self.qc.get("weight_block_size")
+        self.block = (int(block[0]), int(block[1])) if isinstance(block, list | tuple) and len(block) == 2 else None
+        if self.method == "quark":
+            self.unconverted = Matcher(quark_exclude(qc), "quark")
+        else:
+            listed = self.qc.get("modules_to_not_convert") or self.qc.get("ignored_layers") or []
+            self.unconverted = Matcher([str(x) for x in listed], "transformers")
+
+    def quantizes(self, name: str, category: str) -> bool:
+        if self.method == "none" or self.format == "bf16":
+            return False
+        if self.method == "mxfp4" and category != "routed_experts":
+            return False
+        return not self.unconverted(name)
+
+    def tensors(self, t: Any, quantized: bool) -> list[tuple[str, str, tuple[int, ...]]]:
+        """``[(suffix, dtype, shape)]`` of module ``t`` (a linear, or fused experts ``[E, o, i]``): the suffix is
+        appended to the module's name as is (``.weight``, ``_blocks``...)."""
+        fused = len(t.shape) == 3
+        lead, (o, i) = tuple(t.shape[:-2]), t.shape[-2:]
+        bare = "" if fused else ".weight"
+        if not quantized:
+            return [(bare, self.dtype, t.shape)]
+        if self.method == "mxfp4":
+            if not fused:
+                raise QuantizationError(f"{t.name}: native MXFP4 stores fused experts only")
+            return [("_blocks", "U8", (*lead, o, _ceil(i, MXFP4_BLOCK), MXFP4_BLOCK // 2)),
+                    ("_scales", "U8", (*lead, o, _ceil(i, MXFP4_BLOCK)))]  # fmt: skip
+        if self.method == "quark":
+            if self.format == "mxfp4":
+                return [(f"{bare}", "U8", (*lead, o, _ceil(i, 2))),
+                        (f"{bare}_scale" if fused else ".weight_scale", "U8", (*lead, o, _ceil(i, MXFP4_BLOCK)))]  # fmt: skip
+            return [(bare, "F8_E4M3", t.shape), (f"{bare}_scale" if fused else ".weight_scale", "F32", (*lead, o))]
+        if self.block is not None:
+            b0, b1 = self.block
+            return [(bare, "F8_E4M3", t.shape),
+                    (f"{bare}_scale_inv" if fused else ".weight_scale_inv", self.scale_dtype,
+                     (*lead, _ceil(o, b0), _ceil(i, b1)))]  # fmt: skip
+        return [(bare, "F8_E4M3", t.shape), (f"{bare}_scale" if fused else ".weight_scale", "F32", (*lead, 1))]

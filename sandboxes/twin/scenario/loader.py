@@ -1,0 +1,281 @@
+"""Read a scenario YAML file into ``format.Scenario``: every problem one located line, ``file:line: field``.
+
+``load(name_or_path)`` parses with line numbers (a small typed builder over PyYAML's nodes), reads the files a
+scenario names (a model's ``config.json``, a published ``quantization_config``; paths relative to the scenario),
+derives what a config-driven scenario leaves to its config, and checks what a scenario must not say (a flag that
+is not SGLang's, a weight format with no peak, ...). Standard library and PyYAML only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .format import ATTENTION_KINDS, DefectSpec, MTPSpec, Scenario, ScenarioError
+
+SCENARIO_DIR = Path(__file__).resolve().parents[1] / "scenarios"
+DEFAULT_SCENARIO = "glm52_mi355x"
+
+
+def resolve(name_or_path: str | Path) -> Path:
+    """A scenario name (a file in ``scenarios/``) or a path to a YAML file."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.exists():
+            raise ScenarioError(f"{p}: no such scenario file")
+        return p
+    candidate = SCENARIO_DIR / f"{name_or_path}.yaml"
+    if not candidate.exists():
+        known = ", ".join(sorted(q.stem for q in SCENARIO_DIR.glob("*.yaml")))
+        raise ScenarioError(f"{name_or_path}: unknown scenario (known: {known})")
+    return candidate
+
+
+def available() -> list[str]:
+    return sorted(q.stem for q in SCENARIO_DIR.glob("*.yaml"))
+
+
+def load(name_or_path: str | Path = DEFAULT_SCENARIO) -> Scenario:
+    path = resolve(name_or_path)
+    text = path.read_text()
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark else 0
+        raise ScenarioError(f"{path}:{line}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if node is None or not isinstance(node, yaml.MappingNode):
+        raise ScenarioError(f"{path}:1: a scenario is a mapping of sections")
+    lines: dict[str, int] = {}
+    scenario = _build(Scenario, node, str(path), "", lines)
+    scenario = dataclasses.replace(scenario, path=str(path), lines=lines)
+    scenario = _read_configs(scenario)
+    _check(scenario)
+    return scenario
+
+
+def _json_ref(sc: Scenario, where: str, ref: Any) -> dict[str, Any]:
+    """A mapping given inline, or read from a JSON file named relative to the scenario."""
+    if isinstance(ref, dict):
+        return ref
+    if not isinstance(ref, str):
+        raise ScenarioError(f"{sc.where(where)}: expected a path to a JSON file or a mapping, got {ref!r}")
+    path = Path(ref) if Path(ref).is_absolute() else Path(sc.path).parent / ref
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise ScenarioError(f"{sc.where(where)}: cannot read {ref}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ScenarioError(f"{sc.where(where)}: {ref} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{sc.where(where)}: {ref} holds no JSON object")
+    return data
+
+
+def _read_configs(sc: Scenario) -> Scenario:
+    """A config-driven scenario: the model's fields read from its config.json, the quantization's from its
+    published quantization_config (their JSON texts kept, so the scenario stays a value)."""
+    from ..models.config_reader import ConfigError, read_arch
+    from ..models.legacy import spec_fields
+    from ..models.quantization import QuantizationError, quark_exclude, weight_format
+
+    m, q = sc.model, sc.quantization
+    if m.config is not None:
+        config = _json_ref(sc, "model.config", m.config)
+        published = config.pop("quantization_config", None)
+        if q.config is None and not q.weight_format and published:  # the config's own quantization_config
+            q = dataclasses.replace(q, config=published)
+        try:
+            arch = read_arch(config, m.facts)
+        except ConfigError as exc:
+            raise ScenarioError(f"{sc.where('model.config')}: {exc}") from None
+        mtp = m.mtp
+        if arch.mtp is not None:
+            mtp = dataclasses.replace(mtp or MTPSpec(), layer_index=arch.num_hidden_layers,
+                                      checkpoint_prefix=(mtp.checkpoint_prefix if mtp and mtp.checkpoint_prefix
+                                                         else f"model.layers.{arch.num_hidden_layers}"))  # fmt: skip
+        m = dataclasses.replace(m, config=json.dumps(config, sort_keys=True), mtp=mtp, **spec_fields(arch, config))
+    if q.config is not None:
+        qc = _json_ref(sc, "quantization.config", q.config)
+        try:
+            fmt = weight_format(qc)
+        except QuantizationError as exc:
+            raise ScenarioError(f"{sc.where('quantization.config')}: {exc}") from None
+        q = dataclasses.replace(q, config=json.dumps(qc, sort_keys=True), weight_format=fmt,
+                                exclude=tuple(quark_exclude(qc)) or q.exclude)  # fmt: skip
+    return dataclasses.replace(sc, model=m, quantization=q)
+
+
+# --- what a scenario must not say: checked after parsing, each problem one located line ------------------
+
+WEIGHT_FORMATS = ("mxfp4", "fp8", "bf16")
+MOE_DTYPES = ("mxfp4", "fp8", "bf16")
+
+
+def _check(sc: Scenario) -> None:
+    def fail(where: str, problem: str) -> typing.NoReturn:
+        raise ScenarioError(f"{sc.where(where)}: {problem}")
+
+    if sc.model.config is None:
+        _check_hand_written(sc.model, fail)
+    fmt = sc.quantization.weight_format
+    if fmt not in WEIGHT_FORMATS:
+        fail("quantization.weight_format", f"unknown format {fmt!r} (expected one of {', '.join(WEIGHT_FORMATS)})")
+    for table, where in ((sc.hardware.peak_tflops, "hardware.peak_tflops"),
+                         (sc.calibration.gemm_efficiency, "calibration.gemm_efficiency"), (sc.accuracy, "accuracy")):
+        if fmt not in table:
+            fail(where, f"has no entry for the weight format {fmt!r}")
+    for i, entry in enumerate(sc.quantization.exclude):
+        if entry.startswith("re:"):
+            try:
+                re.compile(entry[3:])
+            except re.error as exc:
+                fail(f"quantization.exclude[{i}]", f"bad regular expression {entry[3:]!r}: {exc}")
+    for i, shape in enumerate(sc.defects.tuned_moe_shapes):
+        if shape.dtype not in MOE_DTYPES:
+            fail(f"defects.tuned_moe_shapes[{i}].dtype",
+                 f"unknown MoE dtype {shape.dtype!r} (expected one of {', '.join(MOE_DTYPES)})")
+    flags = _sglang_flags()
+    for i, kernel in enumerate(sc.engine.jit_kernels):
+        if kernel.when.flag not in flags:
+            fail(f"engine.jit_kernels[{i}].when.flag", f"{kernel.when.flag!r} is not an SGLang server argument")
+    _check_serving_defects(sc.defects, sc.hardware.num_gpus, flags, fail)
+
+
+def _check_hand_written(m: Any, fail: Any) -> None:
+    """A model written field by field (no config.json): what its fields must say."""
+    for name in ("architecture", "model_type", "hidden_size", "num_hidden_layers", "vocab_size", "attention", "moe"):
+        if not getattr(m, name):
+            fail(f"model.{name}", "required field is missing (or give the model's config.json as model.config)")
+    a = m.attention
+    if a.kind not in ATTENTION_KINDS:
+        fail("model.attention.kind", f"unknown attention kind {a.kind!r} (expected one of {', '.join(ATTENTION_KINDS)})")
+    need = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim") if a.kind == "mla" else (
+        "num_kv_heads", "head_dim")
+    for name in need:
+        if getattr(a, name) <= 0:
+            fail(f"model.attention.{name}", f"{a.kind} attention needs a positive {name}")
+    if a.kind == "gqa":
+        if a.num_heads % a.num_kv_heads:
+            fail("model.attention.num_kv_heads", f"num_heads ({a.num_heads}) is not a multiple of it")
+        if a.sparse_topk or a.kv_lora_rank or a.q_lora_rank:
+            fail("model.attention.kind", "gqa attention has no latent ranks or sparse indexer (those are MLA's)")
+    if m.mtp is not None:
+        if m.mtp.layer_index != m.num_hidden_layers:
+            fail("model.mtp.layer_index", f"SGLang's NextN loader takes the MTP layer at num_hidden_layers "
+                                          f"({m.num_hidden_layers}), not {m.mtp.layer_index}")
+        want = f"model.layers.{m.mtp.layer_index}"
+        if m.mtp.checkpoint_prefix != want:
+            fail("model.mtp.checkpoint_prefix", f"SGLang's NextN loader reads the MTP layer from {want!r}")
+
+
+COLLECTIVE_PATHS = ("aiter_allreduce_fusion", "custom_allreduce", "quick_allreduce", "rccl")
+COLLECTIVE_FAILURES = ("hang", "error")
+WORKER_ERRORS = ("memory_access_fault", "illegal_memory_access")
+
+
+def _check_serving_defects(defects: DefectSpec, num_gpus: int, flags: set[str], fail: Any) -> None:
+    """The defects that fail while serving (``collective_faults``, ``worker_faults``): known paths and errors, a
+    rank the node has, a trigger on a real flag."""
+    for i, cf in enumerate(defects.collective_faults):
+        where = f"defects.collective_faults[{i}]"
+        if cf.allreduce not in COLLECTIVE_PATHS:
+            fail(f"{where}.allreduce", f"unknown all-reduce path {cf.allreduce!r} (expected one of "
+                                       f"{', '.join(COLLECTIVE_PATHS)})")
+        if cf.failure not in COLLECTIVE_FAILURES:
+            fail(f"{where}.failure", f"unknown failure {cf.failure!r} (expected one of {', '.join(COLLECTIVE_FAILURES)})")
+        if cf.failure == "error" and cf.allreduce != "rccl":
+            fail(f"{where}.failure", "only RCCL reports an error (the custom all-reduce kernels wait: use hang)")
+        if cf.min_tokens < 1:
+            fail(f"{where}.min_tokens", "must be at least 1")
+    for i, wf in enumerate(defects.worker_faults):
+        where = f"defects.worker_faults[{i}]"
+        if wf.error not in WORKER_ERRORS:
+            fail(f"{where}.error", f"unknown error {wf.error!r} (expected one of {', '.join(WORKER_ERRORS)})")
+        if not 0 <= wf.rank < num_gpus:
+            fail(f"{where}.rank", f"the node has ranks 0 to {num_gpus - 1}, not {wf.rank}")
+        if wf.min_tokens < 1:
+            fail(f"{where}.min_tokens", "must be at least 1")
+        if wf.when is not None and wf.when.flag not in flags:
+            fail(f"{where}.when.flag", f"{wf.when.flag!r} is not an SGLang server argument")
+
+
+def _sglang_flags() -> set[str]:
+    from ..engine.server_args import build_parser  # the twin's copy of SGLang's command line
+
+    return {a.dest for a in build_parser()._actions}
+
+
+# --- a small typed builder over YAML nodes, so that every error carries its line --------------------------
+
+
+def _fail(file: str, node: yaml.Node, where: str, problem: str) -> typing.NoReturn:
+    raise ScenarioError(f"{file}:{node.start_mark.line + 1}: {where or '(top)'}: {problem}")
+
+
+def _scalar(node: yaml.Node) -> Any:
+    return yaml.safe_load(yaml.serialize(node))
+
+
+def _build(tp: Any, node: yaml.Node, file: str, where: str, lines: dict[str, int] | None = None) -> Any:
+    if lines is not None and where:
+        lines.setdefault(where, node.start_mark.line + 1)
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if isinstance(node, yaml.ScalarNode) and node.tag.endswith(":null") and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        last: ScenarioError | None = None
+        for a in inner:
+            try:
+                return _build(a, node, file, where, lines)
+            except ScenarioError as exc:
+                last = exc
+        assert last is not None
+        raise last
+    if tp is Any:
+        return _scalar(node)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(node, yaml.MappingNode):
+            _fail(file, node, where, f"expected a mapping for {tp.__name__}")
+        hints = typing.get_type_hints(tp)
+        fields = {f.name: f for f in dataclasses.fields(tp) if f.name not in ("path", "lines")}
+        values: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value
+            sub = f"{where}.{key}" if where else key
+            if key not in fields:
+                _fail(file, key_node, sub, f"unknown field (expected one of: {', '.join(fields)})")
+            values[key] = _build(hints[key], value_node, file, sub, lines)
+        for name, f in fields.items():
+            missing = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            if missing and name not in values:
+                _fail(file, node, f"{where}.{name}" if where else name, "required field is missing")
+        return tp(**values)
+    if origin is tuple or origin is list:
+        if not isinstance(node, yaml.SequenceNode):
+            _fail(file, node, where, "expected a list")
+        item_tp = args[0]
+        return tuple(_build(item_tp, n, file, f"{where}[{i}]", lines) for i, n in enumerate(node.value))
+    if origin is dict:
+        if not isinstance(node, yaml.MappingNode):
+            _fail(file, node, where, "expected a mapping")
+        return {k.value: _build(args[1], v, file, f"{where}.{k.value}", lines) for k, v in node.value}
+    if not isinstance(node, yaml.ScalarNode):
+        _fail(file, node, where, f"expected a {tp.__name__}")
+    value = _scalar(node)
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
+        _fail(file, node, where, f"expected {tp.__name__}, got {value!r}")
+    return value

@@ -1,0 +1,124 @@
+"""The zoo (issue 25): every task whose twin scenario is built from a model's real config.json, run by `agent run`
+with the offline playbook.
+
+- In the default suite, each task's bring-up and single-stream stage (one draft tree): the defects its family
+  really has are met and fixed there (a commit, or a line of what the run tried), and nothing is left blocked
+  that the release itself does not refuse.
+- `pytest -m zoo` runs every task as the user runs it, to its targets (no budget after them), and asserts every
+  target met, with the same evidence; pytest-xdist spreads the tasks over the workers (about 8 CPU-minutes).
+
+Nothing here tells the agent which model it has: the tasks name their scenario, the playbook reads what the
+engine prints.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.agent.test_agent_run import REPO, agent
+from tests.shared_runs import NO_PACING
+
+SCENARIOS = REPO / "sandboxes" / "twin" / "scenarios"
+
+
+def _zoo() -> list[str]:
+    """Tasks whose scenario is generated from a real config (``model.config``)."""
+    out = []
+    for task in sorted((REPO / "tasks").glob("*.yaml")):
+        data = yaml.safe_load(task.read_text()) or {}
+        name = ((data.get("workspace") or {}).get("twin") or {}).get("scenario")
+        scenario = SCENARIOS / f"{name}.yaml" if name else None
+        if scenario and scenario.exists() and (yaml.safe_load(scenario.read_text())["model"] or {}).get("config"):
+            out.append(task.stem)
+    return out
+
+
+ZOO = _zoo()
+# what each planted defect leaves in a run: a commit title, or a line of what the run tried
+EVIDENCE = {
+    "deepseek_r1_mxfp4_mi355x": ("commit", "Exclude"),  # MTP layer 61 excluded by its checkpoint names
+    "deepseek_v32_mxfp4_mi355x": ("commit", "Guard the CUDA-only include"),  # fused_metadata_copy, MTP > 3 steps
+    "qwen35_397b_mxfp4_mi355x": ("commit", "Exclude the checkpoint's unquantized mtp"),  # sglang PR #36158
+    # the draft class builds the checkpoint's mtp.* under the target's names: the fix is in the class's own file
+    "qwen3_next_80b_mxfp4_mi355x": ("engine", "sglang/python/sglang/srt/models/qwen3_next_mtp.py"),
+    "qwen3_next_80b_fp8_mi355x": ("tried", "is not divisible by weight quantization block_n"),  # the release's check
+    "minimax_m27_fp8_mi300x": ("tried", "disable-custom-all-reduce"),  # sglang issue #22714
+}
+
+
+def test_the_zoo_covers_every_architecture_kind_and_both_gpus() -> None:
+    assert len(ZOO) >= 8
+    kinds, gpus = set(), set()
+    for name in ZOO:
+        scenario = yaml.safe_load((SCENARIOS / f"{name}.yaml").read_text())
+        config = json.loads((SCENARIOS / scenario["model"]["config"]).read_text())
+        text = config.get("text_config", config)
+        kinds.add("dsa" if text.get("index_topk") else "mla" if text.get("kv_lora_rank")
+                  else "hybrid" if text.get("full_attention_interval") or text.get("layer_types") and
+                  "linear_attention" in text.get("layer_types", [])
+                  else "sinks" if config.get("model_type") == "gpt_oss" else "gqa")  # fmt: skip
+        gpus.add(scenario["hardware"]["gfx_arch"])
+    assert {"mla", "dsa", "gqa", "sinks", "hybrid"} <= kinds
+    assert {"gfx950", "gfx942"} <= gpus
+    assert set(EVIDENCE) <= set(ZOO)
+
+
+# the release itself refuses speculative decoding to a model with no MTP head (no draft class: the target is
+# built as its own draft) where that class lacks what the EAGLE worker needs
+REFUSED_SPECULATION = {"qwen3_235b_fp8_mi300x", "kimi_k2_fp8_mi300x"}
+
+
+def _variant(tmp_path: Path, task: str, over: str) -> Path:
+    """The task as written, ``over`` (YAML) replacing its top-level keys, without pacing (a zoo task extends the
+    default task, and a task may extend only one that extends nothing: its variant is a copy of it)."""
+    source = REPO / "tasks" / f"{task}.yaml"
+    data = yaml.safe_load(source.read_text())
+    data["extends"] = str((source.parent / data["extends"]).resolve())
+    data.update(yaml.safe_load(over + NO_PACING))
+    variant = tmp_path / f"{task}_variant.yaml"
+    variant.write_text(yaml.safe_dump(data, sort_keys=False))
+    return variant
+
+
+def _evidence(tmp_path: Path, task: str, summary: dict) -> None:
+    if task in EVIDENCE:
+        where, text = EVIDENCE[task]
+        if where == "commit":
+            titles = " | ".join(c["title"] for c in summary["commits"])
+            assert text in titles, titles
+        elif where == "engine":  # the fix is the engine's, in the draft class's own file, and the only one
+            assert [c["files"] for c in summary["commits"]] == [[text]], summary["commits"]
+        else:
+            trace = (tmp_path / "runs" / task / "trace.jsonl").read_text()
+            assert text in trace
+
+
+@pytest.mark.parametrize("task", [t for t in ZOO if t != "minimax_m27_fp8_mi300x"])  # its defect needs load
+def test_each_zoo_task_comes_up_with_its_familys_defects_fixed(tmp_path: Path, task: str) -> None:
+    """The single-stream stage only (where a draft's defects meet the agent), one draft tree allowed; its target is
+    out of reach on purpose, so the run ends there (exit 3)."""
+    variant = _variant(tmp_path, task, (
+        "targets:\n  - {name: single_stream, metric: decode_tok_s, workload: single_stream, min: 100000}\n"
+        "search_space:\n  flags:\n    speculative-num-steps: [4]\n    speculative-eagle-topk: [1]\n"))
+    proc = agent(tmp_path, "run", str(variant), "--policy", "playbook", "--run-id", task)
+    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "runs" / task / "summary.json").read_text())
+    assert summary["targets"]["single_stream"]["achieved"], summary["targets"]  # it came up and was measured
+    blocked = set(summary["blocked"])
+    assert blocked == ({"speculative decoding"} if task in REFUSED_SPECULATION else set()), summary["blocked"]
+    _evidence(tmp_path, task, summary)
+
+
+@pytest.mark.zoo
+@pytest.mark.parametrize("task", ZOO)
+def test_the_playbook_meets_every_target_of_the_zoo(tmp_path: Path, task: str) -> None:
+    variant = _variant(tmp_path, task, "budgets:\n  after_targets: {node_hours: 0}\n")  # stop at the targets
+    proc = agent(tmp_path, "run", str(variant), "--policy", "playbook", "--run-id", task)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "runs" / task / "summary.json").read_text())
+    assert summary["finish_reason"] == "all targets met", summary["targets"]
+    _evidence(tmp_path, task, summary)
