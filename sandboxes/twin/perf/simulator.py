@@ -344,23 +344,8 @@ class RankScheduler:
                 self._retract(need)
             else:
                 self.reservation.after_decode()
-        b = len(self.running)
-        if b == 0:
+        if not self.running or not self._decode_batch():
             return []
-        generated = self.accept * (b * self.step - self.sum_join)
-        if self.watch is not None and self._stops("decode", b * self.verify_tokens, b * self.verify_tokens, b):
-            return []
-        cost = self.model.decode(b, self.sum_prompt + generated, self.verify_tokens)
-        self.last_decode_s = cost.total
-        self._account(cost)
-        self.step += 1
-        old = b - len(self.new_since_decode)
-        if old > 0:
-            self.itl.append((self.clock - self.prev_decode_end, old))
-        for t in self.new_since_decode:
-            self.itl.append((self.clock - t, 1))
-        self.new_since_decode.clear()
-        self.prev_decode_end = self.clock
         done: list[RequestTrace] = []
         while self.finish_heap and self.finish_heap[0][0] <= self.step:
             finish, idx = heapq.heappop(self.finish_heap)
@@ -387,21 +372,28 @@ class RankScheduler:
                 if not self._fits(len(self.running) * self.verify_tokens):
                     return  # a retraction: the full path (which asks again, the same way)
                 self.reservation.after_decode()
-            b = len(self.running)
-            generated = self.accept * (b * self.step - self.sum_join)
-            if self.watch is not None and self._stops("decode", b * self.verify_tokens, b * self.verify_tokens, b):
+            if not self._decode_batch():
                 return
-            cost = self.model.decode(b, self.sum_prompt + generated, self.verify_tokens)
-            self.last_decode_s = cost.total
-            self._account(cost)
-            self.step += 1
-            old = b - len(self.new_since_decode)
-            if old > 0:
-                self.itl.append((self.clock - self.prev_decode_end, old))
-            for t in self.new_since_decode:
-                self.itl.append((self.clock - t, 1))
-            self.new_since_decode.clear()
-            self.prev_decode_end = self.clock
+
+    def _decode_batch(self) -> bool:
+        """The running batch's decode step once its memory is settled: shown to the watch, costed, and its
+        inter-token gaps recorded; False when the watch stopped it."""
+        b = len(self.running)
+        generated = self.accept * (b * self.step - self.sum_join)
+        if self.watch is not None and self._stops("decode", b * self.verify_tokens, b * self.verify_tokens, b):
+            return False
+        cost = self.model.decode(b, self.sum_prompt + generated, self.verify_tokens)
+        self.last_decode_s = cost.total
+        self._account(cost)
+        self.step += 1
+        old = b - len(self.new_since_decode)
+        if old > 0:
+            self.itl.append((self.clock - self.prev_decode_end, old))
+        for t in self.new_since_decode:
+            self.itl.append((self.clock - t, 1))
+        self.new_since_decode.clear()
+        self.prev_decode_end = self.clock
+        return True
 
     def _stops(self, kind: str, tokens: int, rows: int, batch: int) -> bool:
         """Show the step to the watch; True (and this scheduler stopped) when the step fails."""
