@@ -249,9 +249,8 @@ class CostModel:
         return c
 
     def decode(self, batch: int, sum_context: float, tokens_per_seq: int = 1) -> StepCost:
-        """One decode (or speculative verify) step: ``batch`` sequences, ``tokens_per_seq`` tokens each (the
-        simulator's hot path: ``decode_terms``, with what depends on the batch alone computed once per batch)."""
-        t = self._decode_terms_fast(batch, sum_context, tokens_per_seq)
+        """One decode (or speculative verify) step: ``batch`` sequences, ``tokens_per_seq`` tokens each."""
+        t = self.decode_terms(batch, sum_context, tokens_per_seq)
         c = StepCost()
         c.decode = max(t["weight_reads"] + t["kv_reads"] + t["state_reads"], t["compute"])
         c.communication = t["communication"]
@@ -260,9 +259,15 @@ class CostModel:
             c.overhead += t["draft"]
         return c
 
-    def _decode_terms_fast(self, batch: int, sum_context: float, tokens_per_seq: int) -> dict[str, float]:
-        """``decode_terms``, the same arithmetic in the same order: the batch-only terms are remembered per
-        ``(batch, tokens_per_seq)``; only the context's (KV reads, attention) are computed per step."""
+    def decode_terms(self, batch: int, sum_context: float, tokens_per_seq: int = 1) -> dict[str, float]:
+        """The terms of one decode (verify) step before ``decode`` combines them, in seconds: streaming the
+        weights, the KV cache and linear attention's recurrent state (``weight_reads``, ``kv_reads``,
+        ``state_reads``) overlaps with the matrix work (``compute``), so the step pays the larger of the two; TP
+        all-reduces (``communication``), kernel launches
+        (``kernel_launch``), the CPU scheduler (``scheduler``) and the draft model's steps (``draft``, 0
+        without speculation) add to it. For reports: which term a step's time is made of."""
+        # the batch-only terms are remembered per (batch, tokens_per_seq); only the context's (KV reads,
+        # attention) are computed per step: this is the simulator's hot path
         key = (batch, tokens_per_seq)
         fixed = self._decode_fixed.get(key)
         if fixed is None:
@@ -270,7 +275,7 @@ class CostModel:
         tokens, linear_terms, base_flops, terms = fixed
         mean_ctx = sum_context / batch if batch else 0.0
         per_seq_kv = attention = 0.0
-        for grp, linear_term in zip(self.attention, linear_terms, strict=True):  # in decode_terms' order
+        for grp, linear_term in zip(self.attention, linear_terms, strict=True):  # the layer groups in order
             if linear_term is not None:
                 attention += linear_term
                 continue
@@ -311,46 +316,6 @@ class CostModel:
             "draft": self.draft_time(batch) if self.config.speculative else 0.0,
         }
         return tokens, linear_terms, flops, terms
-
-    def decode_terms(self, batch: int, sum_context: float, tokens_per_seq: int = 1) -> dict[str, float]:
-        """The terms of one decode (verify) step before ``decode`` combines them, in seconds: streaming the
-        weights, the KV cache and linear attention's recurrent state (``weight_reads``, ``kv_reads``,
-        ``state_reads``) overlaps with the matrix work (``compute``), so the step pays the larger of the two; TP
-        all-reduces (``communication``), kernel launches
-        (``kernel_launch``), the CPU scheduler (``scheduler``) and the draft model's steps (``draft``, 0
-        without speculation) add to it. For reports: which term a step's time is made of."""
-        s, cal = self.sizes, self.scenario.calibration
-        tokens = batch * tokens_per_seq
-        expert_bytes = s.moe_layers * self.experts_touched(tokens) * self.expert_bytes / self.moe_g
-        # latent KV is replicated across the TP ranks of an attention group: each GPU reads all of it (GQA: its
-        # own KV heads' share); a sliding window or DSA caps the keys, linear attention reads its state instead
-        mean_ctx = sum_context / batch if batch else 0.0
-        per_seq_kv = per_seq_state = attention = 0.0
-        for grp in self.attention:
-            if grp.linear:
-                per_seq_state += grp.count * grp.state_bytes
-                attention += tokens * grp.count * grp.step_flops_per_token / (self.g * self.attn_flops)
-                continue
-            per_seq_kv += grp.count * (
-                grp.keys(mean_ctx) * grp.kv_bytes_per_key + mean_ctx * grp.indexer_bytes_per_key
-            )
-            attention += tokens * grp.count * grp.keys(mean_ctx) * grp.flops_per_key / (self.g * self.attn_flops)
-        kv_bytes = batch * tokens_per_seq**0.5 * per_seq_kv
-        state_bytes = batch * state_traffic(tokens_per_seq) * per_seq_state
-        moe_flops = 2 * tokens * self.scenario.model.moe.top_k * s.moe_layers * s.expert_params
-        flops = (2 * tokens * self.active_linear_params) / (self.flop_g * self.linear_flops)
-        flops += moe_flops / (self.flop_g * self.moe_flops)
-        flops += attention
-        return {
-            "weight_reads": self.fixed_weight_bytes / self.moe_g / self.bw + expert_bytes / self.moe_bw,
-            "kv_reads": kv_bytes / self.bw,
-            "state_reads": state_bytes / self.bw,
-            "compute": flops,
-            "communication": self.allreduce_time(tokens),
-            "kernel_launch": self.kernel_overhead(batch),
-            "scheduler": (cal.scheduler_overhead_ms + cal.decode_step_overhead_ms) * 1e-3,
-            "draft": self.draft_time(batch) if self.config.speculative else 0.0,
-        }
 
     def draft_time(self, batch: int) -> float:
         """The draft model's steps for one speculative iteration: an MTP draft runs one layer + the LM head per
