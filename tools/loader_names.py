@@ -1,8 +1,8 @@
 """How an engine's weight loader renames a checkpoint's names, read from the loader code a traceback names.
 
-A draft (MTP) model often loads a checkpoint layer under another name than the checkpoint's: SGLang's DeepSeek
-NextN loader turns ``model.layers.<N>.*`` into ``model.decoder.*`` (and the MTP-only weights into ``model.*``),
-GLM-4's NextN loader does the same in its own file, Qwen3-Next's MTP loader turns ``mtp.*`` into ``model.*``.
+A draft (MTP) model often loads a checkpoint layer under another name than the checkpoint's: a loader may turn
+the checkpoint's extra layer ``model.layers.<N>.*`` into its own layer prefix (and the draft-only weights into
+another), or a draft tree of its own (``mtp.*``) into the target's names.
 An engineer who meets a draft's weight-loading crash opens the files of the traceback and reads those renames;
 ``renamed_prefix`` does the same: it collects, from the functions the traceback's frames ran in (and the class
 attributes of their files, such as a ``hf_to_sglang_mapper``), every ``name.replace(OLD, NEW)`` with a string
@@ -121,8 +121,8 @@ def renames(sources: dict[str, str], frames: Iterable[tuple[str, str, int]]) -> 
 
 
 def renamed_prefix(prefix: str, rules: list[Rename]) -> list[str]:
-    """Every name the rules turn ``prefix`` into (longest first: the most specific rename, e.g. a decoder layer's
-    ``model.decoder`` before the MTP-only weights' ``model``). A rule that leaves the name unchanged is ignored."""
+    """Every name the rules turn ``prefix`` into (longest first: the most specific rename, e.g. a whole layer's
+    new prefix before the one its draft-only weights get). A rule that leaves the name unchanged is ignored."""
     out = []
     for r in rules:
         new = r.apply(prefix)

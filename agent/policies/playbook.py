@@ -191,6 +191,14 @@ def _insert_entries(text: str, adds: list[str]) -> tuple[str, str] | None:
     return m.group(0), f'"exclude": [{entries}]' if empty else f'"exclude": [{entries}, '
 
 
+def _model_frames(ctx: PolicyContext, diag: dict) -> tuple[list[tuple[str, str, int]], dict[str, str]]:
+    """The crash's traceback frames in the workspace's model files (``(file, function, line)``, outermost first),
+    and each of those files' source, read once."""
+    frames = [(f["file"], f["function"], int(f["line"])) for f in diag.get("frames") or []
+              if "/models/" in f["file"] and ctx.workspace.exists(f["file"])]  # fmt: skip
+    return frames, {f: ctx.workspace.read_file(f) for f, _, _ in frames}
+
+
 class PlaybookPolicy:
     name = "playbook"
 
@@ -990,9 +998,7 @@ class PlaybookPolicy:
         model_file = diag.get("model_file")
         if not diag.get("draft_model") or not model_file or not ctx.workspace.exists(model_file):
             return None
-        frames = [(f["file"], f["function"], int(f["line"])) for f in diag.get("frames") or []
-                  if "/models/" in f["file"] and ctx.workspace.exists(f["file"])]  # fmt: skip
-        sources = {f: ctx.workspace.read_file(f) for f, _, _ in frames}
+        frames, sources = _model_frames(ctx, diag)
         rules = renames(sources, frames)
         for top in sorted({n.split(".", 1)[0] for n in names if "." in n}):
             tree = [n for n in names if n.startswith(top + ".")]
@@ -1034,10 +1040,9 @@ class PlaybookPolicy:
         list's prefixes)."""
         if not diag.get("draft_model"):
             return None
-        sources = [ctx.workspace.read_file(f["file"]) for f in diag.get("frames") or []
-                   if "/models/" in f["file"] and ctx.workspace.exists(f["file"])]  # fmt: skip
+        _, sources = _model_frames(ctx, diag)
         tops = sorted({n.split(".", 1)[0] for n in names if "." in n})
-        named = [t for t in tops if any(re.search(rf"""["']{re.escape(t)}\.""", src) for src in sources)]
+        named = [t for t in tops if any(re.search(rf"""["']{re.escape(t)}\.""", src) for src in sources.values())]
         for top in named:
             tree = [n for n in names if n.startswith(top + ".")]
             if not tree or any(re.search(r"(_scale(_inv)?|_scales)$", n) for n in tree):
@@ -1068,7 +1073,7 @@ class PlaybookPolicy:
     def _upstream_fix(ctx: PolicyContext, diag: dict, config: dict, config_path: str, cp: str,
                       ep: str) -> dict | None:  # fmt: skip
         """The same fix in the engine: the draft model maps the exclude entries naming the checkpoint's extra
-        layer (``model.layers.<num_hidden_layers>``, the DeepSeek MTP convention) to its own prefix. Proposed
+        layer (``model.layers.<num_hidden_layers>``, the extra-layer MTP convention) to its own prefix. Proposed
         only where the checkpoint follows that convention and the draft's model file has that shape."""
         model_file = diag.get("model_file")
         n_layers = config.get("num_hidden_layers")
@@ -1110,9 +1115,7 @@ class PlaybookPolicy:
         if not extra:
             return None
         cp = f"model.layers.{extra[0]}"
-        frames = [(f["file"], f["function"], int(f["line"])) for f in diag.get("frames") or []
-                  if "/models/" in f["file"] and ctx.workspace.exists(f["file"])]  # fmt: skip
-        sources = {f: ctx.workspace.read_file(f) for f, _, _ in frames}
+        frames, sources = _model_frames(ctx, diag)
         engine = renamed_prefix(cp, renames(sources, frames))
         if not engine:
             return None
