@@ -25,9 +25,11 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from .engine import faults, jit, memory, messages, moe_csv, server_args, serving_faults, tracebacks
 from .engine.http_api import ServerState, make_server
@@ -162,11 +164,18 @@ def resolve_server_args(args, ws: Workspace) -> server_args.ModelInfo:
 
 
 def serving_config(args, ws: Workspace, moe_tuned: bool) -> ServingConfig:
+    return config_from_args(args, ws.scenario.quantization.weight_format, ws.model_config, moe_tuned)
+
+
+def config_from_args(args, weight_format: str, model_config: Mapping[str, Any], moe_tuned: bool,
+                     environ: Mapping[str, str] = os.environ) -> ServingConfig:  # fmt: skip
+    """What the engine serves with these resolved server arguments, for a checkpoint of ``weight_format`` whose
+    config.json is ``model_config`` (``environ``: the engine's environment)."""
     kv_cache_dtype = "bf16" if args.kv_cache_dtype == "bfloat16" else args.kv_cache_dtype  # the same cache
-    context_len = args.context_length or ws.model_config.get("max_position_embeddings", 131072)
+    context_len = args.context_length or model_config.get("max_position_embeddings", 131072)
     return ServingConfig(
         tp_size=args.tp_size, dp_size=args.dp_size, enable_dp_attention=args.enable_dp_attention,
-        weight_format=ws.scenario.quantization.weight_format, kv_cache_dtype=kv_cache_dtype,
+        weight_format=weight_format, kv_cache_dtype=kv_cache_dtype,
         attention_backend=args.attention_backend, moe_runner_backend=args.moe_runner_backend,
         moe_tuned=moe_tuned, speculative_algorithm=args.speculative_algorithm,
         speculative_num_steps=args.speculative_num_steps or 0,
@@ -180,7 +189,7 @@ def serving_config(args, ws: Workspace, moe_tuned: bool) -> ServingConfig:
         disable_overlap_schedule=args.disable_overlap_schedule,
         context_length=context_len, schedule_conservativeness=args.schedule_conservativeness,
         disable_custom_all_reduce=args.disable_custom_all_reduce,
-        quick_reduce_quantization=os.environ.get("ROCM_QUICK_REDUCE_QUANTIZATION", "NONE"),
+        quick_reduce_quantization=environ.get("ROCM_QUICK_REDUCE_QUANTIZATION", "NONE"),
         watchdog_timeout=args.watchdog_timeout, dist_timeout=args.dist_timeout,
     )  # fmt: skip
 

@@ -18,11 +18,13 @@ import sys
 
 from sandboxes.twin.engine import server_args
 from sandboxes.twin.engine.memory import plan_memory
+from sandboxes.twin.launch_server import config_from_args
 from sandboxes.twin.perf.cost_model import TOKEN_NOISE, CostModel, single_stream_tpot
 from sandboxes.twin.perf.serving_config import ServingConfig
 from sandboxes.twin.perf.simulator import simulate
 from sandboxes.twin.perf.workload import DatasetSpec, arrival_times, build_requests
 from sandboxes.twin.scenario import load
+from sandboxes.twin.workspace.materialize import build_config
 
 SPEC_314 = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
             "--speculative-num-draft-tokens", "4"]  # fmt: skip
@@ -44,26 +46,12 @@ SIMULATED = ("TP4xDP2 tuned", "TP4xDP2 untuned", "TP8")  # the production worklo
 
 
 def serving_config(scenario, flags: list[str], tuned: bool) -> ServingConfig:
-    """The configuration the launcher builds from these flags (``launch_server.serving_config``)."""
+    """The configuration the launcher builds from these flags (``launch_server.config_from_args``)."""
+    config = build_config(scenario)  # the config.json a workspace of this scenario has
     args = server_args.parse(["--model-path", "/nonexistent", *flags])
-    model = server_args.ModelInfo.from_config(scenario.model.config, args.context_length)
+    model = server_args.ModelInfo.from_config(config, args.context_length)
     server_args.resolve(args, model, server_args.Platform.from_hardware(scenario.hardware), env={})
-    kv = "bf16" if args.kv_cache_dtype == "bfloat16" else args.kv_cache_dtype
-    return ServingConfig(
-        tp_size=args.tp_size, dp_size=args.dp_size, enable_dp_attention=args.enable_dp_attention,
-        weight_format=scenario.quantization.weight_format, kv_cache_dtype=kv,
-        attention_backend=args.attention_backend, moe_runner_backend=args.moe_runner_backend, moe_tuned=tuned,
-        speculative_algorithm=args.speculative_algorithm, speculative_num_steps=args.speculative_num_steps or 0,
-        speculative_eagle_topk=args.speculative_eagle_topk or 1,
-        speculative_num_draft_tokens=args.speculative_num_draft_tokens or 0,
-        enable_aiter_allreduce_fusion=args.enable_aiter_allreduce_fusion and not args.enable_dp_attention,
-        chunked_prefill_size=args.chunked_prefill_size, max_running_requests=args.max_running_requests,
-        cuda_graph_max_bs=args.cuda_graph_max_bs, disable_cuda_graph=args.disable_cuda_graph,
-        disable_radix_cache=args.disable_radix_cache, page_size=args.page_size,
-        mem_fraction_static=args.mem_fraction_static, enable_mixed_chunk=args.enable_mixed_chunk,
-        disable_overlap_schedule=args.disable_overlap_schedule, context_length=model.context_len,
-        schedule_conservativeness=args.schedule_conservativeness,
-    )  # fmt: skip
+    return config_from_args(args, scenario.quantization.weight_format, config, tuned, environ={})
 
 
 def figures(scenario, name: str, flags: list[str], tuned: bool, sim: bool) -> list[tuple[str, float]]:
