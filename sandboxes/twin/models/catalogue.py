@@ -363,25 +363,6 @@ def tensor_bytes(dtype: str, shape: tuple[int, ...] | list[int]) -> int:
     return n
 
 
-def quant_format_from_config(cfg: Mapping[str, Any]) -> str:
-    """``mxfp4`` / ``fp8`` / ``bf16`` from a config's ``quantization_config`` (Quark style)."""
-    qc = cfg.get("quantization_config")
-    if not qc:
-        return "bf16"
-    weight = ((qc.get("global_quant_config") or {}).get("weight") or {}) if isinstance(qc, Mapping) else {}
-    dtype = str(weight.get("dtype", "")).lower()
-    if dtype in ("fp4", "mxfp4", "fp4_e2m1"):
-        return "mxfp4"
-    if dtype.startswith("fp8"):
-        return "fp8"
-    raise ValueError(f"unsupported quantization_config weight dtype {dtype!r}")
-
-
-def exclude_from_config(cfg: Mapping[str, Any]) -> list[str]:
-    qc = cfg.get("quantization_config") or {}
-    return [str(x) for x in (qc.get("exclude") or [])]
-
-
 # =============================================================================================================
 # The checkpoint of a model given by its real config.json, in any architecture the twin reads (``ModelArch``)
 # =============================================================================================================

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import fake_torch
 from .stubs import StubValue
 
 # packages of other platforms, missing from the SGLang ROCm image: optional-import checks must see them missing
@@ -193,8 +194,6 @@ class Platform:
 def _dynamic_mxfp4_quant(x: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
     """aiter's ``dynamic_mxfp4_quant``: ``x [m, n]`` -> (packed fp4 ``uint8 [m, n/2]``, e8m0 scales ``uint8 [m, n/32]``),
     as DeepSeek's Quark MXFP4 post-load step (``quark_post_load_weights``) quantizes ``kv_b_proj`` on gfx950."""
-    from . import fake_torch
-
     m, n = (int(d) for d in x.shape)
     return (fake_torch.empty(m, n // 2, dtype=fake_torch.DTYPES["uint8"]),
             fake_torch.empty(m, (n + 31) // 32, dtype=fake_torch.DTYPES["uint8"]))  # fmt: skip
@@ -212,30 +211,22 @@ def _tiles_match(x: Any, scale: Any, block_size: Any) -> tuple[int, int]:
 
 def _block_quant_to_tensor_quant(x_q_block: Any, x_s: Any, block_size: Any) -> tuple[Any, Any]:
     """fp8_utils.block_quant_to_tensor_quant: the same FP8 tensor with one per-tensor scale."""
-    from . import fake_torch
-
     n, k = _tiles_match(x_q_block, x_s, block_size)
     return fake_torch.empty(n, k, dtype=x_q_block.dtype), fake_torch.empty(1, dtype=fake_torch.DTYPES["float32"])
 
 
 def _block_quant_dequant(x_q_block: Any, x_s: Any, block_size: Any, dtype: Any) -> Any:
     """fp8_utils.block_quant_dequant: the weight in ``dtype``."""
-    from . import fake_torch
-
     n, k = _tiles_match(x_q_block, x_s, block_size)
     return fake_torch.empty(n, k, dtype=dtype)
 
 
 def _channel_quant_to_tensor_quant(x_q_channel: Any, x_s: Any) -> tuple[Any, Any]:
     """fp8_utils.channel_quant_to_tensor_quant: the same tensor with one per-tensor scale."""
-    from . import fake_torch
-
     return fake_torch.empty_like(x_q_channel), fake_torch.empty(1, dtype=fake_torch.DTYPES["float32"])
 
 
 def _normalize_e4m3fn_to_e4m3fnuz(weight: Any, weight_scale: Any, input_scale: Any = None) -> tuple[Any, Any, Any]:
     """fp8_utils.normalize_e4m3fn_to_e4m3fnuz (gfx942's FP8): the bits reinterpreted, the scales doubled."""
-    from . import fake_torch
-
     assert str(weight.dtype).endswith("float8_e4m3fn")
     return fake_torch.empty(*weight.shape, dtype=fake_torch.DTYPES["float8_e4m3fnuz"]), weight_scale, input_scale
