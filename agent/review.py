@@ -31,9 +31,8 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pydantic import BaseModel, Field
 
 from tasks.spec import EngineSpec, TaskError, TaskSpec, load_task
-from tools.context import ENGINE_LOCALE
+from tools.context import ENGINE_LOCALE, fill_placeholders, flags_to_argv
 from tools.git_ops import run_branch
-from tools.server import flags_to_argv
 
 from .report import UNITS, ReportError, TargetResult, write_report
 from .trace import ToolCallEvent, TraceError, is_secret_key, read_trace
@@ -213,11 +212,6 @@ def _match_template(template: list[str], argv: list[str]) -> dict[str, str]:
     return values
 
 
-def _fill(text: str, values: dict[str, str]) -> str:
-    """``text`` with its known ``{placeholders}`` filled (unknown ones kept, as the run's renderer keeps them)."""
-    return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), text)
-
-
 def _load_run(run_dir: Path) -> _RunRecord:
     run_dir = Path(run_dir)
     trace_path = run_dir / "trace.jsonl"
@@ -273,7 +267,7 @@ def _env_for(record: _RunRecord, trial: _Trial) -> dict[str, str]:
         env.update(record.task.resolved_env())
     env.update(trial.env)
     return {
-        k: (f"${k}" if k in secret or is_secret_key(k) else _fill(v, record.placeholders))
+        k: (f"${k}" if k in secret or is_secret_key(k) else fill_placeholders(v, record.placeholders))
         for k, v in env.items()
     }
 
@@ -295,7 +289,7 @@ def _rerendered(template: list[str] | None, argv: list[str], values: dict[str, s
         return out
     for i, part in enumerate(template[: len(out)]):
         if any(name in values for name in _PLACEHOLDER.findall(part)):
-            out[i] = _fill(part, {**_match_template([part], [out[i]]), **values})
+            out[i] = fill_placeholders(part, {**_match_template([part], [out[i]]), **values})
     return out
 
 
@@ -313,7 +307,7 @@ def _launch_argv(record: _RunRecord, trial: _Trial) -> list[str] | None:
         return _rerendered(template, trial.launch_argv, port)
     if template is None:
         return None
-    return [_fill(p, {**record.placeholders, **port}) for p in template] + flags_to_argv(trial.flags)
+    return [fill_placeholders(p, {**record.placeholders, **port}) for p in template + flags_to_argv(trial.flags)]
 
 
 def _bench_argv(record: _RunRecord, command: list[str]) -> list[str]:

@@ -29,7 +29,6 @@ from sandboxes.select import SandboxChoice, choose, open_workspace
 from tasks.spec import TaskError, TaskSpec, load_task
 from tools.context import ToolContext
 from tools.runner import ToolCallRecord, ToolRunner
-from tools.server import flags_to_argv
 
 from .outcomes import ExitCode, classify
 from .policies.base import Policy, PolicyContext
@@ -528,10 +527,9 @@ def _script(run: Run, state: AgentState, header: list[str], argv_of: Callable[[B
 
 def launch_script(run: Run, state: AgentState) -> str:
     """The winning command of the first target, runnable; the other targets' winners as comments."""
-    launch = run.ctx.render(run.ctx.engine.launch, port=PORT)
     header = [f"# dayzero run {run.run_id}: the winning launch command and environment.",
               f"# engine: {run.choice.engine} ({run.choice.reason})"]  # fmt: skip
-    return _script(run, state, header, lambda b: launch + flags_to_argv(b.flags))
+    return _script(run, state, header, lambda b: run.ctx.launch_argv(b.flags, port=PORT))
 
 
 def bench_script(run: Run, state: AgentState) -> str:

@@ -27,7 +27,8 @@ from tasks.spec import TaskSpec
 from .state import Trial
 
 SPECULATIVE = "speculative-algorithm"
-SPEC_DEPENDENT = ("speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens")
+DRAFT_PATH = "speculative-draft-model-path"  # a separate draft checkpoint, where the task provides one
+SPEC_DEPENDENT = ("speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens", DRAFT_PATH)
 LAYOUT = ("tp-size", "dp-size", "enable-dp-attention")
 # Knobs that act on each share of the GPU time (the twin's breakdown names; a real engine reports none, and then
 # the space's own order is kept). General serving knowledge, not a model's.
@@ -65,6 +66,18 @@ class Measured(BaseModel):
     crash_category: str | None = None  # the diagnosis category of a crash (e.g. out_of_memory)
 
 
+def with_draft_path(space: dict[str, list[Any]], flags: dict[str, Any]) -> dict[str, Any]:
+    """``flags`` naming the draft checkpoint the task's ``space`` provides (its first path) when they speculate
+    and name none, and naming none when they do not speculate: an algorithm is never launched without its
+    draft, a draft never without an algorithm."""
+    if not flags.get(SPECULATIVE):
+        return {k: v for k, v in flags.items() if k != DRAFT_PATH}
+    paths = [v for v in space.get(DRAFT_PATH, []) if v]
+    if paths and not flags.get(DRAFT_PATH):
+        return {**flags, DRAFT_PATH: paths[0]}
+    return flags
+
+
 class SearchSpace:
     """The task's ``search_space`` on the task's node: which configurations exist and are valid."""
 
@@ -75,7 +88,8 @@ class SearchSpace:
 
     def canonical(self, candidate: Candidate) -> Candidate | None:
         """The candidate as the engine would run it (None: not valid on this node). Unset and default-like
-        values are dropped, speculative settings without an algorithm are dropped, a top-1 draft tree has one
+        values are dropped, speculative settings without an algorithm are dropped (with one, the task's draft
+        checkpoint is named, when the space has one), a top-1 draft tree has one
         token per step plus the root (SGLang adjusts it so), a wider one verifies no more tokens than its draft
         scored (``max_draft_tokens``)."""
         flags = {k: v for k, v in candidate.flags.items() if v is not None and v is not False}
@@ -100,7 +114,7 @@ class SearchSpace:
                 return None
             flags.update({"speculative-num-steps": steps, "speculative-eagle-topk": topk,
                           "speculative-num-draft-tokens": draft})  # fmt: skip
-        return Candidate(flags=flags, env=env)
+        return Candidate(flags=with_draft_path(self.flags, flags), env=env)
 
     def layouts(self) -> list[dict[str, Any]]:
         """Every TP x DP split (with or without DP attention) the space allows and the node holds, those that use

@@ -88,6 +88,8 @@ def open_workspace(task: TaskSpec, choice: SandboxChoice, root: Path, run_id: st
             materialize(task.workspace.twin.scenario, root, force=True)
             done.write_text(task.workspace.twin.scenario + "\n")
         sources = {"model": root / "model", "sglang": root / "sglang"}
+        if (root / "draft").is_dir():  # the scenario's separate draft checkpoint
+            sources["draft"] = root / "draft"
     else:
         sources = {name: Path(path) for name, path in task.workspace.sources.items()}
     return sandbox, sandbox.prepare(sources)

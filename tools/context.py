@@ -53,11 +53,18 @@ class ToolContext:
         return values
 
     def render(self, template: list[str], **extra: Any) -> list[str]:
+        """``template`` with every known ``{placeholder}`` filled in; any other text, braces included (a JSON flag
+        value), is left as it is."""
         values = self.placeholders(**extra)
-        return [part.format_map(_Missing(values)) for part in template]
+        return [fill_placeholders(part, values) for part in template]
 
     def render_value(self, text: str, **extra: Any) -> str:
-        return text.format_map(_Missing(self.placeholders(**extra)))
+        return fill_placeholders(text, self.placeholders(**extra))
+
+    def launch_argv(self, flags: dict[str, Any], **extra: Any) -> list[str]:
+        """The engine's launch command with these flags, rendered (a flag value may name ``{workspace}``, e.g. a
+        draft checkpoint's path)."""
+        return self.render(self.engine.launch + flags_to_argv(flags), **extra)
 
     def engine_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         """The engine's environment: the C locale first (compilers then report in English, as the diagnosis
@@ -89,8 +96,23 @@ def last_file_id(run_dir: Path) -> int:
     return max(ids)
 
 
-class _Missing(dict):
-    """format_map that leaves unknown ``{placeholders}`` as they are."""
+FlagValue = int | float | str | bool | None
 
-    def __missing__(self, key: str) -> str:
-        return "{" + key + "}"
+
+def flags_to_argv(flags: dict[str, FlagValue]) -> list[str]:
+    """``{"tp-size": 4, "enable-x": True, "y": None}`` -> ``["--tp-size", "4", "--enable-x"]``."""
+    argv: list[str] = []
+    for name, value in flags.items():
+        flag = "--" + name.lstrip("-").replace("_", "-")
+        if value is None or value is False:
+            continue
+        argv += [flag] if value is True else [flag, str(value)]
+    return argv
+
+
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
+def fill_placeholders(text: str, values: dict[str, str]) -> str:
+    """``text`` with each ``{name}`` of ``values`` replaced; unknown names and other braces left as they are."""
+    return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), text)

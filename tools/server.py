@@ -14,24 +14,10 @@ from pydantic import Field, field_validator
 from . import flag_schema
 from .base import Cost, ToolInput, ToolResult, tool
 from .bench import known_failure
-from .context import ServerState, ToolContext
+from .context import FlagValue, ServerState, ToolContext
 from .diagnose import Diagnosis, MoEShape, classify, moe_fallbacks, workspace_relative
 from .git_ops import pristine_text
 from .weight_suspects import Suspects, suspects_in_workspace
-
-FlagValue = int | float | str | bool | None
-
-
-def flags_to_argv(flags: dict[str, FlagValue]) -> list[str]:
-    """``{"tp-size": 4, "enable-x": True, "y": None}`` -> ``["--tp-size", "4", "--enable-x"]``."""
-    argv: list[str] = []
-    for name, value in flags.items():
-        flag = "--" + name.lstrip("-").replace("_", "-")
-        if value is None or value is False:
-            continue
-        argv += [flag] if value is True else [flag, str(value)]
-    return argv
-
 
 # Variables that make a process load or run code other than the engine's (the dynamic loader's, interpreters'
 # start-up hooks, shells' rc files), and the sandbox's own markers: never taken from a tool call. The task's own
@@ -138,7 +124,7 @@ def launch_server(ctx: ToolContext, args: LaunchInput) -> LaunchResult:
     _stop_current(ctx)
     ctx.sandbox.trial = ctx.trial + 1
     port = ctx.sandbox.free_port()
-    argv = ctx.render(ctx.engine.launch, port=port) + flags_to_argv(args.flags)
+    argv = ctx.launch_argv(args.flags, port=port)
     env = ctx.engine_env(args.env)
     n = ctx.next_id()
     if args.pristine:

@@ -41,6 +41,7 @@ from ..search import (
     next_candidate,
     tree_neighbours,
     tree_of,
+    with_draft_path,
 )
 from .base import Decision, PolicyContext
 from .upstream_fixes import (
@@ -264,7 +265,7 @@ class PlaybookPolicy:
                     return None
                 memo["queue"].insert(0, item)  # the search goes on once this tree is measured
                 item = step
-            flags, env = self._compose(memo, item)
+            flags, env = self._compose(task, memo, item)
             if item["from"] != "none" and flags == base["flags"] and env == base.get("env", {}):
                 return None  # nothing new to try
             if same := self._already_served(base, item):
@@ -287,13 +288,14 @@ class PlaybookPolicy:
         """The configuration a plan item starts from: the best of its stage so far, else the bring-up one."""
         return memo["best"].get(item.get("from", "none"), memo.get("base", {"flags": {}, "env": {}}))
 
-    def _compose(self, memo: dict, item: dict) -> tuple[dict, dict]:
+    def _compose(self, task: TaskSpec, memo: dict, item: dict) -> tuple[dict, dict]:
         """An item's flags and environment: its base with the item's changes (None drops a flag)."""
         if item.get("exact"):  # a search candidate: launched as proposed
             return dict(item["set"]), dict(item.get("env", {}))
         base = self._base(memo, item)
         flags = {k: v for k, v in {**base["flags"], **item.get("set", {})}.items()
                  if v is not None and k not in item.get("unset", [])}  # fmt: skip
+        flags = with_draft_path(task.search_space.flags, flags)
         return flags, {**base.get("env", {}), **memo.get("env", {}), **item.get("env", {})}
 
     def _next_phase(self, state: AgentState, task: TaskSpec, memo: dict) -> tuple[list[Call], str] | None:
@@ -324,7 +326,7 @@ class PlaybookPolicy:
             if knee:
                 trials = []
                 for item in self._layout_plan(task, memo):
-                    flags, env = self._compose(memo, item)
+                    flags, env = self._compose(task, memo, item)
                     # screening: one burst per layout, ranked by the throughput it serves; the best few are
                     # measured at full length (a knee each)
                     trials.append({"flags": flags, "env": env, "workload": knee.workload, "measure": "benchmark",

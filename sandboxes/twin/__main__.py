@@ -3,7 +3,8 @@
 Commands:
   scenarios                                      list the bundled scenario names
   materialize --scenario NAME|PATH --dest DIR    write a workspace (checkpoint metadata + SGLang excerpt)
-  scenario --config CONFIG [--index INDEX] [--quantization QC] --hardware mi355x|mi300x [--release V] -o OUT
+  scenario --config CONFIG [--index INDEX] [--quantization QC] [--draft-config DRAFT] --hardware mi355x|mi300x
+           [--release V] -o OUT
                                                  write a scenario for any model from its real config.json
   walkthrough                                    run the walk-through in docs/twin.md
 """
@@ -65,6 +66,7 @@ def _setup_scenario(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", required=True, help="the model's config.json")
     p.add_argument("--index", help="the checkpoint's model.safetensors.index.json (or a name<TAB>shape<TAB>dtype listing)")
     p.add_argument("--quantization", help="a published quantization_config (JSON) replacing config.json's own")
+    p.add_argument("--draft-config", help="the config.json of a separate draft checkpoint (e.g. an EAGLE3 head)")
     p.add_argument("--hardware", required=True, choices=("mi355x", "mi300x"))
     p.add_argument("--release", default="0.5.12", help="the SGLang release the scenario pins")
     p.add_argument("--name", help="the served model name (default: from the config's folder)")
@@ -80,7 +82,8 @@ def _cmd_scenario(args: argparse.Namespace) -> int:
     try:
         result = generate(Path(args.config), Path(args.output), index_path=Path(args.index) if args.index else None,
                           quantization_path=Path(args.quantization) if args.quantization else None,
-                          hardware=args.hardware, release=args.release, name=args.name)  # fmt: skip
+                          hardware=args.hardware, release=args.release, name=args.name,
+                          draft_config_path=Path(args.draft_config) if args.draft_config else None)  # fmt: skip
     except GenerateError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -204,12 +204,17 @@ def load_weights(ws: Workspace, args) -> loader.WeightLoadReport:
     hw = ws.scenario.hardware
     server_args_used = {k: v for k, v in sorted(vars(args).items()) if k not in _NOT_FOR_LOADING}
     attn_tp = args.tp_size // args.dp_size if args.enable_dp_attention else args.tp_size
-    inputs = {"with_draft": bool(args.speculative_algorithm), "tp_size": args.tp_size, "attn_tp_size": attn_tp,
-              "dp_size": args.dp_size, "gfx_arch": hw.gfx_arch, "memory_gb": hw.memory_gb}  # fmt: skip
+    with_draft = bool(args.speculative_algorithm) and args.speculative_algorithm != "NGRAM"  # NGRAM has no model
+    draft_dir = Path(args.speculative_draft_model_path) if with_draft and args.speculative_draft_model_path else None
+    if draft_dir is not None and draft_dir.resolve() == ws.model_dir.resolve():
+        draft_dir = None  # the model drafts for itself (its MTP layer)
+    inputs = {"with_draft": with_draft, "tp_size": args.tp_size, "attn_tp_size": attn_tp, "dp_size": args.dp_size,
+              "gfx_arch": hw.gfx_arch, "memory_gb": hw.memory_gb, "eagle3": args.speculative_algorithm == "EAGLE3",
+              "draft_dir": str(draft_dir or "")}  # fmt: skip
     twin_dir = ws.model_dir.parent / ".twin"
     scenario_file = Path(os.environ.get("TWIN_SCENARIO") or twin_dir / "scenario.yaml")
     scenarios = list(dict.fromkeys([scenario_file, twin_dir / "scenario.yaml"]))
-    key = weights_cache.cache_key(inputs, [ws.model_dir, ws.sglang_root], scenarios)
+    key = weights_cache.cache_key(inputs, [ws.model_dir, ws.sglang_root, *([draft_dir] if draft_dir else [])], scenarios)
     cache_dir = twin_dir / "weights-cache" if twin_dir.is_dir() else None
 
     node = Platform(gfx_arch=hw.gfx_arch, memory_gb=hw.memory_gb, device_name=f"AMD Instinct {hw.name}",
@@ -217,8 +222,9 @@ def load_weights(ws: Workspace, args) -> loader.WeightLoadReport:
                     server_args=server_args_used)  # fmt: skip
 
     def load() -> loader.WeightLoadReport:
-        return loader.load_weights(ws.model_dir, ws.sglang_root, with_draft=inputs["with_draft"], tp_size=args.tp_size,
-                                   attn_tp_size=attn_tp, platform=node)  # fmt: skip
+        return loader.load_weights(ws.model_dir, ws.sglang_root, with_draft=with_draft, tp_size=args.tp_size,
+                                   attn_tp_size=attn_tp, platform=node, draft_dir=draft_dir,
+                                   eagle3=inputs["eagle3"])  # fmt: skip
 
     # the server arguments the model code reads decide an entry; the others (the KV cache's dtype, the benchmark's
     # limits) leave the load as it was
@@ -251,6 +257,8 @@ def start(args) -> tuple[ServerState, float]:
     cfg = serving_config(args, ws, moe_tuned)
     if report.draft_class and report.draft_class == report.target_class:
         cfg = dataclasses.replace(cfg, draft_is_target=True)
+    if report.draft_layers:
+        cfg = dataclasses.replace(cfg, draft_weight_bytes=report.draft_bytes, draft_layers=report.draft_layers)
     model = CostModel(sc, cfg, report.target_bytes_by_category)
     try:
         plan = memory.plan_memory(model, report.draft_bytes)
@@ -310,6 +318,7 @@ def start(args) -> tuple[ServerState, float]:
         "max_mamba_cache_size": plan.max_mamba_cache_size,
         "weight_bytes": dict(report.target_bytes_by_category),
         "model_class": report.target_class,  # file:Class the release built: a forward pass's frames run its code
+        "draft_model_class": report.draft_class,  # file:Class of the draft the release built ("" without one)
         "moe_kernels": "tuned" if moe_tuned else "fallback",
         "startup_seconds_simulated": round(startup_s, 1),
         "time_scale": scale,

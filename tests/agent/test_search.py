@@ -56,6 +56,16 @@ def test_speculative_settings_as_the_engine_takes_them():
     assert SPACE.canonical(Candidate(flags={"tp-size": 8, **too_wide})) is None
 
 
+def test_a_task_with_a_draft_checkpoint_speculates_with_it_and_only_then():
+    """A separate draft (EAGLE3) is named whenever the algorithm is set, and never without it."""
+    space = SearchSpace(load_task(REPO / "tasks" / "kimi_k2_fp8_mi300x.yaml"))
+    c = space.canonical(Candidate(flags={"tp-size": 8, "speculative-algorithm": "EAGLE3", "speculative-num-steps": 3}))
+    assert c.flags["speculative-draft-model-path"] == "{workspace}/draft"
+    off = space.canonical(Candidate(flags={"tp-size": 8, "speculative-draft-model-path": "{workspace}/draft"}))
+    assert off.flags == {"tp-size": 8}
+    assert "speculative-draft-model-path" not in SPACE.canonical(Candidate(flags=spec((3, 1, 4)))).flags  # none given
+
+
 def test_the_bottleneck_orders_the_neighbours():
     prefill = SPACE.neighbours(BEST, {"prefill_attention": 0.5, "decode": 0.1, "communication": 0.05})
     decode = SPACE.neighbours(BEST, {"decode": 0.6, "prefill_attention": 0.1})

@@ -47,6 +47,8 @@ EVIDENCE = {
     "qwen3_next_80b_mxfp4_mi355x": ("engine", "sglang/python/sglang/srt/models/qwen3_next_mtp.py"),
     "qwen3_next_80b_fp8_mi355x": ("tried", "is not divisible by weight quantization block_n"),  # the release's check
     "minimax_m27_fp8_mi300x": ("tried", "disable-custom-all-reduce"),  # sglang issue #22714
+    # no MTP layer: the task's separate EAGLE3 checkpoint drafts (--speculative-draft-model-path)
+    "kimi_k2_fp8_mi300x": ("drafts", "speculative-draft-model-path"),
 }
 
 
@@ -69,16 +71,22 @@ def test_the_zoo_covers_every_architecture_kind_and_both_gpus() -> None:
 
 # the release itself refuses speculative decoding to a model with no MTP head (no draft class: the target is
 # built as its own draft) where that class lacks what the EAGLE worker needs
-REFUSED_SPECULATION = {"qwen3_235b_fp8_mi300x", "kimi_k2_fp8_mi300x"}
+REFUSED_SPECULATION = {"qwen3_235b_fp8_mi300x"}
+
+
+def _merged(base: dict, over: dict) -> dict:
+    return {**base, **{k: _merged(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+                       for k, v in over.items()}}  # fmt: skip
 
 
 def _variant(tmp_path: Path, task: str, over: str) -> Path:
-    """The task as written, ``over`` (YAML) replacing its top-level keys, without pacing (a zoo task extends the
-    default task, and a task may extend only one that extends nothing: its variant is a copy of it)."""
+    """The task as written with ``over`` (YAML) merged into it as ``extends`` merges (mappings key by key, the rest
+    replaced), without pacing (a zoo task extends the default task, and a task may extend only one that extends
+    nothing: its variant is a copy of it)."""
     source = REPO / "tasks" / f"{task}.yaml"
     data = yaml.safe_load(source.read_text())
     data["extends"] = str((source.parent / data["extends"]).resolve())
-    data.update(yaml.safe_load(over + NO_PACING))
+    data = _merged(data, yaml.safe_load(over + NO_PACING))
     variant = tmp_path / f"{task}_variant.yaml"
     variant.write_text(yaml.safe_dump(data, sort_keys=False))
     return variant
@@ -90,6 +98,9 @@ def _evidence(tmp_path: Path, task: str, summary: dict) -> None:
         if where == "commit":
             titles = " | ".join(c["title"] for c in summary["commits"])
             assert text in titles, titles
+        elif where == "drafts":  # the single-stream best speculates with the task's draft checkpoint
+            flags = summary["targets"]["single_stream"]["flags"]
+            assert flags.get("speculative-algorithm") and flags.get(text), flags
         elif where == "engine":  # the fix is the engine's, in the draft class's own file, and the only one
             assert [c["files"] for c in summary["commits"]] == [[text]], summary["commits"]
         else:

@@ -321,3 +321,55 @@ def test_an_exclusion_under_checkpoint_names_fails_the_draft_as_the_release_does
     assert err.draft and err.checkpoint_param and err.checkpoint_param.startswith("model.layers.78.")
     assert err.log.startswith("Traceback (most recent call last):")
     assert "deepseek_weight_loader.py" in err.log and "weight_loader" in err.log
+
+
+# --- a separate draft checkpoint -----------------------------------------------------------------------------------
+
+QWEN_EAGLE3 = C / "sgl-project--SpecForge-eagle3-templates/qwen3-235B-A22B-eagle3.json"
+
+
+def test_a_separate_eagle3_draft_is_generated_materialised_and_loaded_by_its_own_class(
+        pinned_release: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """Qwen3-235B has no MTP layer (as its own EAGLE draft it fails: test_zoo_mechanisms); with an EAGLE3 head given
+    by its config (``--draft-config``) the scenario holds it, the workspace stores it as ``draft/`` in the EAGLE3
+    checkpoint layout, and the release loads it with ``LlamaForCausalLMEagle3`` (its legacy ``midlayer`` names
+    renamed by its own load_weights), every draft parameter filled, after the target's class was asked to capture
+    the draft's aux hidden states."""
+    out = tmp_path / "qwen_eagle3.yaml"
+    rc = cli_main(["scenario", "--config", str(C / "Qwen--Qwen3-235B-A22B/config.json"), "--index",
+                   str(C / "Qwen--Qwen3-235B-A22B-Instruct-2507/tensor_names.Qwen3-235B-A22B-Instruct-2507-FP8.txt"),
+                   "--draft-config", str(QWEN_EAGLE3), "--hardware", "mi300x", "-o", str(out)])  # fmt: skip
+    assert rc == 0, capsys.readouterr().err
+    assert "draft python/sglang/srt/models/llama_eagle3.py:LlamaForCausalLMEagle3" in capsys.readouterr().out
+    sc = load(out)
+    assert sc.model.draft is not None and sc.model.draft.hf_config["draft_vocab_size"] == 32000
+    ws = materialize(out, tmp_path / "ws")
+    draft_dir = ws.dest / "draft"
+    index = json.loads((draft_dir / "model.safetensors.index.json").read_text())
+    assert index["weight_map"]["fc.weight"]["shape"] == [4096, 3 * 4096]  # three aux states of the target's width
+    assert index["weight_map"]["midlayer.self_attn.q_proj.weight"]["shape"] == [64 * 128, 2 * 4096]
+    assert json.loads((draft_dir / "config.json").read_text())["architectures"] == ["LlamaForCausalLMEagle3"]
+    report = load_weights(ws.model_dir, ws.sglang_root, with_draft=True, draft_dir=draft_dir, eagle3=True)
+    assert report.draft_class == "python/sglang/srt/models/llama_eagle3.py:LlamaForCausalLMEagle3"
+    assert report.draft_layers == 1 and report.not_loaded == []
+    # every weight is on the GPU; the vocabulary maps are read by load_weights, not stored as parameters
+    maps = 8 * 32000 + 151936  # d2t (int64 per draft token), t2d (bool per target token)
+    assert report.draft_bytes == index["metadata"]["total_size"] - maps
+    assert report.target_class.endswith(":Qwen3MoeForCausalLM")
+    # the workspace's copy of the scenario loads on its own (the draft's config copied beside it)
+    assert load(ws.dest / ".twin" / "scenario.yaml").model.draft == sc.model.draft
+
+
+def test_a_draft_the_release_or_the_twin_cannot_hold_is_refused_in_one_line(
+        pinned_release: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    draft = json.loads(QWEN_EAGLE3.read_text())
+    for arch, problem in (("NoSuchEagle3", "registers no model class 'NoSuchEagle3' for the draft"),
+                          ("LlamaForCausalLMEagle", "EAGLE3 layout only")):  # registered: EAGLE-2's layout differs
+        cfg = {**draft, "architectures": [arch]}
+        cfg.pop("eagle_config")
+        (tmp_path / "draft.json").write_text(json.dumps(cfg))
+        rc = cli_main(["scenario", "--config", str(C / "Qwen--Qwen3-235B-A22B/config.json"), "--draft-config",
+                       str(tmp_path / "draft.json"), "--hardware", "mi300x", "-o", str(tmp_path / "x.yaml")])  # fmt: skip
+        err = capsys.readouterr().err.strip().splitlines()
+        assert rc == 2 and len(err) == 1 and problem in err[0], err
+        assert not (tmp_path / "x.yaml").exists()

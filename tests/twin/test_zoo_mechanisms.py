@@ -3,6 +3,8 @@
 - A model with no MTP head asked for EAGLE with no draft path: the release builds the target's own class as the
   draft, and a class with no ``set_embed_and_head`` fails where the EAGLE worker shares the embedding and head.
 - A draft that is the target's own class runs every layer per draft step and predicts what it will verify.
+- A separate draft checkpoint (EAGLE3) costs its own weights per draft step and accepts as its scenario says; under
+  EAGLE3 the target's class is asked to capture the draft's aux hidden states, where the release asks it.
 - DeepSeek's Quark MXFP4 post-load step on gfx950 quantizes ``kv_b_proj`` with aiter's ``dynamic_mxfp4_quant``:
   the twin answers that kernel with the real result's shapes, so the release's code runs on.
 - The vendor's bf16 ``mtp.*`` tree with no exclude entry (sglang PR #36158): Qwen3.5's own draft class fails in
@@ -21,7 +23,7 @@ import pytest
 
 from sandboxes.twin.engine import serving_faults, tracebacks
 from sandboxes.twin.engine.loading import weights_cache
-from sandboxes.twin.engine.loading.loader import WeightLoadError, load_weights
+from sandboxes.twin.engine.loading.loader import WeightLoadError, _capture_aux_states, load_weights
 from sandboxes.twin.perf.cost_model import CostModel
 from sandboxes.twin.perf.serving_config import ServingConfig
 from sandboxes.twin.scenario import SCENARIO_DIR, load
@@ -78,6 +80,37 @@ def test_a_draft_that_is_the_target_runs_every_layer_and_agrees_with_itself() ->
                                                                                   ("plain", plain))}  # fmt: skip
     assert step["own"] > step["mtp"] > step["plain"]
     assert step["own"] - step["plain"] > 0.5 * layers * (step["mtp"] - step["plain"]) / 3
+
+
+def test_a_separate_draft_costs_its_own_weights_and_accepts_as_its_card_says() -> None:
+    sc = load(SCENARIO_DIR / "kimi_k2_fp8_mi300x.yaml")  # AQ-MedAI's EAGLE3 head: 3.165 on GSM8K at 3/1/4
+    cfg = ServingConfig(tp_size=8, weight_format="fp8", speculative_algorithm="EAGLE3", speculative_num_steps=3,
+                        speculative_eagle_topk=1, speculative_num_draft_tokens=4, draft_weight_bytes=2_400_000_000,
+                        draft_layers=1)  # fmt: skip
+    eagle3 = CostModel(sc, cfg)
+    assert eagle3.accept_length() == pytest.approx(3.165, abs=0.01)
+    twice = CostModel(sc, dataclasses.replace(cfg, draft_weight_bytes=4_800_000_000))
+    # each of the 3 draft steps reads the draft's weights once more, split over the 8 GPUs, at HBM speed
+    assert twice.draft_time(1) - eagle3.draft_time(1) == pytest.approx(3 * 2_400_000_000 / 8 / eagle3.bw)
+    mtp_like = CostModel(sc, dataclasses.replace(cfg, draft_weight_bytes=0, draft_layers=0))
+    assert mtp_like.accept_length() != eagle3.accept_length()  # no MTP head: the default acceptance, not the card's
+
+
+def test_eagle3_asks_the_targets_class_to_capture_the_drafts_aux_states(workspaces) -> None:
+    ws = workspaces("qwen3_235b_fp8_mi300x")
+
+    class NoCapture:  # a model class without set_eagle3_layers_to_capture
+        pass
+
+    with pytest.raises(WeightLoadError) as err:
+        _capture_aux_states(ws / "sglang", NoCapture(), {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1]}})
+    log = err.value.log
+    assert log.rstrip().endswith("AttributeError: 'NoCapture' object has no attribute 'set_eagle3_layers_to_capture'")
+    frame = [line for line in log.splitlines() if "model_runner.py" in line][-1]
+    source = (ws / "sglang/python/sglang/srt/model_executor/model_runner.py").read_text().splitlines()
+    line = int(frame.split("line ")[1].split(",")[0])
+    assert source[line - 1].strip() == "self.model.set_eagle3_layers_to_capture("
+    _capture_aux_states(ws / "sglang", NoCapture(), {"eagle_config": {"use_aux_hidden_state": False}})  # not asked
 
 
 def test_deepseek_quark_mxfp4_post_load_runs_on_gfx950(workspaces) -> None:

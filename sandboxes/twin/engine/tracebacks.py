@@ -156,7 +156,18 @@ DRAFT_WORKER = [
 # draft that has no such method, such as a model with no MTP head taken as its own draft, fails here)
 EAGLE_SHARE_HEAD = Frame(f"{_SRT}/speculative/eagle_worker.py", "__init__",
                          "self.draft_model_runner.model.set_embed_and_head(embed, head)", 203, last=True)
+# an EAGLE3 draft gets the target's embedding only (its LM head is its own, over its draft vocabulary)
+EAGLE3_SHARE_EMBED = Frame(f"{_SRT}/speculative/eagle_worker.py", "__init__",
+                           "self.draft_model_runner.model.set_embed(embed)", 188)
 _RUNNER_START = Frame(f"{_SRT}/model_executor/model_runner.py", "__init__", "self.initialize(pre_model_load_memory)", 535)
+# under EAGLE3 the target's runner asks the model to capture the hidden states the draft's fc fuses (a model class
+# without set_eagle3_layers_to_capture cannot serve an EAGLE3 draft)
+AUX_CAPTURE = [
+    _RUNNER_START,
+    Frame(f"{_SRT}/model_executor/model_runner.py", "initialize", "self.init_aux_hidden_state_capture()", 762),
+    Frame(f"{_SRT}/model_executor/model_runner.py", "init_aux_hidden_state_capture",
+          "self.model.set_eagle3_layers_to_capture(", 904),
+]
 _RUNNER_MODEL = [  # the model runner loads the model through its loader
     _RUNNER_START,
     Frame(f"{_SRT}/model_executor/model_runner.py", "initialize", "self.load_model()", 655),

@@ -47,7 +47,7 @@ from typing import Any, NamedTuple
 from ..scenario import ModelSpec
 
 QUANT_FORMATS = ("mxfp4", "fp8", "bf16")
-DTYPE_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "U8": 1, "I8": 1, "F8_E4M3": 1}
+DTYPE_BYTES = {"BF16": 2, "F16": 2, "F32": 4, "U8": 1, "I8": 1, "F8_E4M3": 1, "I64": 8, "BOOL": 1}
 MXFP4_GROUP = 32
 
 # module kinds

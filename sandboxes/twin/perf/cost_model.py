@@ -319,8 +319,14 @@ class CostModel:
 
     def draft_time(self, batch: int) -> float:
         """The draft model's steps for one speculative iteration: an MTP draft runs one layer + the LM head per
-        step; a draft that is the target's own class runs every layer."""
+        step; a draft that is the target's own class runs every layer; a separate draft checkpoint (EAGLE3) reads
+        its own weights, split over the TP group as the target's are, and runs its own layers."""
         cfg, s = self.config, self.sizes
+        if cfg.draft_weight_bytes:
+            per_step = cfg.draft_weight_bytes / self.g / self.bw
+            per_step += self.kernel_overhead(batch, layers=cfg.draft_layers)
+            per_step += self.allreduce_time(batch) * cfg.draft_layers / s.layers + SPEC_STEP_OVERHEAD_S
+            return cfg.speculative_num_steps * per_step
         layers = s.layers if cfg.draft_is_target else 1
         experts = layers * self.experts_touched(batch * cfg.speculative_eagle_topk) * self.expert_bytes / self.moe_g
         per_step = (layers * self.layer_fixed_bytes + self.lm_head_bytes) / self.moe_g / self.bw + experts / self.moe_bw
@@ -342,9 +348,9 @@ class CostModel:
         cfg = self.config
         if not cfg.speculative:
             return 1.0
-        mtp = self.scenario.model.mtp
-        rate = mtp.acceptance_rate if mtp else 0.6
-        decay = mtp.acceptance_decay if mtp else 0.8
+        drafter = self.scenario.model.draft if cfg.draft_weight_bytes else self.scenario.model.mtp
+        rate = drafter.acceptance_rate if drafter else 0.6
+        decay = drafter.acceptance_decay if drafter else 0.8
         if cfg.draft_is_target:  # the model drafting for itself, greedy: it proposes what it will verify
             rate, decay = 1.0, 1.0
         return expected_accept_length(

@@ -30,6 +30,10 @@ class ServingConfig:
     # the draft the engine built is the target's own class (a checkpoint with no MTP head, EAGLE with no draft
     # path): each draft step runs the whole model, which predicts what the model itself will verify
     draft_is_target: bool = False
+    # a separate draft checkpoint (--speculative-draft-model-path, e.g. an EAGLE3 head): its weight bytes on the
+    # node and its decoder layers; 0 bytes: the model drafts with its own MTP layer (or itself)
+    draft_weight_bytes: int = 0
+    draft_layers: int = 0
     enable_aiter_allreduce_fusion: bool = False
     chunked_prefill_size: int = 16384
     max_running_requests: int | None = None

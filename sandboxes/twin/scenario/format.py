@@ -64,6 +64,23 @@ class MTPSpec:
 
 
 @dataclass(frozen=True)
+class DraftSpec:
+    """A separate draft checkpoint, served with ``--speculative-draft-model-path`` (an EAGLE3 head trained for
+    the model, e.g. a SpecForge export). The workspace holds it as ``draft/`` beside ``model/``; which class
+    loads it is its config's ``architectures`` through the release's registry, never a field here."""
+
+    config: Any  # its config.json: a path relative to the scenario, or a mapping (loaded: its JSON text)
+    # draft position i is accepted with probability acceptance_rate * acceptance_decay**i on natural text (the
+    # draft's model card publishes its average acceptance length at a chain depth: fit these two to it)
+    acceptance_rate: float = 0.8
+    acceptance_decay: float = 0.8
+
+    @functools.cached_property
+    def hf_config(self) -> dict[str, Any]:
+        return json.loads(self.config) if isinstance(self.config, str) else dict(self.config or {})
+
+
+@dataclass(frozen=True)
 class CheckpointSpec:
     """How the vendor's checkpoint names and stores what config.json does not say (``model.checkpoint``).
 
@@ -99,6 +116,7 @@ class ModelSpec:
     facts: dict[str, Any] = field(default_factory=dict, compare=False)  # answers to what config.json leaves open
     checkpoint: CheckpointSpec | None = None  # with a config: how the checkpoint names and stores it
     mtp: MTPSpec | None = None  # with a config: the draft's acceptance (the MTP layer itself is the config's)
+    draft: DraftSpec | None = None  # a separate draft checkpoint (EAGLE3), served from the workspace's draft/
     # a hand-written model (DeepSeek/GLM key names); with a config, read from it
     architecture: str = ""
     model_type: str = ""

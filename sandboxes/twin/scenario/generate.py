@@ -310,8 +310,10 @@ def _defaults() -> dict[str, Any]:
 
 
 def generate(config_path: Path, out: Path, *, index_path: Path | None = None, quantization_path: Path | None = None,
-             hardware: str = "mi355x", release: str = "0.5.12", name: str | None = None) -> Generated:  # fmt: skip
-    """Write the scenario for the model of ``config_path`` to ``out``. Raises ``GenerateError`` (one line) for a
+             hardware: str = "mi355x", release: str = "0.5.12", name: str | None = None,
+             draft_config_path: Path | None = None) -> Generated:  # fmt: skip
+    """Write the scenario for the model of ``config_path`` to ``out`` (``draft_config_path``: the config.json of a
+    separate draft checkpoint served with it, e.g. an EAGLE3 head). Raises ``GenerateError`` (one line) for a
     model the release cannot serve; returns the open questions (the file holds them too)."""
     from ..engine.loading.build import draft_class_of, registry
     from ..models.catalogue import CheckpointQuestion, config_modules
@@ -376,7 +378,9 @@ def generate(config_path: Path, out: Path, *, index_path: Path | None = None, qu
             raise GenerateError(f"{config_path}: {exc}") from None
 
         draft_class = ""
-        if arch.mtp is not None:
+        if draft_config_path is not None:
+            draft_class = result.draft_class = _separate_draft_class(Path(draft_config_path), known, release)
+        elif arch.mtp is not None:
             draft = draft_class_of(root, engine_config)
             if draft not in known:
                 raise GenerateError(f"SGLang {release} drafts {archs[0]} with {draft!r}, which it does not register: "
@@ -419,8 +423,27 @@ def generate(config_path: Path, out: Path, *, index_path: Path | None = None, qu
     _write(result, Path(out), config_path=Path(config_path), index_path=index_path, quantization_path=quantization_path,
            config=config, qc=qc, fmt=fmt, facts=facts, fact_questions=questions, naming=naming,
            naming_questions=ck_questions, arch=arch, hardware=hardware, release=release, name=name,
-           draft_class=draft_class)  # fmt: skip
+           draft_class=draft_class, draft_config_path=draft_config_path)  # fmt: skip
     return result
+
+
+def _separate_draft_class(path: Path, known: Mapping[str, Any], release: str) -> str:
+    """The class the release loads a separate draft checkpoint with (its config's ``architectures``), refused in
+    one line when the release does not register it or the twin cannot write its checkpoint."""
+    from ..models.draft_checkpoint import DraftLayoutError, draft_tensors
+
+    try:
+        draft_config = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise GenerateError(f"{path}: cannot read a draft config.json: {exc}") from None
+    archs = draft_config.get("architectures") or [""]
+    if archs[0] not in known:
+        raise GenerateError(f"{path}: SGLang {release} registers no model class {archs[0]!r} for the draft")
+    try:
+        draft_tensors(draft_config)
+    except DraftLayoutError as exc:
+        raise GenerateError(f"{path}: {exc}") from None
+    return f"{known[archs[0]].file}:{archs[0]}"
 
 
 def _placeholder(fact: str) -> Any:
@@ -432,7 +455,7 @@ def _placeholder(fact: str) -> Any:
 def _write(result: Generated, out: Path, *, config_path: Path, index_path: Path | None, quantization_path: Path | None,
            config: dict[str, Any], qc: Any, fmt: str, facts: dict[str, Any], fact_questions: list[str],
            naming: dict[str, Any], naming_questions: list[str], arch: Any, hardware: str, release: str,
-           name: str | None, draft_class: str) -> None:  # fmt: skip
+           name: str | None, draft_class: str, draft_config_path: Path | None = None) -> None:  # fmt: skip
     d = _defaults()
     hw = HARDWARE[hardware]
     out_dir = out.parent
@@ -445,6 +468,8 @@ def _write(result: Generated, out: Path, *, config_path: Path, index_path: Path 
     L.append(f"#          index       {_rel(index_path, out_dir) if index_path else '(none: naming facts from the engine class)'}")  # noqa: E501
     if quantization_path:
         L.append(f"#          quantization_config {_rel(quantization_path, out_dir)}")
+    if draft_config_path:
+        L.append(f"#          draft       {_rel(draft_config_path, out_dir)} (a separate draft checkpoint)")
     L.append(f"#          model class {result.target_class}" + (f", draft class {draft_class}" if draft_class else "")
              + f" (SGLang {release}'s registry)")  # fmt: skip
     L.append(f"#          hardware    {hw['source']}")
@@ -478,6 +503,12 @@ def _write(result: Generated, out: Path, *, config_path: Path, index_path: Path 
         L.append("    unquantized:                     # stored without scales though the quantization config "
                  "does not list them")
         L.extend(f"      - {_yaml_value(u)}" for u in naming["unquantized"])
+    if draft_config_path is not None:
+        L.append("  draft:                             # a separate draft checkpoint (--speculative-draft-model-path)")
+        L.append(f"    config: {_yaml_value(_rel(draft_config_path, out_dir))}")
+        L.append("    # assumption: the default scenario's acceptance; fit both to the draft's published acceptance length")
+        L.append(f"    acceptance_rate: {d['model']['mtp']['acceptance_rate']}")
+        L.append(f"    acceptance_decay: {d['model']['mtp']['acceptance_decay']}")
     if arch.mtp is not None:
         L.append("  mtp:                               # assumption: the default scenario's acceptance, not measured for this model")  # noqa: E501
         L.append(f"    acceptance_rate: {d['model']['mtp']['acceptance_rate']}")

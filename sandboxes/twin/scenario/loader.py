@@ -102,6 +102,12 @@ def _read_configs(sc: Scenario) -> Scenario:
                                       checkpoint_prefix=(mtp.checkpoint_prefix if mtp and mtp.checkpoint_prefix
                                                          else f"model.layers.{arch.num_hidden_layers}"))  # fmt: skip
         m = dataclasses.replace(m, config=json.dumps(config, sort_keys=True), mtp=mtp, **spec_fields(arch, config))
+    if m.draft is not None:
+        draft_config = _json_ref(sc, "model.draft.config", m.draft.config)
+        if not isinstance(draft_config.get("architectures"), list) or not draft_config["architectures"]:
+            raise ScenarioError(f"{sc.where('model.draft.config')}: names no architectures (the class SGLang "
+                                "loads the draft with)")
+        m = dataclasses.replace(m, draft=dataclasses.replace(m.draft, config=json.dumps(draft_config, sort_keys=True)))
     if q.config is not None:
         qc = _json_ref(sc, "quantization.config", q.config)
         try:

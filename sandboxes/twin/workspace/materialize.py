@@ -39,6 +39,7 @@ from .. import scenario as scenario_mod
 from ..engine import moe_csv
 from ..models import catalogue as checkpoint
 from ..models.catalogue import ModelDims, checkpoint_modules, param_specs, quantizable, tensor_bytes
+from ..models.draft_checkpoint import DraftLayoutError, draft_tensors
 from ..scenario import CheckpointSpec, MoEShape, Scenario
 from . import release
 
@@ -48,7 +49,7 @@ SIMULATED = "dayzero digital twin (simulated)"
 def simulated_label(sc: Scenario) -> str:
     """What every file the twin writes for a scenario says of itself (the scenario's hardware, never another's)."""
     return f"dayzero digital twin of {sc.hardware.name} (simulated)"
-MANAGED = ("model", "sglang", "aiter", ".twin")
+MANAGED = ("model", "draft", "sglang", "aiter", ".twin")
 
 
 class MaterializeError(RuntimeError):
@@ -452,6 +453,11 @@ def _check_classes(sc: Scenario, sglang_root: Path) -> None:
         if draft not in known:
             raise MaterializeError(f"{sc.where('model.mtp')}: SGLang {sc.engine.version} drafts {arch} with "
                                    f"{draft!r}, which it does not register")  # fmt: skip
+    if sc.model.draft is not None:
+        draft = str((sc.model.draft.hf_config.get("architectures") or [""])[0])
+        if draft not in known:
+            raise MaterializeError(f"{sc.where('model.draft.config')}: SGLang {sc.engine.version} registers no "
+                                   f"model class {draft!r} for the draft checkpoint")  # fmt: skip
 
 
 _MOE_READER_SRC = '''\
@@ -622,6 +628,21 @@ def materialize(scenario: Scenario | str | Path, dest: str | Path, *, force: boo
     write(model_dir / "tokenizer_config.json", json.dumps(_tokenizer_config(sc), indent=2) + "\n")
     write(model_dir / "generation_config.json", json.dumps(_generation_config(cfg), indent=2) + "\n")
 
+    # draft/: a separate draft checkpoint (an EAGLE3 head), when the scenario has one
+    if sc.model.draft is not None:
+        draft_dir = dest / "draft"
+        draft_config = sc.model.draft.hf_config
+        try:
+            tensors = draft_tensors(draft_config)
+        except DraftLayoutError as exc:
+            raise MaterializeError(f"{sc.where('model.draft.config')}: {exc}") from None
+        write(draft_dir / "config.json", json.dumps(draft_config, indent=2) + "\n")
+        draft_total = sum(tensor_bytes(p["dtype"], p["shape"]) for p in tensors.values())
+        write(draft_dir / "model.safetensors.index.json", json.dumps({
+            "metadata": {"total_size": draft_total, "simulated": True,
+                         "note": f"{simulated_label(sc)}: tensor metadata only (dtype, shape); the tensors are not stored"},
+            "weight_map": tensors}, separators=(",", ":")) + "\n")  # fmt: skip
+
     # sglang/: the pinned release (or the bundled excerpt), then the scenario's defects as edits of its files
     provenance = copy_release(sc, sglang_root)
     edits = apply_defects(sc, sglang_root)
@@ -652,8 +673,10 @@ def _copy_referenced_json(sc: Scenario, src_path: Path, copy: Path) -> list[Path
     data = yaml.safe_load(src_path.read_text()) or {}
     lines = copy.read_text().splitlines(keepends=True)
     out: list[Path] = []
-    for section, field_path in (("model", "model.config"), ("quantization", "quantization.config")):
-        ref = (data.get(section) or {}).get("config")
+    for field_path in ("model.config", "quantization.config", "model.draft.config"):
+        ref: Any = data
+        for part in field_path.split("."):
+            ref = ref.get(part) if isinstance(ref, dict) else None
         if not isinstance(ref, str) or field_path not in sc.lines:
             continue
         src = Path(ref) if Path(ref).is_absolute() else src_path.parent / ref

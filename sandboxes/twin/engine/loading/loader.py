@@ -30,7 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from ..tracebacks import (
+    AUX_CAPTURE,
     DRAFT_WORKER,
+    EAGLE3_SHARE_EMBED,
     EAGLE_SHARE_HEAD,
     FUTURE,
     IMAGE_PYTHON_LIB,
@@ -82,6 +84,7 @@ class WeightLoadReport:
     log_lines: list[str] = field(default_factory=list)  # warnings the loader printed (real forms)
     target_class: str = ""  # the model class that loaded the checkpoint (file:class)
     draft_class: str = ""
+    draft_layers: int = 0  # a separate draft checkpoint's decoder layers (0: the model drafts with its own layers)
 
     @property
     def target_bytes(self) -> int:
@@ -356,8 +359,17 @@ def _unquantized(model: Any, quantized: bool) -> list[str]:
     return out
 
 
+@dataclass
+class _Loaded:
+    model: Any
+    bytes_by_category: dict[str, int]
+    missing: list[str]
+    unquantized: list[str]
+    model_class: str  # file:class
+
+
 def _load_one(executor: Executor, root: Path, config: dict[str, Any], checkpoint_map: dict[str, Any], *, draft: bool,
-              report: WeightLoadReport) -> tuple[dict[str, int], list[str], list[str], str]:  # fmt: skip
+              report: WeightLoadReport, eagle3: bool = False) -> _Loaded:  # fmt: skip
     worker = DRAFT_WORKER if draft else TARGET_WORKER
     try:
         built = build_model(executor, config, draft=draft)
@@ -380,16 +392,44 @@ def _load_one(executor: Executor, root: Path, config: dict[str, Any], checkpoint
         fake_torch.Tensor.copy_ = original  # type: ignore[method-assign]
     report.num_tensors += sum(w for _, _, _, w in checkpoint.entries)
     missing = [n for n, p in built.model.named_parameters() if id(p) not in loaded]
-    if draft:  # the draft worker hands the draft the target's embedding and LM head (EAGLEWorker's set_embed_and_head)
-        missing = [n for n in missing if not (n.endswith("embed_tokens.weight") or n.startswith("lm_head."))]
-        if not callable(getattr(built.model, "set_embed_and_head", None)):  # a class that is no draft (no MTP head)
-            name = type(built.model).__name__
-            raise WeightLoadError(f"AttributeError: '{name}' object has no attribute 'set_embed_and_head'",
-                                  render(root, SCHEDULER_START + DRAFT_WORKER[:3] + [EAGLE_SHARE_HEAD],
-                                         [f"AttributeError: '{name}' object has no attribute 'set_embed_and_head'"]),
-                                  draft=True)  # fmt: skip
+    if draft:  # the draft worker hands the draft the target's embedding, and LM head (EAGLEWorker.__init__)
+        # EAGLE3 keeps its own LM head over its draft vocabulary unless the class asks for the target's
+        own_head = eagle3 and not getattr(built.model, "load_lm_head_from_target", False)
+        method, frame = ("set_embed", EAGLE3_SHARE_EMBED) if own_head else ("set_embed_and_head", EAGLE_SHARE_HEAD)
+        missing = [n for n in missing if not (n.endswith("embed_tokens.weight") or (n.startswith("lm_head.")
+                                                                                   and not own_head))]  # fmt: skip
+        if not callable(getattr(built.model, method, None)):  # a class that is no draft (e.g. no MTP head)
+            line = f"AttributeError: '{type(built.model).__name__}' object has no attribute '{method}'"
+            raise WeightLoadError(line, render(root, SCHEDULER_START + DRAFT_WORKER[:3] + [frame], [line]), draft=True)
     unquantized = _unquantized(built.model, bool(config.get("quantization_config")))
-    return checkpoint.bytes_by_category(), missing, unquantized, f"{built.model_class.file}:{built.model_class.name}"
+    return _Loaded(built.model, checkpoint.bytes_by_category(), missing, unquantized,
+                   f"{built.model_class.file}:{built.model_class.name}")
+
+
+def _capture_aux_states(root: Path, target: Any, draft_config: dict[str, Any]) -> None:
+    """EAGLE3: the target's runner asks its model to capture the hidden states the draft's ``fc`` fuses, at the
+    layers the draft's ``eagle_config`` names (``ModelRunner.init_aux_hidden_state_capture``), by the model class's
+    own method."""
+    eagle_config = draft_config.get("eagle_config") or {}
+    if not eagle_config.get("use_aux_hidden_state", True):
+        return
+    capture = getattr(target, "set_eagle3_layers_to_capture", None)
+    if not callable(capture):
+        line = f"AttributeError: '{type(target).__name__}' object has no attribute 'set_eagle3_layers_to_capture'"
+        raise WeightLoadError(line, render(root, SCHEDULER_START + TARGET_WORKER + AUX_CAPTURE, [line]))
+    try:
+        capture(eagle_config.get("eagle_aux_hidden_state_layer_ids"))
+    except Exception as exc:
+        raise _failure(root, SCHEDULER_START + TARGET_WORKER + AUX_CAPTURE, exc, draft=False) from None
+
+
+def _weight_map(index: Any) -> dict[str, Any]:
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, dict) for v in list(weight_map.values())[:1]):
+        raise WeightLoadError("model.safetensors.index.json has no tensor metadata",
+                              "RuntimeError: model.safetensors.index.json: weight_map must map names to "
+                              "{dtype, shape} (dayzero twin, simulated checkpoint)")  # fmt: skip
+    return weight_map
 
 
 _VIEW_METHODS = ("narrow", "view", "reshape", "__getitem__", "t", "transpose", "unsqueeze", "squeeze", "chunk", "split",
@@ -432,18 +472,21 @@ def _require_release(root: Path) -> None:
 
 
 def load_weights(model_dir: Path, sglang_root: Path, *, with_draft: bool, tp_size: int = 1,
-                 attn_tp_size: int | None = None, platform: Platform | None = None, **_ignored: Any) -> WeightLoadReport:  # fmt: skip
-    """Load the checkpoint in ``model_dir`` into the engine built from the workspace ``sglang_root``.
+                 attn_tp_size: int | None = None, platform: Platform | None = None, draft_dir: Path | None = None,
+                 eagle3: bool = False, **_ignored: Any) -> WeightLoadReport:  # fmt: skip
+    """Load the checkpoint in ``model_dir`` into the engine built from the workspace ``sglang_root``; with
+    ``with_draft``, the draft too: from ``draft_dir`` (a separate draft checkpoint) or else the model's own (its
+    MTP layer). ``eagle3``: the EAGLE3 algorithm (the target captures the draft's aux hidden states).
 
     Raises ``WeightLoadError`` whose ``.log`` is the traceback SGLang prints."""
     model_dir, root = Path(model_dir), Path(sglang_root)
     config = _read_json(model_dir / "config.json", root, "config.json")
-    index = _read_json(model_dir / "model.safetensors.index.json", root, "model.safetensors.index.json")
-    weight_map = index.get("weight_map") if isinstance(index, dict) else None
-    if not isinstance(weight_map, dict) or not all(isinstance(v, dict) for v in list(weight_map.values())[:1]):
-        raise WeightLoadError("model.safetensors.index.json has no tensor metadata",
-                              "RuntimeError: model.safetensors.index.json: weight_map must map names to "
-                              "{dtype, shape} (dayzero twin, simulated checkpoint)")  # fmt: skip
+    weight_map = _weight_map(_read_json(model_dir / "model.safetensors.index.json", root, "model.safetensors.index.json"))
+    draft_config, draft_map = config, weight_map
+    if with_draft and draft_dir is not None and Path(draft_dir).resolve() != model_dir.resolve():
+        draft_config = _read_json(Path(draft_dir) / "config.json", root, "config.json")
+        draft_map = _weight_map(_read_json(Path(draft_dir) / "model.safetensors.index.json", root,
+                                           "model.safetensors.index.json"))  # fmt: skip
     _require_release(root)
     platform = platform or Platform()
     platform.tp_size = max(1, tp_size)
@@ -453,15 +496,19 @@ def load_weights(model_dir: Path, sglang_root: Path, *, with_draft: bool, tp_siz
     logging.getLogger().addHandler(capture)
     try:
         executor = Executor(root, platform)
-        by_cat, missing, unquantized, cls = _load_one(executor, root, config, weight_map, draft=False, report=report)
-        report.target_bytes_by_category, report.target_class = by_cat, cls
-        report.unquantized_modules = unquantized
+        target = _load_one(executor, root, config, weight_map, draft=False, report=report)
+        report.target_bytes_by_category, report.target_class = target.bytes_by_category, target.model_class
+        report.unquantized_modules = target.unquantized
+        missing = target.missing
+        if with_draft and eagle3:
+            _capture_aux_states(root, target.model, draft_config)
         if with_draft:
-            by_cat, draft_missing, unquantized, cls = _load_one(executor, root, config, weight_map, draft=True,
-                                                                report=report)  # fmt: skip
-            report.draft_bytes_by_category, report.draft_class = by_cat, cls
-            report.unquantized_modules += unquantized
-            missing += draft_missing
+            drafted = _load_one(executor, root, draft_config, draft_map, draft=True, report=report, eagle3=eagle3)
+            report.draft_bytes_by_category, report.draft_class = drafted.bytes_by_category, drafted.model_class
+            if draft_config is not config:
+                report.draft_layers = int(draft_config.get("num_hidden_layers") or 1)
+            report.unquantized_modules += drafted.unquantized
+            missing += drafted.missing
     finally:
         logging.getLogger().removeHandler(capture)
     report.not_loaded = missing[:MAX_LISTED]
