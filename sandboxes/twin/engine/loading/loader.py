@@ -382,6 +382,7 @@ def _load_one(executor: Executor, root: Path, config: dict[str, Any], checkpoint
     for name, param in built.model.named_parameters():
         param._root = param  # type: ignore[attr-defined]
         param_names[id(param)] = name
+        _sample_fused_experts(param)
     _mark_views()
     fake_torch.Tensor.copy_ = copy_  # type: ignore[method-assign]
     try:
@@ -430,6 +431,27 @@ def _weight_map(index: Any) -> dict[str, Any]:
                               "RuntimeError: model.safetensors.index.json: weight_map must map names to "
                               "{dtype, shape} (dayzero twin, simulated checkpoint)")  # fmt: skip
     return weight_map
+
+
+def _sample_fused_experts(param: Any) -> None:
+    """A checkpoint that stores a layer's experts fused (one tensor) is loaded by the model's own loop over every
+    expert id, one ``FusedMoE.weight_loader`` call each. As with per-expert checkpoints (``_Checkpoint``), the first
+    and the last routed expert are loaded and those between, which meet the same parameter the same way, are
+    counted as loaded alike: the parameter's loader skips them (shared experts fused after the routed ones are
+    loaded)."""
+    loader = param.__dict__.get("weight_loader")
+    owner = getattr(loader, "__self__", None)
+    if owner is None or not any(c.__name__ == "FusedMoE" for c in type(owner).__mro__):
+        return
+    routed = getattr(owner, "_num_global_routed", None) or getattr(owner, "num_experts", 0)
+
+    def sampled(p: Any, loaded_weight: Any, weight_name: str, shard_id: Any, expert_id: Any = None, *args: Any,
+                **kwargs: Any) -> Any:  # fmt: skip
+        if isinstance(expert_id, int) and 0 < expert_id < routed - 1:
+            return None  # the release's weight_loader returns None too
+        return loader(p, loaded_weight, weight_name, shard_id, expert_id, *args, **kwargs)
+
+    param.weight_loader = sampled
 
 
 _VIEW_METHODS = ("narrow", "view", "reshape", "__getitem__", "t", "transpose", "unsqueeze", "squeeze", "chunk", "split",
