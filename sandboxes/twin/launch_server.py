@@ -210,7 +210,7 @@ def load_weights(ws: Workspace, args) -> loader.WeightLoadReport:
         draft_dir = None  # the model drafts for itself (its MTP layer)
     inputs = {"with_draft": with_draft, "tp_size": args.tp_size, "attn_tp_size": attn_tp, "dp_size": args.dp_size,
               "gfx_arch": hw.gfx_arch, "memory_gb": hw.memory_gb, "eagle3": args.speculative_algorithm == "EAGLE3",
-              "draft_dir": str(draft_dir or "")}  # fmt: skip
+              "separate_draft": draft_dir is not None}  # fmt: skip  (its folder is in the key's scope below)
     twin_dir = ws.model_dir.parent / ".twin"
     scenario_file = Path(os.environ.get("TWIN_SCENARIO") or twin_dir / "scenario.yaml")
     scenarios = list(dict.fromkeys([scenario_file, twin_dir / "scenario.yaml"]))

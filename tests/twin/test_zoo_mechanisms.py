@@ -139,6 +139,14 @@ def test_a_remembered_load_is_keyed_by_the_engine_environment(monkeypatch: pytes
     monkeypatch.setenv("UNRELATED_VARIABLE", "x")
     assert on != off
     assert weights_cache.cache_key({"a": 1}, [tmp_path], []) == off
+    # a path into the workspace (the run's tuned-MoE file) is the same setting in the next run's workspace
+    keys = []
+    for run in ("run-1", "run-2"):
+        ws = tmp_path / run / "workspace"
+        monkeypatch.setenv("AITER_CONFIG_FMOE", str(ws / "tuning" / "tuned_fmoe.csv"))
+        keys.append(weights_cache.cache_key({"a": 1}, [ws / "model", ws / "sglang"], []))
+    monkeypatch.setenv("AITER_CONFIG_FMOE", "/elsewhere/tuned_fmoe.csv")
+    assert keys[0] == keys[1] != weights_cache.cache_key({"a": 1}, [ws / "model", ws / "sglang"], [])
 
 
 @pytest.mark.parametrize(("scenario", "model_file", "defining_class"), [

@@ -99,12 +99,22 @@ def _code() -> str:
 ENV_PREFIXES = ("SGLANG_", "AITER_", "ROCM_", "HIP_")
 
 
-def _environment() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)}
+def _environment(folders: list[Path]) -> dict[str, str]:
+    """Those variables, a path into the workspace (the folders' parent) written relative to it: a tuned-MoE file
+    the next run's workspace holds at the same place is the same setting (what the load reads of it is in the
+    entry's reads)."""
+    roots = sorted({os.path.dirname(os.path.abspath(f)) for f in folders}, key=len, reverse=True)
+    out = {}
+    for k, v in os.environ.items():
+        if k.startswith(ENV_PREFIXES):
+            for root in roots:
+                v = v.replace(root + os.sep, "{workspace}" + os.sep)
+            out[k] = v
+    return out
 
 
 def cache_key(inputs: dict[str, Any], folders: list[Path], files: list[Path]) -> CacheKey:
-    digest = hashlib.sha256(json.dumps([inputs, len(folders), _code(), _environment()], sort_keys=True,
+    digest = hashlib.sha256(json.dumps([inputs, len(folders), _code(), _environment(folders)], sort_keys=True,
                                        default=str).encode())  # fmt: skip
     for folder in folders:
         digest.update(json.dumps([_given(folder), _listing(folder)]).encode())
