@@ -205,7 +205,8 @@ def load_weights(ws: Workspace, args) -> loader.WeightLoadReport:
     server_args_used = {k: v for k, v in sorted(vars(args).items()) if k not in _NOT_FOR_LOADING}
     attn_tp = args.tp_size // args.dp_size if args.enable_dp_attention else args.tp_size
     with_draft = bool(args.speculative_algorithm) and args.speculative_algorithm != "NGRAM"  # NGRAM has no model
-    draft_dir = Path(args.speculative_draft_model_path) if with_draft and args.speculative_draft_model_path else None
+    draft_path = getattr(args, "speculative_draft_model_path", None)
+    draft_dir = Path(draft_path) if with_draft and draft_path else None
     if draft_dir is not None and draft_dir.resolve() == ws.model_dir.resolve():
         draft_dir = None  # the model drafts for itself (its MTP layer)
     inputs = {"with_draft": with_draft, "tp_size": args.tp_size, "attn_tp_size": attn_tp, "dp_size": args.dp_size,
