@@ -38,7 +38,7 @@ from . import pure_code
 from .loader import WeightLoadError, WeightLoadReport, WorkspaceImportError
 
 KEEP = 32  # entries per workspace; the least recently used go first
-SHARED_KEEP = 256  # entries in the per-user cache
+SHARED_KEEP = 2048  # entries in the per-user cache (about 50 KB each; the test suite alone makes several hundred)
 _ERRORS = {cls.__name__: cls for cls in (WeightLoadError, WorkspaceImportError)}
 
 
