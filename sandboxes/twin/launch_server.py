@@ -35,6 +35,7 @@ from .engine import faults, jit, memory, messages, moe_csv, server_args, serving
 from .engine.http_api import ServerState, make_server
 from .engine.loading import loader, weights_cache
 from .engine.loading.platform import Platform
+from .engine.loading.stat_memo import StatMemo
 from .perf.cost_model import CostModel, scored_draft_tokens, single_stream_tpot
 from .perf.serving_config import ServingConfig
 from .scenario import Scenario, ScenarioError, load
@@ -215,7 +216,9 @@ def load_weights(ws: Workspace, args) -> loader.WeightLoadReport:
     twin_dir = ws.model_dir.parent / ".twin"
     scenario_file = Path(os.environ.get("TWIN_SCENARIO") or twin_dir / "scenario.yaml")
     scenarios = list(dict.fromkeys([scenario_file, twin_dir / "scenario.yaml"]))
-    key = weights_cache.cache_key(inputs, [ws.model_dir, ws.sglang_root, *([draft_dir] if draft_dir else [])], scenarios)
+    memo = StatMemo(twin_dir / "stat-memo.json" if twin_dir.is_dir() else None)  # what an unchanged workspace holds
+    key = weights_cache.cache_key(inputs, [ws.model_dir, ws.sglang_root, *([draft_dir] if draft_dir else [])], scenarios,
+                                  memo)  # fmt: skip
     cache_dir = twin_dir / "weights-cache" if twin_dir.is_dir() else None
 
     node = Platform(gfx_arch=hw.gfx_arch, memory_gb=hw.memory_gb, device_name=f"AMD Instinct {hw.name}",
@@ -229,7 +232,11 @@ def load_weights(ws: Workspace, args) -> loader.WeightLoadReport:
 
     # the server arguments the model code reads decide an entry; the others (the KV cache's dtype, the benchmark's
     # limits) leave the load as it was
-    return weights_cache.remembered(cache_dir, key, load, args=server_args_used, args_read=lambda: node.args_read)
+    try:
+        return weights_cache.remembered(cache_dir, key, load, args=server_args_used, args_read=lambda: node.args_read,
+                                        memo=memo)  # fmt: skip
+    finally:
+        memo.save()
 
 
 def start(args) -> tuple[ServerState, float]:

@@ -36,6 +36,7 @@ from ...workspace import release
 from .. import tracebacks
 from . import pure_code
 from .loader import WeightLoadError, WeightLoadReport, WorkspaceImportError
+from .stat_memo import StatMemo
 
 KEEP = 32  # entries per workspace; the least recently used go first
 SHARED_KEEP = 2048  # entries in the per-user cache (about 50 KB each; the test suite alone makes several hundred)
@@ -52,26 +53,6 @@ class CacheKey(str):
     workspace is; ``scope``: the folders and files whose reads an entry depends on (absolute paths)."""
 
     scope: tuple[str, ...] = ()
-
-
-def _listing(folder: Path) -> list[str]:
-    """The relative path of every file and folder under ``folder``, git's own files left out (no ``stat``)."""
-    out = []
-    for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames[:] = sorted(d for d in dirnames if d != ".git")
-        rel = os.path.relpath(dirpath, folder)
-        out.extend(os.path.join(rel, name) for name in dirnames)
-        out.extend(os.path.join(rel, name) for name in sorted(filenames))
-    return out
-
-
-def _content(path: str) -> str | None:
-    """The hash of the file's contents (None when it cannot be read)."""
-    try:
-        with open(path, "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
-    except OSError:
-        return None
 
 
 def _given(path: Path) -> str:
@@ -113,13 +94,15 @@ def _environment(folders: list[Path]) -> dict[str, str]:
     return out
 
 
-def cache_key(inputs: dict[str, Any], folders: list[Path], files: list[Path]) -> CacheKey:
+def cache_key(inputs: dict[str, Any], folders: list[Path], files: list[Path], memo: StatMemo | None = None) -> CacheKey:
+    """``memo``: the workspace's listings and file hashes remembered by their stat (``stat_memo``)."""
+    memo = memo or StatMemo()
     digest = hashlib.sha256(json.dumps([inputs, len(folders), _code(), _environment(folders)], sort_keys=True,
                                        default=str).encode())  # fmt: skip
     for folder in folders:
-        digest.update(json.dumps([_given(folder), _listing(folder)]).encode())
+        digest.update(json.dumps([_given(folder), memo.listing(folder)]).encode())
     for f in files:
-        digest.update(json.dumps([_given(f), _content(str(f))]).encode())
+        digest.update(json.dumps([_given(f), memo.content(str(f))]).encode())
     key = CacheKey(digest.hexdigest()[:32])
     key.scope = tuple(os.path.abspath(p) for p in (*folders, *files))
     return key
@@ -219,7 +202,8 @@ def _answer(outcome: dict[str, Any]) -> WeightLoadReport:
 
 
 def remembered(cache_dir: Path | None, key: str, load: Callable[[], WeightLoadReport], *,
-               args: dict[str, Any] | None = None, args_read: Callable[[], set[str]] | None = None) -> WeightLoadReport:  # fmt: skip
+               args: dict[str, Any] | None = None, args_read: Callable[[], set[str]] | None = None,
+               memo: StatMemo | None = None) -> WeightLoadReport:  # fmt: skip
     """``load()``'s outcome, from the workspace's ``cache_dir`` or the per-user cache when an entry of ``key``
     whose files are unchanged is there (an error is raised again as it was).
 
@@ -227,6 +211,7 @@ def remembered(cache_dir: Path | None, key: str, load: Callable[[], WeightLoadRe
     (after it ran). An entry answers only a launch whose arguments have the values it read: the other flags (the
     KV cache's dtype, the benchmark's limits) leave the load as it was."""
     args = {k: _jsonable(v) for k, v in (args or {}).items()}
+    memo = memo or StatMemo()
     scope = getattr(key, "scope", ())
     if not scope:
         return load()
@@ -240,7 +225,7 @@ def remembered(cache_dir: Path | None, key: str, load: Callable[[], WeightLoadRe
         for i, rel, h in reads:
             path = os.path.join(scope[i], rel) if rel else scope[i]
             if path not in contents:
-                contents[path] = _content(path)
+                contents[path] = memo.content(path)
             if contents[path] != h:
                 return False
         return True
@@ -265,7 +250,7 @@ def remembered(cache_dir: Path | None, key: str, load: Callable[[], WeightLoadRe
     opened: set[str] = set()
 
     def store(outcome: dict[str, Any]) -> None:
-        reads = sorted([*where, _content(p)] for p in opened if (where := _where(p, scope)))
+        reads = sorted([*where, memo.content(p)] for p in opened if (where := _where(p, scope)))
         stripped, relocatable = _without_paths(outcome, scope)
         used = sorted(args_read() if args_read is not None else args)
         conditions = {name: args.get(name, _MISSING) for name in used if name in args}
