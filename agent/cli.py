@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 from pathlib import Path
 
 import typer
@@ -31,8 +33,8 @@ RUNS = Path("runs")
 EXIT_CODES = """Exit codes: 0 every target met; 2 bad input (task file, flags, run id, policy settings, replay trace,
 API key: nothing was created); 3 the targets were missed within the budget (the policy stopped); 4 a budget
 (trials, wall time, node-hours, LLM tokens) ran out before the targets were met; 5 an infrastructure failure
-(the engine could not run, Docker, the LLM endpoint, the runs folder: unwritable, full); 130 interrupted
-(agent resume continues). 1 is an internal error (a bug). The summary says the same in words; see
+(the engine could not run, Docker, the LLM endpoint, the runs folder: unwritable, full); 130 interrupted,
+143 terminated (SIGTERM), 129 hung up (SIGHUP): agent resume continues. 1 is an internal error (a bug). The summary says the same in words; see
 docs/reliability.md."""
 
 
@@ -52,9 +54,37 @@ def _progress_table(state, task, elapsed: float) -> Table:
     return table
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, taken as Ctrl-C is: the run stops where it is, its servers reaped, resumable."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_stopped(signum, frame):  # noqa: ANN001, ARG001
+    raise Stopped(signum)
+
+
+@contextlib.contextmanager
+def _stop_signals(handler=_raise_stopped):
+    """SIGTERM and SIGHUP go to ``handler`` while the block runs: by default they raise ``Stopped`` in the main
+    thread (schedulers and containers stop a process with SIGTERM; a closed terminal sends SIGHUP); the previous
+    handlers come back after."""
+    wanted = [s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if s is not None]
+    try:
+        previous = {s: signal.signal(s, handler) for s in wanted}
+    except ValueError:  # not the main thread (a caller embedding the CLI): nothing to install
+        previous = {}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 def _execute(run, resume: bool) -> None:
     """Run (or resume) ``run`` to its end, print the summary and exit with the outcome's code."""
-    import contextlib
     import sqlite3
 
     from sandboxes.base import SandboxError, SandboxUnavailable
@@ -65,13 +95,18 @@ def _execute(run, resume: bool) -> None:
     console.print(f"[bold]{escape(run.choice.reason)}[/]", soft_wrap=True)
     console.print(f"run [cyan]{run.run_id}[/] -> {escape(str(run.run_dir))}  (policy: {run.policy.name})", soft_wrap=True)
     try:
-        with Live(console=console, refresh_per_second=4, transient=True) as live:
+        with _stop_signals(), Live(console=console, refresh_per_second=4, transient=True) as live:
             execute(run, resume=resume,
                             on_step=lambda s, t: live.update(_progress_table(s, run.task, t)))  # fmt: skip
-    except KeyboardInterrupt:
-        run.close()
-        console.print(f"[yellow]interrupted; continue with: agent resume {run.run_id}[/]")
-        raise typer.Exit(ExitCode.INTERRUPTED) from None
+    except KeyboardInterrupt as exc:
+        signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
+        with _stop_signals(signal.SIG_IGN):  # a second SIGTERM does not cut the reaping short (SIGKILL would)
+            run.close()
+        what = {signal.SIGINT: "interrupted"}.get(signum, f"stopped by {signal.Signals(signum).name}")
+        console.print(f"[yellow]{what}; continue with: agent resume {run.run_id}[/]")
+        code = {signal.SIGINT: ExitCode.INTERRUPTED}.get(signum) or (
+            ExitCode.HUNG_UP if signum == getattr(signal, "SIGHUP", None) else ExitCode.TERMINATED)
+        raise typer.Exit(code) from None
     except (OSError, sqlite3.Error, SandboxError) as exc:  # the disk, the engine, Docker: the run can continue
         what = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0]
         where = f" ({exc.filename})" if isinstance(exc, OSError) and exc.filename else ""

@@ -196,7 +196,9 @@ class ExitCode(IntEnum):
     TARGETS_MISSED = 3  # the run ended within its budget without meeting every target
     BUDGET_EXHAUSTED = 4  # a budget (trials, wall time, node-hours, LLM tokens) ran out first
     INFRASTRUCTURE = 5  # the engine, Docker, the LLM endpoint or the runs folder failed
-    INTERRUPTED = 130  # Ctrl-C: agent resume continues
+    INTERRUPTED = 130  # Ctrl-C (SIGINT): agent resume continues
+    HUNG_UP = 129  # SIGHUP (the terminal went away): agent resume continues
+    TERMINATED = 143  # SIGTERM (a scheduler, `docker stop`, `kill`): agent resume continues
 
 
 OutcomeKind = Literal["targets_met", "targets_missed", "budget_exhausted", "infrastructure"]
