@@ -32,7 +32,7 @@ def _error(message: str) -> None:
 RUNS = Path("runs")
 EXIT_CODES = """Exit codes: 0 every target met; 2 bad input (task file, flags, run id, policy settings, replay trace,
 API key: nothing was created); 3 the targets were missed within the budget (the policy stopped); 4 a budget
-(trials, wall time, node-hours, LLM tokens) ran out before the targets were met; 5 an infrastructure failure
+(trials, wall time, node-hours, LLM tokens or requests, tool calls) ran out before the targets were met; 5 an infrastructure failure
 (the engine could not run, Docker, the LLM endpoint, the runs folder: unwritable, full); 130 interrupted,
 143 terminated (SIGTERM), 129 hung up (SIGHUP): agent resume continues. 1 is an internal error (a bug). The summary says the same in words; see
 docs/reliability.md."""

@@ -39,6 +39,7 @@ def build_graph(run: Run):
                        rationale=decision.rationale, proposed_calls=[{"tool": c.tool, "input": c.args} for c in calls],
                        annotations=decision.annotations)  # fmt: skip
         budget = state.budget.model_copy(update={"llm_tokens": state.budget.llm_tokens + decision.llm_tokens,
+                                                 "llm_requests": state.budget.llm_requests + decision.llm_requests,
                                                  "wall_seconds": state.budget.wall_seconds + decision.wall_seconds})
         update: dict[str, Any] = {"pending": calls, "rationale": decision.rationale, "stage": decision.stage,
                                   "memo": decision.memo, "step": step, "budget": budget,

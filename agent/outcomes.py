@@ -194,7 +194,7 @@ class ExitCode(IntEnum):
     TARGETS_MET = 0
     BAD_INPUT = 2  # the task, a flag, a run id, the policy's settings: nothing was started
     TARGETS_MISSED = 3  # the run ended within its budget without meeting every target
-    BUDGET_EXHAUSTED = 4  # a budget (trials, wall time, node-hours, LLM tokens) ran out first
+    BUDGET_EXHAUSTED = 4  # a budget (trials, wall time, node-hours, LLM tokens or requests, tool calls) ran out first
     INFRASTRUCTURE = 5  # the engine, Docker, the LLM endpoint or the runs folder failed
     INTERRUPTED = 130  # Ctrl-C (SIGINT): agent resume continues
     HUNG_UP = 129  # SIGHUP (the terminal went away): agent resume continues
@@ -270,4 +270,8 @@ def _budget_spent(state: AgentState, task: TaskSpec, max_trials: int | None) -> 
         return f"node-hour budget spent ({b.node_hours:.2f} of {limits.node_hours})"
     if limits.llm_tokens and b.llm_tokens >= limits.llm_tokens:
         return f"LLM token budget spent ({b.llm_tokens} of {limits.llm_tokens})"
+    if b.llm_requests >= limits.llm_requests:
+        return f"LLM request budget spent ({b.llm_requests} of {limits.llm_requests} requests)"
+    if b.tool_calls >= limits.tool_calls:
+        return f"tool-call budget spent ({b.tool_calls} of {limits.tool_calls} calls)"
     return None

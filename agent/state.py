@@ -88,6 +88,7 @@ class Budget(BaseModel):
     node_hours: float = 0.0
     simulated_seconds: float = 0.0
     llm_tokens: int = 0
+    llm_requests: int = 0  # requests the policy sent to its LLM endpoint, counted by the agent
     tool_calls: int = 0
     benchmark_runs: int = 0  # bench_serving runs, screening and knee searches included
 

@@ -179,6 +179,10 @@ class Budgets(Strict):
     wall_minutes: float = Field(30, gt=0)
     node_hours: float = Field(24, gt=0, description="simulated on the twin, real on a node")
     llm_tokens: int = Field(2_000_000, ge=0)
+    llm_requests: int = Field(500, gt=0, le=1_000_000, description=(
+        "requests to the LLM endpoint a run may make, counted by the agent whatever usage the endpoint reports"))
+    tool_calls: int = Field(2_000, gt=0, le=1_000_000, description=(
+        "tool calls a run may make, whatever the policy (the default task's playbook run makes about 70)"))
     after_targets: AfterTargets = Field(default_factory=AfterTargets, description=(
         "the share of the budget that buys improvements beyond the targets"))
 

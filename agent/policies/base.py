@@ -17,6 +17,7 @@ class Decision:
     memo: dict[str, Any] = field(default_factory=dict)
     done: bool = False
     llm_tokens: int = 0
+    llm_requests: int = 0  # requests sent to the LLM endpoint for this decision (usage reported or not)
     wall_seconds: float = 0.0  # time spent deciding (waiting on an LLM endpoint): counted in the wall budget
     # what the policy says about its calls, for the record (e.g. "patch": title, root cause, change)
     annotations: dict[str, Any] = field(default_factory=dict)

@@ -541,9 +541,12 @@ class LLMPolicy:
 
         waited_before = memo["wall_s"]  # memo["wall_s"]: every wait on the LLM, for the record
 
+        requests_before = memo["requests"]
+
         def decision(calls: list[Call], rationale: str, done: bool = False, tokens: int = 0) -> Decision:
             return Decision(calls=calls, rationale=rationale[:RATIONALE_CHARS], stage="llm",
                             memo={**state.memo, "llm": memo}, done=done, llm_tokens=tokens,
+                            llm_requests=memo["requests"] - requests_before,
                             wall_seconds=memo["wall_s"] - waited_before)  # fmt: skip
 
         self._learn(memo, state)
