@@ -49,6 +49,13 @@ def _rocm_image_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SGLANG_USE_AITER", "1")  # what the image's Dockerfile exports (the launcher sets it too)
 
 
+def _last_frame(ws: Path, log: str, file: str) -> tuple[list[str], int]:
+    """The workspace's lines of ``file`` (under ``sglang/srt``) and the line the traceback's last frame in it names."""
+    frame = [line for line in log.splitlines() if file in line][-1]
+    source = (ws / "sglang/python/sglang/srt" / file).read_text().splitlines()
+    return source, int(frame.split("line ")[1].split(",")[0])
+
+
 def test_a_model_without_an_mtp_head_fails_as_its_own_eagle_draft(workspaces) -> None:
     ws = workspaces("qwen3_235b_fp8_mi300x")
     assert load_weights(ws / "model", ws / "sglang", with_draft=False, tp_size=8).target_class.endswith(
@@ -57,9 +64,7 @@ def test_a_model_without_an_mtp_head_fails_as_its_own_eagle_draft(workspaces) ->
         load_weights(ws / "model", ws / "sglang", with_draft=True, tp_size=8)
     log = err.value.log
     assert log.rstrip().endswith("AttributeError: 'Qwen3MoeForCausalLM' object has no attribute 'set_embed_and_head'")
-    frame = [line for line in log.splitlines() if "eagle_worker.py" in line][-1]
-    source = (ws / "sglang/python/sglang/srt/speculative/eagle_worker.py").read_text().splitlines()
-    line = int(frame.split("line ")[1].split(",")[0])
+    source, line = _last_frame(ws, log, "speculative/eagle_worker.py")
     assert source[line - 1].strip() == "self.draft_model_runner.model.set_embed_and_head(embed, head)"
     assert "is_eagle3" not in "\n".join(source[line - 4:line])  # the EAGLE (not EAGLE3) branch's call
 
@@ -106,9 +111,7 @@ def test_eagle3_asks_the_targets_class_to_capture_the_drafts_aux_states(workspac
         _capture_aux_states(ws / "sglang", NoCapture(), {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1]}})
     log = err.value.log
     assert log.rstrip().endswith("AttributeError: 'NoCapture' object has no attribute 'set_eagle3_layers_to_capture'")
-    frame = [line for line in log.splitlines() if "model_runner.py" in line][-1]
-    source = (ws / "sglang/python/sglang/srt/model_executor/model_runner.py").read_text().splitlines()
-    line = int(frame.split("line ")[1].split(",")[0])
+    source, line = _last_frame(ws, log, "model_executor/model_runner.py")
     assert source[line - 1].strip() == "self.model.set_eagle3_layers_to_capture("
     _capture_aux_states(ws / "sglang", NoCapture(), {"eagle_config": {"use_aux_hidden_state": False}})  # not asked
 
