@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 from pathlib import Path
 
@@ -83,6 +84,21 @@ def _stop_signals(handler=_raise_stopped):
             signal.signal(s, handler)
 
 
+def _keep_secrets_from_the_engine(run) -> None:
+    """The agent's secrets out of its engine's reach (``sandboxes/isolation.py``); in the local sandbox, a line on
+    what this process cannot scrub: an ancestor started with a secret in its environment."""
+    from sandboxes import isolation
+    from sandboxes.local import LocalSandbox, is_secret
+
+    values = [v for k, v in os.environ.items() if is_secret(k) and v] + run.task.secrets()
+    isolation.protect_agent(values)
+    if isinstance(run.sandbox, LocalSandbox) and (exposed := isolation.exposed_in_ancestors(values)):
+        console.print(Text(f"warning: a secret this run holds is in the start-up environment of {', '.join(exposed)}, "
+                           "which the engine's processes can read in the local sandbox (a process cannot scrub its "
+                           "ancestors); to keep it out of the engine's reach, run with sandbox: docker, or start "
+                           "the agent from a process that does not hold it", style="yellow"), soft_wrap=True)
+
+
 def _execute(run, resume: bool) -> None:
     """Run (or resume) ``run`` to its end, print the summary and exit with the outcome's code."""
     import sqlite3
@@ -94,6 +110,7 @@ def _execute(run, resume: bool) -> None:
 
     console.print(f"[bold]{escape(run.choice.reason)}[/]", soft_wrap=True)
     console.print(f"run [cyan]{run.run_id}[/] -> {escape(str(run.run_dir))}  (policy: {run.policy.name})", soft_wrap=True)
+    _keep_secrets_from_the_engine(run)
     try:
         with _stop_signals(), Live(console=console, refresh_per_second=4, transient=True) as live:
             execute(run, resume=resume,

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import git
 
-from sandboxes import git_packs, provenance
+from sandboxes import git_packs, isolation, provenance
 from sandboxes.base import (
     CommandResult,
     FileEntry,
@@ -271,6 +271,7 @@ class LocalSandbox(Sandbox):
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
+                    preexec_fn=isolation.engine_preexec,  # root's engine cannot read the agent's memory
                 )
             except OSError as exc:
                 raise SandboxError(f"could not start {argv[0]!r}: {exc}") from None
@@ -474,6 +475,7 @@ class LocalSandbox(Sandbox):
                 text=True,
                 errors="replace",
                 start_new_session=True,
+                preexec_fn=isolation.engine_preexec,
             )
         except OSError as exc:
             raise SandboxError(f"could not run {argv[0]!r}: {exc}") from None
