@@ -2,7 +2,9 @@
 
 Invalid arguments come back as a failed call carrying the validation error (an LLM can correct itself);
 an exception inside a tool comes back as a failed call with the error text; nothing is raised to the caller
-but :class:`~sandboxes.base.SandboxUnavailable` (the Docker engine gone), which stops the run.
+but :class:`~sandboxes.base.SandboxUnavailable` (the Docker engine gone) and failures of the storage under the
+run (a full disk, a read-only or failing file system: :mod:`tools.infrastructure`), which stop the run: such a
+call is not recorded, so a resumed run makes it again instead of taking the machine's failure for the engine's.
 A transient OS error (a busy or stale file, an interrupted call) in a tool that is safe to run again is retried
 a few times before it counts as a failure; the record keeps what was retried.
 """
@@ -21,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from sandboxes.base import SandboxUnavailable
 
+from . import infrastructure
 from .base import Cost, Tool, all_tools
 from .context import ToolContext
 
@@ -50,11 +53,28 @@ class ToolCallRecord(BaseModel):
         return data | {"simulated_seconds": self.cost.simulated_seconds, "node_hours": self.cost.node_hours}
 
 
+def _strings(value: Any) -> list[str]:
+    """Every string inside a result, in order (a log tail's lines one by one)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list | tuple):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
 class ToolRunner:
     def __init__(self, ctx: ToolContext, on_call: Callable[[ToolCallRecord], None] | None = None):
         self.ctx = ctx
         self.tools: dict[str, Tool] = all_tools()
         self.on_call = on_call
+
+    def _infrastructure(self, error: str | None, result: dict[str, Any]) -> OSError | None:
+        """Why a failed call failed, when it was the storage under the run: an error of it quoted in what the call
+        returned (the engine's log tail, a benchmark's or git's message), or the run's file systems full."""
+        said = infrastructure.quoted("\n".join([error or "", *_strings(result)]))
+        return said or infrastructure.full([self.ctx.run_dir, self.ctx.sandbox.root])
 
     def schemas(self) -> list[dict[str, Any]]:
         return [t.schema() for t in self.tools.values()]
@@ -97,8 +117,14 @@ class ToolRunner:
             error = str(exc)
         except SandboxUnavailable:  # Docker went away: the run stops (resumably); not this call's failure
             raise
+        except OSError as exc:
+            if infrastructure.is_infrastructure(exc):  # the disk, not the call: the run stops (resumably)
+                raise
+            error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
         except Exception as exc:  # a tool bug or an environment failure: reported, never raised into the loop
             error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
+        if not ok and (why := self._infrastructure(error, result)):
+            raise why
         wall = time.monotonic() - t0
         if cost.wall_seconds == 0:
             cost = cost.model_copy(update={"wall_seconds": wall})

@@ -17,6 +17,7 @@ from .bench import known_failure
 from .context import FlagValue, ServerState, ToolContext
 from .diagnose import Diagnosis, MoEShape, classify, moe_fallbacks, workspace_relative
 from .git_ops import pristine_text
+from .infrastructure import is_infrastructure
 from .weight_suspects import Suspects, suspects_in_workspace
 
 # Variables that make a process load or run code other than the engine's (the dynamic loader's, interpreters'
@@ -131,6 +132,8 @@ def launch_server(ctx: ToolContext, args: LaunchInput) -> LaunchResult:
         try:
             argv = _with_pristine(ctx, argv, args.pristine, n)
         except (ValueError, OSError) as exc:
+            if is_infrastructure(exc):  # the disk under the view, not the files asked for: the run stops
+                raise
             return LaunchResult(ok=False, status="crashed", summary=f"cannot launch with pristine files: {exc}")
     log = ctx.run_dir / "logs" / f"server-{n:03d}.log"
     log.parent.mkdir(parents=True, exist_ok=True)

@@ -60,11 +60,51 @@ def test_a_transient_error_that_persists_fails_after_the_retries(make_runner):
     assert (sandbox.root / "a.txt").read_text() == "alpha\n"
 
 
-def test_a_full_disk_is_not_retried(make_runner):
-    runner, sandbox = make_runner(errno.ENOSPC, fail=1)
-    rec = runner.call("edit_file", {"path": "a.txt", "old": "alpha", "new": "beta"})
-    assert not rec.ok and "ENOSPC" in rec.error and rec.retried == []
-    assert sandbox.writes == 1
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS, errno.EIO, errno.EDQUOT])
+def test_a_full_or_failing_disk_is_not_retried_nor_recorded_it_stops_the_run(make_runner, code):
+    """The storage's failure is not the call's: it is raised (the run stops, exit 5), never recorded as a failed
+    edit a policy would reason about, and the file is as it was."""
+    runner, sandbox = make_runner(code, fail=1)
+    recorded = []
+    runner.on_call = recorded.append
+    with pytest.raises(OSError) as raised:
+        runner.call("edit_file", {"path": "a.txt", "old": "alpha", "new": "beta"})
+    assert raised.value.errno == code and recorded == [] and sandbox.writes == 1
+    assert (sandbox.root / "a.txt").read_text() == "alpha\n"
+
+
+def test_a_failed_call_quoting_a_disk_error_stops_the_run(make_runner, monkeypatch):
+    """An engine, a benchmark or git that failed on the disk prints the C library's words; the call that carries
+    them back is the infrastructure's failure, not the engine's."""
+    from tools.server import LaunchResult
+
+    runner, _ = make_runner(errno.EBUSY, fail=0)
+
+    def crashed(ctx, args):
+        return LaunchResult(ok=False, status="crashed", exit_code=1, summary="crashed (exit 1): unknown",
+                            log_tail=["  File \"x.py\", line 3, in save", "OSError: [Errno 28] No space left on device: "
+                                      "'/root/.triton/cache/x.json'"])  # fmt: skip
+
+    tool = runner.tools["launch_server"]
+    monkeypatch.setitem(runner.tools, "launch_server", type(tool)(**{**tool.__dict__, "fn": crashed}))
+    with pytest.raises(OSError) as raised:
+        runner.call("launch_server", {"flags": {}})
+    assert raised.value.errno == errno.ENOSPC and "triton" in raised.value.strerror
+
+
+def test_a_failed_call_on_a_full_run_folder_stops_the_run(make_runner, monkeypatch):
+    """A program that could not even write its log leaves nothing to quote: a call that failed while the run's
+    file system is full failed for it."""
+    from tools import infrastructure
+
+    runner, _ = make_runner(errno.EBUSY, fail=0)
+    rec = runner.call("read_file", {"path": "missing.txt"})
+    assert not rec.ok  # a failed call on a disk with room: the call's own failure
+    monkeypatch.setattr(infrastructure, "FULL_BELOW_BYTES", 1 << 62)  # every file system is "full"
+    with pytest.raises(OSError) as raised:
+        runner.call("read_file", {"path": "missing.txt"})
+    assert raised.value.errno == errno.ENOSPC
+    assert runner.call("read_file", {"path": "a.txt"}).ok  # a call that worked is the call's, full or not
 
 
 def test_a_tool_not_safe_to_repeat_is_not_retried(make_runner, monkeypatch):
