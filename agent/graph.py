@@ -57,7 +57,7 @@ def build_graph(run: Run):
             elif record.tool == "launch_server" and record.ok and run.ctx.server is None:
                 # killed after this launch was recorded: its server went with the old process, and the calls
                 # after it need one (the trace keeps the first launch's figures, the relaunch is its own call)
-                run.call(call.model_copy(update={"call_id": f"{call.call_id}-resumed"}))
+                run.call(call.model_copy(update={"call_id": run.resumed_id(call.call_id)}))
             observations.append(Observation(call_id=record.call_id, tool=record.tool, args=record.input,
                                             ok=record.ok, error=record.error, result=record.result,
                                             step=state.step))  # fmt: skip
@@ -93,9 +93,11 @@ def build_graph(run: Run):
                 if state.server_flags != trial.flags or run.ctx.server is None:
                     # a resumed run (killed between the benchmark and this check) or a policy that stopped the
                     # server: the candidate is still checked, on its own configuration launched again
+                    cid = f"s{state.step}relaunch{trial.id}"
+                    if run.recorded(cid) is not None and run.ctx.server is None:
+                        cid = run.resumed_id(cid)  # killed after this relaunch: its server went with the process
                     rec = run.call_tool("launch_server", {"flags": trial.flags, "env": trial.env,
-                                                          "pristine": trial.pristine},
-                                        call_id=f"s{state.step}relaunch{trial.id}")  # fmt: skip
+                                                          "pristine": trial.pristine}, call_id=cid)  # fmt: skip
                     budget = run.charge(budget, rec)
                     if rec.ok:
                         update.update(server_flags=trial.flags, server_env=trial.env)
@@ -212,6 +214,22 @@ def saved_state(run_dir: Path, run_id: str, step: int | None = None) -> AgentSta
     return states[-1] if states else None
 
 
+def _server_again(run: Run, state: AgentState) -> dict[str, Any]:
+    """The state's server on resume. The previous process may have died with a server up: it went with the
+    process, so the configuration the state says is up is launched again, as it was launched (flags, environment,
+    files as released), as the run's own call (not a trial: the state already counts it). If that fails, the state
+    forgets the server and the policy decides from there."""
+    if state.server_flags is None or run.ctx.server is not None:
+        return {"server_flags": state.server_flags, "server_env": state.server_env}
+    trial = next((t for t in reversed(state.trials) if t.status == "up" and t.flags == state.server_flags
+                  and t.env == state.server_env), None)  # fmt: skip
+    args = {"flags": state.server_flags, "env": state.server_env, "pristine": trial.pristine if trial else []}
+    rec = run.runner.call("launch_server", args, call_id=run.resumed_id(f"s{state.step}server"))
+    if not rec.ok:
+        return {"server_flags": None, "server_env": {}, "budget": run.charge(state.budget, rec)}
+    return {"budget": run.charge(state.budget, rec)}
+
+
 def execute(run: Run, resume: bool = False, on_step=None) -> AgentState:
     """Run (or resume) the graph to the end; ``on_step(state)`` after every node, for progress display."""
     saver = checkpointer(run.run_dir)
@@ -221,8 +239,7 @@ def execute(run: Run, resume: bool = False, on_step=None) -> AgentState:
     if not resume or graph.get_state(config).values in (None, {}):
         start = AgentState(run_id=run.run_id, task_path=str(run.task_path))
     else:
-        # the previous process may have died with a server up: it is gone now, so forget it
-        graph.update_state(config, {"server_flags": None, "server_env": {}})
+        graph.update_state(config, _server_again(run, AgentState.model_validate(graph.get_state(config).values)))
     t0 = time.monotonic()
     final: dict[str, Any] = {}
     for values in graph.stream(start, config, stream_mode="values", durability="sync"):

@@ -229,6 +229,16 @@ class Run:
         """A call the trace already holds (a resumed run does not redo it)."""
         return self._recorded.get(call_id) if call_id else None
 
+    def resumed_id(self, call_id: str) -> str:
+        """The id of a launch made again after a resume, for the recorded launch ``call_id`` whose server went with
+        the killed process: ``<id>-resumed``, or ``<id>-<n>-resumed`` when an earlier resume made that one too (the
+        trace holds every call once, however often a run is killed at the same point)."""
+        cid, n = f"{call_id}-resumed", 1
+        while self.recorded(cid) is not None:
+            n += 1
+            cid = f"{call_id}-{n}-resumed"
+        return cid
+
     def call(self, call: Call) -> ToolCallRecord:
         args = call.args.get("__raw_arguments__", call.args) if isinstance(call.args, dict) else call.args
         return self.runner.call(call.tool, args, call_id=call.call_id)
