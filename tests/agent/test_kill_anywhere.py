@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -66,13 +67,15 @@ def killed_then_resumed(root: Path, task: Path, run_id: str, *, events: int) -> 
 
 
 def end_state(run_dir: Path) -> dict:
-    """What an interruption must not change."""
+    """What an interruption must not change: the outcome, the commits, and every trial with its figures (a
+    relaunch after a resume is the run's own call, never a trial)."""
     summary = json.loads((run_dir / "summary.json").read_text())
     return {
         "finish_reason": summary["finish_reason"],
         "achieved": {k: v["achieved"] for k, v in summary["targets"].items()},
         "commits": [c["title"] for c in summary["commits"]],
         "best_flags": (summary.get("best_config") or {}).get("flags"),
+        "trials": [(t["status"], t["flags"], t["metrics"]) for t in summary["trials"]],
     }
 
 
@@ -98,6 +101,29 @@ def reference(short_run_root) -> tuple[Path, dict, int]:
 def kill_points(total: int) -> list[int]:
     rng = random.Random(SEED)
     return sorted(rng.randint(2, total - 1) for _ in range(POINTS))
+
+
+def relaunch_window(run_dir: Path) -> int:
+    """The trace events up to the first launch that came up after a crash (the engine fix's launch): killed
+    there, the process takes a server with it that the run's state says is up."""
+    events = read_trace(run_dir / "trace.jsonl")
+    crashed = False
+    for i, e in enumerate(events):
+        if e.kind == "tool_call" and e.tool == "launch_server":
+            if e.ok and crashed:
+                return i + 1
+            crashed = crashed or not e.ok
+    raise AssertionError("the reference run has no launch that came up after a crash")
+
+
+def test_killed_with_a_server_up_ends_as_an_uninterrupted_run(reference, tmp_path):
+    """The relaunch window: killed right after a launch came up, the resumed run launches that server again as
+    its own call (not a trial), and measures it as the uninterrupted run did."""
+    run_dir, expected, _ = reference
+    point = relaunch_window(run_dir)
+    killed = killed_then_resumed(tmp_path, stopping_at_the_targets(tmp_path, TASK), "killed", events=point)
+    assert end_state(killed) == expected, f"killed after {point} trace events, with a server up"
+    check_clean(killed)
 
 
 @pytest.mark.parametrize("nth", range(POINTS))
@@ -131,6 +157,82 @@ def killed_between_the_summary_and_the_end_of_the_trace(root: Path, run_id: str)
     assert Counter(e.kind for e in read_trace(trace))["run_finished"] == 1
     again = agent(root, "resume", run_id)  # now it is finished, and says so
     assert again.returncode == 0 and "finished already" in again.stdout
+
+
+def _mount_tmpfs(where: Path, size: str) -> None:
+    where.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs CAP_SYS_ADMIN): {proc.stderr.decode().strip()}")
+
+
+def _fill(folder: Path) -> Path:
+    """Take every free byte of ``folder``'s file system; returns the file that holds them."""
+    filler = folder / "filler"
+    with filler.open("wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * (8 << 20))
+        except OSError:
+            pass
+    return filler
+
+
+def filled_then_resumed(root: Path, task: Path, run_id: str, *, events: int) -> tuple[Path, str]:
+    """``agent run`` on a small file system of its own, filled up once the run's trace holds ``events`` events,
+    then ``agent resume``d once space is freed. Returns the run's folder and what the filled run printed."""
+    runs = root / "runs"
+    _mount_tmpfs(runs, "400m")
+    env = {**os.environ, "DAYZERO_MIN_FREE_MB": "100"}
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", "from agent.cli import app; app()", "run", str(task),
+                                 "--policy", "playbook", "--run-id", run_id], cwd=root, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+        trace = runs / run_id / "trace.jsonl"
+        while proc.poll() is None and _lines(trace) < events:
+            time.sleep(0.02)
+        filler = _fill(runs)
+        printed, _ = proc.communicate(timeout=600)
+        assert proc.returncode == 5, printed[-3000:]
+        filler.unlink()
+        resumed = agent(root, "resume", run_id, env=env)
+        assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+        kept = root / "kept"
+        shutil.copytree(runs / run_id, kept, symlinks=True, ignore=shutil.ignore_patterns("workspace"))
+        return kept, printed
+    finally:
+        subprocess.run(["umount", "-l", str(runs)], capture_output=True)
+
+
+def pristine_launch(run_dir: Path) -> int:
+    """The trace events before the first launch with files as released (a view of the workspace is written)."""
+    events = read_trace(run_dir / "trace.jsonl")
+    return next(i for i, e in enumerate(events) if e.kind == "tool_call" and e.tool == "launch_server"
+                and e.input.get("pristine"))  # fmt: skip
+
+
+def test_a_disk_filled_anywhere_stops_the_run_and_resume_ends_as_an_uninterrupted_run(reference, tmp_path):
+    """The runs folder fills up (here: as the launch that checks an engine fix writes its view of the released
+    files, where a full disk once passed for an engine crash and the resumed run dropped a verified fix): the run
+    stops in one line naming the infrastructure, exit 5, no call recorded for what the disk broke; once space is
+    freed, ``agent resume`` ends where the uninterrupted run ends, commit for commit. ``DAYZERO_DISK_POINTS=N``
+    fills it at N more points drawn like the kill points."""
+    run_dir, expected, total = reference
+    points = [pristine_launch(run_dir)] + [random.Random(SEED + 2 + n).randint(2, total - 1)
+                                           for n in range(int(os.environ.get("DAYZERO_DISK_POINTS", "0")))]  # fmt: skip
+    task = stopping_at_the_targets(tmp_path, TASK)
+    for n, point in enumerate(points):
+        root = tmp_path / f"filled-{n}"
+        root.mkdir()
+        kept, printed = filled_then_resumed(root, task, "full", events=point)
+        errors = [ln for ln in printed.splitlines() if ln.startswith("error:")]
+        assert len(errors) == 1 and "infrastructure failure" in errors[0] and "agent resume full" in errors[0], printed
+        assert "Traceback" not in printed
+        assert end_state(kept) == expected, f"filled after {point} of {total} trace events"
+        events = read_trace(kept / "trace.jsonl")
+        assert Counter(e.kind for e in events)["run_finished"] == 1
+        assert all(n == 1 for n in Counter(e.call_id for e in events if e.kind == "tool_call").values())
+        assert not any("No space left" in (e.error or "") for e in events if e.kind == "tool_call")
 
 
 def single_stream_stage(path: Path, **extra) -> Path:
