@@ -216,18 +216,25 @@ def saved_state(run_dir: Path, run_id: str, step: int | None = None) -> AgentSta
 
 def _server_again(run: Run, state: AgentState) -> dict[str, Any]:
     """The state's server on resume. The previous process may have died with a server up: it went with the
-    process, so the configuration the state says is up is launched again, as it was launched (flags, environment,
-    files as released), as the run's own call (not a trial: the state already counts it). If that fails, the state
-    forgets the server and the policy decides from there."""
-    if state.server_flags is None or run.ctx.server is not None:
-        return {"server_flags": state.server_flags, "server_env": state.server_env}
-    trial = next((t for t in reversed(state.trials) if t.status == "up" and t.flags == state.server_flags
-                  and t.env == state.server_env), None)  # fmt: skip
-    args = {"flags": state.server_flags, "env": state.server_env, "pristine": trial.pristine if trial else []}
+    process, so the configuration that is up by the state (its observations not yet assessed included) is
+    launched again, as it was launched (flags, environment, files as released), as the run's own call (not a
+    trial: the state already counts it). If that fails, the state forgets the server and the policy decides from
+    there."""
+    # killed between act and assess: the last calls' results are in the state, not yet what they mean
+    unassessed = bool(state.observations) and [h.call_id for h in state.history[-len(state.observations):]] != \
+        [o.call_id for o in state.observations]  # fmt: skip
+    after = apply_observations(state, run) if unassessed else \
+        {"server_flags": state.server_flags, "server_env": state.server_env, "trials": state.trials}
+    flags, env = after["server_flags"], after["server_env"]
+    if flags is None or run.ctx.server is not None:
+        return {}
+    trial = next((t for t in reversed(after["trials"]) if t.status == "up" and t.flags == flags and t.env == env), None)
+    args = {"flags": flags, "env": env, "pristine": trial.pristine if trial else []}
     rec = run.runner.call("launch_server", args, call_id=run.resumed_id(f"s{state.step}server"))
-    if not rec.ok:
-        return {"server_flags": None, "server_env": {}, "budget": run.charge(state.budget, rec)}
-    return {"budget": run.charge(state.budget, rec)}
+    update: dict[str, Any] = {"budget": run.charge(state.budget, rec)}
+    if not rec.ok and not unassessed:  # (unassessed, the assessment to come would set it again)
+        update.update(server_flags=None, server_env={})
+    return update
 
 
 def execute(run: Run, resume: bool = False, on_step=None) -> AgentState:
@@ -239,7 +246,8 @@ def execute(run: Run, resume: bool = False, on_step=None) -> AgentState:
     if not resume or graph.get_state(config).values in (None, {}):
         start = AgentState(run_id=run.run_id, task_path=str(run.task_path))
     else:
-        graph.update_state(config, _server_again(run, AgentState.model_validate(graph.get_state(config).values)))
+        if update := _server_again(run, AgentState.model_validate(graph.get_state(config).values)):
+            graph.update_state(config, update)
     t0 = time.monotonic()
     final: dict[str, Any] = {}
     for values in graph.stream(start, config, stream_mode="values", durability="sync"):

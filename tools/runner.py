@@ -74,7 +74,8 @@ class ToolRunner:
         """Why a failed call failed, when it was the storage under the run: an error of it quoted in what the call
         returned (the engine's log tail, a benchmark's or git's message), or the run's file systems full."""
         said = infrastructure.quoted("\n".join([error or "", *_strings(result)]))
-        return said or infrastructure.full([self.ctx.run_dir, self.ctx.sandbox.root])
+        paths = [self.ctx.run_dir, self.ctx.sandbox.root] if self.ctx is not None else []
+        return said or infrastructure.full(paths)
 
     def schemas(self) -> list[dict[str, Any]]:
         return [t.schema() for t in self.tools.values()]
