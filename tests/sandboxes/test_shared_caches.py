@@ -1,0 +1,231 @@
+"""The per-user caches shared by processes at once: the twin's root filesystem, the SGLang release, the weight
+loads, the stat memo, the compiled sources and the git packs. Two processes making the same entry both succeed
+and it is made once; no reader ever sees half an entry; what a killed process left is cleaned up by the next,
+never deleted through a mount. ``debootstrap`` and ``pip download`` are fakes here (the real ones take minutes
+and the network); one test imports into the real Docker engine (skipped without one, except in CI), and
+``.ci/run`` starts two real ``agent twin image`` at once."""
+
+from __future__ import annotations
+
+import json
+import marshal
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+FAKE_DEBOOTSTRAP = """#!/bin/sh
+# debootstrap --variant=minbase --include=PACKAGES SUITE TARGET, as slow as asked, and logged
+target="$4"
+echo "$$ $target" >> "$FAKE_DEBOOTSTRAP_LOG"
+[ -n "$FAKE_DEBOOTSTRAP_FAIL" ] && { echo "E: fake failure" >&2; exit 1; }
+mkdir -p "$target/usr/bin" "$target/etc" "$target/proc" "$target/opt"
+echo python > "$target/usr/bin/python3"
+sleep "${FAKE_DEBOOTSTRAP_SLEEP1:-1}"
+echo cpp > "$target/usr/bin/cpp"
+sleep "${FAKE_DEBOOTSTRAP_SLEEP2:-1}"
+echo whole > "$target/etc/debootstrap-done"
+"""
+
+
+@pytest.fixture
+def fake_debootstrap(tmp_path, monkeypatch) -> Path:
+    """A ``debootstrap`` on PATH that writes python3, then cpp, then a last file; returns its log (one line per
+    run: pid and target)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "debootstrap").write_text(FAKE_DEBOOTSTRAP)
+    (bin_dir / "debootstrap").chmod(0o755)
+    log = tmp_path / "debootstrap.log"
+    log.touch()
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_DEBOOTSTRAP_LOG", str(log))
+    monkeypatch.setenv("DAYZERO_CACHE", str(tmp_path / "cache"))
+    return log
+
+
+def python(code: str, *args: str, env: dict[str, str] | None = None, **kw) -> subprocess.Popen:
+    """``code`` run by a new Python process with this checkout first on its path."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.Popen([sys.executable, "-c", code, *args], env=env, cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kw)  # fmt: skip
+
+
+def finished(proc: subprocess.Popen, timeout: float = 120) -> tuple[int, str]:
+    out, _ = proc.communicate(timeout=timeout)
+    return proc.returncode, out
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def runs(log: Path) -> list[str]:
+    return log.read_text().splitlines()
+
+
+ROOTFS = "import sys; from pathlib import Path; from sandboxes.twin import image; image.rootfs(Path(sys.argv[1]))"
+
+
+def assert_whole_rootfs(path: Path) -> None:
+    assert (path / "usr/bin/python3").is_file() and (path / "usr/bin/cpp").is_file()
+    assert (path / "etc/debootstrap-done").read_text() == "whole\n"
+    assert not list(path.parent.glob(f".{path.name}.*")), "a half-built folder was left beside the cache"
+
+
+# --- files written whole: the weight loads, the stat memo, the compiled sources ----------------------------------
+
+
+def hammer(write: Callable[[int], None], read: Callable[[], None], writers: int = 4, rounds: int = 25) -> list[str]:
+    """``write(i)`` from several threads of one process at once (one pid: as two containers' processes can share
+    one), while ``read()`` runs again and again; returns what went wrong."""
+    problems: list[str] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            try:
+                read()
+            except FileNotFoundError:
+                pass
+            except Exception as exc:  # a half-written entry
+                problems.append(f"read: {exc!r}"[:200])
+
+    def writer(n: int) -> None:
+        for i in range(rounds):
+            try:
+                write(n * rounds + i)
+            except Exception as exc:
+                problems.append(f"write: {exc!r}"[:200])
+
+    threads = [threading.Thread(target=reader)] + [threading.Thread(target=writer, args=(n,)) for n in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads[1:]:
+        t.join()
+    stop.set()
+    threads[0].join()
+    read()  # what stays is whole
+    return problems
+
+
+def test_weight_load_entries_written_at_once_are_never_seen_half_written(tmp_path):
+    from sandboxes.twin.engine.loading import weights_cache
+
+    entry = tmp_path / "k-d.json"
+    data = {"outcome": "x" * 2_000_000}
+    problems = hammer(lambda i: weights_cache._store(tmp_path, entry.name, data, 32),
+                      lambda: json.loads(entry.read_text()))  # fmt: skip
+    assert problems == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == [entry.name]  # no file of a writer left behind
+
+
+def test_weight_load_eviction_goes_on_past_an_entry_another_process_removed(tmp_path):
+    """Another process's eviction removes an entry between the listing and its ``stat`` (here: a dangling link,
+    which lists and cannot be stat'ed): the rest are still evicted, so the cache keeps its bound."""
+    from sandboxes.twin.engine.loading import weights_cache
+
+    for i in range(10):
+        (tmp_path / f"old{i}-x.json").write_text("{}")
+        os.utime(tmp_path / f"old{i}-x.json", ns=(i * 10**9, i * 10**9))
+    (tmp_path / "gone-x.json").symlink_to(tmp_path / "nowhere")
+    weights_cache._store(tmp_path, "new-x.json", {"outcome": 1}, keep=4)
+    assert len([p for p in tmp_path.glob("*.json") if p.exists()]) == 4
+    assert (tmp_path / "new-x.json").exists()
+
+
+def test_a_writer_killed_midway_leaves_nothing_that_stays(tmp_path):
+    from sandboxes.twin import cache_files
+    from sandboxes.twin.engine.loading import weights_cache
+
+    left = cache_files.tmp_name(tmp_path / "k-d.json")
+    left.write_text('{"half')
+    os.utime(left, (time.time() - 2 * weights_cache.STALE_TMP_S,) * 2)
+    fresh = cache_files.tmp_name(tmp_path / "k-e.json")  # another process's, being written now
+    fresh.write_text('{"half')
+    weights_cache._store(tmp_path, "k-f.json", {"outcome": 1}, keep=4)
+    assert not left.exists() and fresh.exists()
+
+
+def test_stat_memos_saved_at_once_are_never_seen_half_written(tmp_path):
+    from sandboxes.twin.engine.loading.stat_memo import StatMemo
+
+    path = tmp_path / "memo.json"
+    files = {f"/some/file/{i}": [i, i, i, "0" * 64] for i in range(5_000)}
+
+    def save(i: int) -> None:
+        memo = StatMemo(None)
+        memo.path, memo.files, memo._changed = path, files, True
+        memo.save()
+
+    problems = hammer(save, lambda: json.loads(path.read_text()), rounds=15)
+    assert problems == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+def test_compiled_sources_written_at_once_are_never_seen_half_written(tmp_path, monkeypatch):
+    from sandboxes.twin.engine.loading import executor
+
+    monkeypatch.setenv("DAYZERO_CACHE", str(tmp_path / "cache"))
+    source = tmp_path / "big.py"
+    source.write_text(f"DATA = {'x' * 4_000_000!r}\n")  # a long write
+    compiled = tmp_path / "cache" / "compiled"
+    code = compile(source.read_text(), str(source), "exec")  # compiled once: the threads' time goes to writing
+    monkeypatch.setattr(executor, "parse", lambda path: None)
+    monkeypatch.setattr(executor, "compile", lambda *a, **kw: code, raising=False)
+    loads = marshal.loads
+
+    def miss(data: bytes) -> None:  # every lookup a miss: each call writes the entry
+        raise ValueError("a miss")
+
+    monkeypatch.setattr(marshal, "loads", miss)
+
+    def read() -> None:
+        for p in compiled.glob("*.bin"):
+            loads(p.read_bytes())
+
+    assert hammer(lambda i: executor._compiled(source), read, rounds=15) == []
+    assert [p.suffix for p in compiled.iterdir()] in ([".bin"], [])
+
+
+# --- git packs ------------------------------------------------------------------------------------------------
+
+KEEP = """
+import sys
+from pathlib import Path
+from sandboxes import git_packs
+git_packs.keep(Path(sys.argv[1]), sys.argv[2])
+"""
+
+
+def test_two_processes_keeping_the_same_pack_leave_one_whole_pack(tmp_path, monkeypatch):
+    """Already safe before this change (a private folder renamed into place); kept as its check."""
+    from tests.sandboxes.conftest import make_source
+
+    monkeypatch.setenv("DAYZERO_CACHE", str(tmp_path / "cache"))
+    repos = []
+    for i in range(2):
+        repo = make_source(tmp_path / f"repo{i}", {f"pkg/m{j}.py": f"V = {j}\n" * 200 for j in range(300)})
+        for args in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x"]):
+            subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+        repos.append(repo)
+    procs = [python(KEEP, str(repo), "samekey") for repo in repos]
+    for proc in procs:
+        code, out = finished(proc)
+        assert code == 0, out
+    root = tmp_path / "cache" / "git-packs"
+    assert sorted(p.name for p in root.iterdir()) == ["samekey"]  # no half-written pack left beside it
+    kept = root / "samekey"
+    idx = next(kept.glob("*.idx"))
+    listed = subprocess.run(["git", "verify-pack", "-v", str(idx)], capture_output=True, text=True, check=True)
+    assert listed.stdout.count(" blob ") == 300
