@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -81,6 +82,79 @@ def assert_whole_rootfs(path: Path) -> None:
     assert (path / "usr/bin/python3").is_file() and (path / "usr/bin/cpp").is_file()
     assert (path / "etc/debootstrap-done").read_text() == "whole\n"
     assert not list(path.parent.glob(f".{path.name}.*")), "a half-built folder was left beside the cache"
+
+
+# --- the SGLang release ---------------------------------------------------------------------------------------
+
+VERSION = "9.9.9"
+
+FAKE_PIP = """
+import os, sys, time, zipfile
+from pathlib import Path
+from sandboxes.twin.workspace import release
+
+real_run = release.subprocess.run
+
+def fake_run(cmd, **kw):
+    if cmd[1:4] != ["-m", "pip", "download"]:
+        return real_run(cmd, **kw)
+    into = Path(cmd[cmd.index("-d") + 1])
+    with open(os.environ["FAKE_PIP_LOG"], "a") as log:
+        log.write(f"{os.getpid()}\\n")
+    wheel = into / "sglang-9.9.9-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("sglang/__init__.py", "VERSION = '9.9.9'\\n")
+        for i in range(200):
+            zf.writestr(f"sglang/srt/mod{i}.py", "x = 1\\n" * 200)
+    if os.environ.get("FAKE_PIP_HANG"):  # killed here: half the wheel written where pip was told to write it
+        data = wheel.read_bytes()
+        wheel.write_bytes(data[: len(data) // 2])
+        Path(os.environ["FAKE_PIP_HANG"]).touch()
+        time.sleep(600)
+    time.sleep(float(os.environ.get("FAKE_PIP_SLEEP", "0")))
+    return release.subprocess.CompletedProcess(cmd, 0, "", "")
+
+release.subprocess.run = fake_run
+got = release.release_tree("9.9.9")
+print(type(got).__name__, getattr(got, "reason", ""))
+"""
+
+
+@pytest.fixture
+def fake_pip(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("DAYZERO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("DAYZERO_SGLANG_SOURCE", raising=False)
+    log = tmp_path / "pip.log"
+    log.touch()
+    monkeypatch.setenv("FAKE_PIP_LOG", str(log))
+    return log
+
+
+def test_two_processes_unpack_a_release_once_and_both_get_it_whole(tmp_path, fake_pip):
+    procs = [python(FAKE_PIP, env={"FAKE_PIP_SLEEP": "1"}) for _ in range(2)]
+    for proc in procs:
+        code, out = finished(proc)
+        assert code == 0 and out.startswith("ReleaseTree"), out
+    assert len(runs(fake_pip)) == 1
+    tree = tmp_path / "cache" / "sglang" / VERSION / "tree" / "sglang"
+    assert len(list((tree / "srt").iterdir())) == 200
+
+
+def test_a_download_killed_midway_is_never_taken_for_the_wheel(tmp_path, fake_pip):
+    """pip killed while it writes the wheel: the next run downloads it again and gets the real release (before,
+    it found the half wheel, could not unpack it and fell back to the bundled excerpt)."""
+    hung = tmp_path / "hung"
+    first = python(FAKE_PIP, env={"FAKE_PIP_HANG": str(hung)})
+    wait_for(hung.exists)
+    first.kill()
+    first.wait()
+    code, out = finished(python(FAKE_PIP))
+    assert code == 0 and out.startswith("ReleaseTree"), out
+    d = tmp_path / "cache" / "sglang" / VERSION
+    assert len(runs(fake_pip)) == 2
+    assert [p.name for p in d.glob("*.whl")] == ["sglang-9.9.9-py3-none-any.whl"]
+    assert zipfile.is_zipfile(next(d.glob("*.whl")))
+    assert not list(d.glob(".download.*"))  # the killed download's folder is gone
 
 
 # --- files written whole: the weight loads, the stat memo, the compiled sources ----------------------------------
