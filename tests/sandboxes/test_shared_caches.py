@@ -7,13 +7,17 @@ and the network); one test imports into the real Docker engine (skipped without 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import marshal
 import os
+import signal
 import subprocess
 import sys
+import tarfile
 import threading
 import time
+import uuid
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -82,6 +86,147 @@ def assert_whole_rootfs(path: Path) -> None:
     assert (path / "usr/bin/python3").is_file() and (path / "usr/bin/cpp").is_file()
     assert (path / "etc/debootstrap-done").read_text() == "whole\n"
     assert not list(path.parent.glob(f".{path.name}.*")), "a half-built folder was left beside the cache"
+
+
+# --- the twin's root filesystem -------------------------------------------------------------------------------
+
+
+def test_two_rootfs_builds_at_once_build_it_once_and_both_get_it_whole(tmp_path, fake_debootstrap):
+    cache = tmp_path / "cache" / "twin-rootfs"
+    procs = [python(ROOTFS, str(cache)) for _ in range(2)]
+    for proc in procs:
+        code, out = finished(proc)
+        assert code == 0, out
+    assert len(runs(fake_debootstrap)) == 1  # the second waited for the first and used its root filesystem
+    assert_whole_rootfs(cache)
+
+
+@pytest.mark.parametrize("kill", ["process group", "parent only"])
+def test_a_build_killed_midway_is_cleaned_up_and_built_again(tmp_path, fake_debootstrap, kill):
+    """Killed after debootstrap wrote python3 and cpp, before it finished: the next build must not take that for
+    a root filesystem. With the parent only killed, debootstrap goes on (holding the lock it inherited): the next
+    build waits for it to end, then removes its folder."""
+    cache = tmp_path / "cache" / "twin-rootfs"
+    slow = {"FAKE_DEBOOTSTRAP_SLEEP1": "0", "FAKE_DEBOOTSTRAP_SLEEP2": "60" if kill == "process group" else "3"}
+    first = python(ROOTFS, str(cache), env=slow, start_new_session=True)
+    wait_for(lambda: bool(runs(fake_debootstrap)))
+    target = Path(runs(fake_debootstrap)[0].split(" ", 1)[1])
+    wait_for(lambda: (target / "usr/bin/cpp").exists())
+    if kill == "process group":
+        os.killpg(first.pid, signal.SIGKILL)
+    else:
+        first.kill()
+    first.wait()
+
+    code, out = finished(python(ROOTFS, str(cache), env={"FAKE_DEBOOTSTRAP_SLEEP1": "0", "FAKE_DEBOOTSTRAP_SLEEP2": "0"}))
+    assert code == 0, out
+    assert len(runs(fake_debootstrap)) == 2
+    assert_whole_rootfs(cache)
+    if kill == "parent only":
+        assert "waiting for another build" in out
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(first.pid, signal.SIGKILL)
+
+
+def test_a_half_built_rootfs_is_never_deleted_through_a_mount(tmp_path, fake_debootstrap, monkeypatch):
+    """A killed debootstrap leaves the host's /dev nodes (and proc/) mounted in its target: removing that folder
+    must unmount them first, never delete the host's files through them."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting needs root")
+    host = tmp_path / "host-dev-shm"  # stands for the host's /dev/shm
+    host.mkdir()
+    (host / "keep-me").write_text("the host's\n")
+    cache = tmp_path / "cache" / "twin-rootfs"
+    (cache / "dev" / "shm").mkdir(parents=True)
+    (cache / "usr" / "bin").mkdir(parents=True)
+    (cache / "usr" / "bin" / "python3").write_text("python\n")
+    if subprocess.run(["mount", "--bind", str(host), str(cache / "dev" / "shm")], capture_output=True).returncode:
+        pytest.skip("bind mounts are not allowed here")
+    monkeypatch.setenv("FAKE_DEBOOTSTRAP_FAIL", "1")
+    try:
+        code, out = finished(python(ROOTFS, str(cache)))
+        assert (host / "keep-me").read_text() == "the host's\n"
+        assert code != 0 and "fake failure" in out  # the debootstrap that failed is reported
+        assert mount_points_under(tmp_path / "cache") == []
+        assert not cache.exists() and not list(cache.parent.glob(".twin-rootfs.*"))
+    finally:  # whatever happened, nothing stays mounted for pytest's clean-up to delete through
+        for point in mount_points_under(tmp_path):
+            subprocess.run(["umount", "--lazy", point], capture_output=True)
+        assert (host / "keep-me").exists()
+
+
+def mount_points_under(path: Path) -> list[str]:
+    root = os.path.realpath(path)
+    points = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    return sorted((p for p in points if p.startswith(root + os.sep)), key=len, reverse=True)
+
+
+def test_the_image_tar_holds_the_rootfs_and_the_package_never_the_marker(tmp_path, fake_debootstrap, monkeypatch):
+    from sandboxes.twin import image
+
+    monkeypatch.setenv("FAKE_DEBOOTSTRAP_SLEEP1", "0")
+    monkeypatch.setenv("FAKE_DEBOOTSTRAP_SLEEP2", "0")
+    base = image.rootfs(tmp_path / "cache" / "twin-rootfs", log=lambda _: None)
+    (base / "opt" / "dayzero" / "sandboxes").mkdir(parents=True)  # as an older build copied it in place
+    (base / "opt" / "dayzero" / "sandboxes" / "stale.py").write_text("")
+    image.write_tar(base, tmp_path / "image.tar")
+    with tarfile.open(tmp_path / "image.tar") as tar:
+        names = tar.getnames()
+        members = {m.name: m for m in tar.getmembers()}
+    assert "./usr/bin/cpp" in names and "./etc/debootstrap-done" in names and "./workspace" in names
+    assert "./opt/dayzero/sandboxes/twin/image.py" in names and "./opt/dayzero/sandboxes/__init__.py" in names
+    assert "./.dayzero-complete" not in names and "./opt/dayzero/sandboxes/stale.py" not in names
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    assert len(names) == len(set(names))
+    assert members["./opt/dayzero/sandboxes/twin/image.py"].uid == 0
+
+
+@pytest.fixture
+def docker_engine():
+    """The engine, as the Docker tests decide: without one this skips, except in CI (CI=true)."""
+    from sandboxes.docker import docker_available
+
+    why = docker_available()
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the Docker tests: {why}")
+        pytest.skip(f"Docker tests skipped: {why}")
+    import docker
+
+    return docker.from_env()
+
+
+IMAGE = "import sys; from sandboxes.twin import image; sys.exit(image.main(sys.argv[1:]))"
+
+
+def test_two_image_builds_at_once_both_succeed_and_import_once(tmp_path, fake_debootstrap, docker_engine):
+    """Two ``agent twin image`` at once on one cache: one debootstraps and imports, the other waits and finds the
+    image made from the same files; two at once on two caches import the same tag twice, and neither fails."""
+    tag = f"dayzero-twin-locks-test:{uuid.uuid4().hex[:10]}"
+    cache = tmp_path / "cache" / "twin-rootfs"
+    try:
+        procs = [python(IMAGE, "--tag", tag, "--rootfs", str(cache)) for _ in range(2)]
+        outs = []
+        for proc in procs:
+            code, out = finished(proc, timeout=300)
+            assert code == 0, out
+            outs.append(out)
+        assert len(runs(fake_debootstrap)) == 1
+        assert sum("importing" in out for out in outs) == 1, outs
+        assert sum("up to date" in out for out in outs) == 1, outs
+        made = docker_engine.images.get(tag)
+        assert made.labels["org.dayzero.simulated"] == "true" and made.labels["org.dayzero.twin-build"]
+        assert all(out.strip().endswith(made.id[:19]) for out in outs)
+
+        others = [python(IMAGE, "--tag", tag, "--rootfs", str(tmp_path / f"other{i}" / "twin-rootfs"),
+                         env={"FAKE_DEBOOTSTRAP_SLEEP1": "0", "FAKE_DEBOOTSTRAP_SLEEP2": "0"}) for i in range(2)]  # fmt: skip
+        for proc in others:
+            code, out = finished(proc, timeout=300)
+            assert code == 0 and "importing" in out, out
+        assert len(runs(fake_debootstrap)) == 3
+    finally:
+        with contextlib.suppress(Exception):
+            docker_engine.images.remove(tag, force=True)
 
 
 # --- the SGLang release ---------------------------------------------------------------------------------------
