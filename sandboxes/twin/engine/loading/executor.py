@@ -140,8 +140,8 @@ def _compiled(path: Path, names: list[str] | None = None) -> types.CodeType:
     the per-user cache by the file's contents: a file of the release compiles once per user, an edited one again."""
     import hashlib
     import marshal
-    import os
 
+    from ... import cache_files
     from ...workspace.release import cache_dir
 
     data = path.read_bytes()
@@ -156,9 +156,7 @@ def _compiled(path: Path, names: list[str] | None = None) -> types.CodeType:
     code = compile(tree, str(path), "exec", flags=_FUTURE_ANNOTATIONS, dont_inherit=True)
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cached.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(marshal.dumps(code))
-        os.replace(tmp, cached)
+        cache_files.write_atomic(cached, marshal.dumps(code))  # a name of its own, renamed: never half-read
     except OSError:
         pass
     return code

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ... import cache_files
+
 RACY_NS = 2_000_000_000  # what was modified this close to the moment it was looked at is looked at again
 
 
@@ -92,8 +94,6 @@ class StatMemo:
         """Write what changed (atomically; another launch's write may win, which only costs it a re-read)."""
         if self.path is None or not self._changed:
             return
-        with contextlib.suppress(OSError):
-            tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps({"files": self.files, "listings": self.listings}))
-            os.replace(tmp, self.path)
+        with contextlib.suppress(OSError):  # a name of its own: two launches saving at once never mix their writes
+            cache_files.write_atomic(self.path, json.dumps({"files": self.files, "listings": self.listings}))
             self._changed = False

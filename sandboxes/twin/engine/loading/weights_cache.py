@@ -28,10 +28,11 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ... import cache_files
 from ...workspace import release
 from .. import tracebacks
 from . import pure_code
@@ -293,17 +294,30 @@ def _entries(folder: Path | None, key: str) -> list[Path]:
         return []
 
 
+STALE_TMP_S = 3600  # a file still being written after this long was left by a process that died
+
+
 def _store(folder: Path | None, name: str, data: dict[str, Any], keep: int) -> None:
+    """Write the entry whole (a name of its own, renamed into place: concurrent writers of one entry never write
+    into each other's file), then evict the least recently used beyond ``keep``. A reader whose entry is evicted
+    meanwhile has read it whole or finds none (a miss); an entry another process evicts is simply skipped."""
     if folder is None:
         return
-    entry = folder / name
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        tmp = entry.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, entry)
-        old = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
-        for p in old[:-keep]:
-            p.unlink(missing_ok=True)
+        cache_files.write_atomic(folder / name, json.dumps(data))
     except OSError:
-        pass
+        return
+    with contextlib.suppress(OSError):
+        cache_files.remove_stale_tmps(folder, STALE_TMP_S)
+        for p in _least_recent(folder.glob("*.json"))[:-keep]:
+            p.unlink(missing_ok=True)
+
+
+def _least_recent(paths: Iterator[Path]) -> list[Path]:
+    """``paths`` from the least recently used, those another process deleted meanwhile left out."""
+    seen = []
+    for p in paths:
+        with contextlib.suppress(OSError):
+            seen.append((p.stat().st_mtime_ns, p))
+    return [p for _, p in sorted(seen)]
