@@ -229,7 +229,7 @@ def run(
         spec = load_task(task)
         note = check_replay_trace(replay, task, force) if replay else None
         priors = [str(RUNS / p) if (RUNS / p).is_dir() else p for p in prior or []]
-        for p in priors:  # checked before the run exists: a bad prior leaves nothing behind
+        for p in priors:  # checked before the run exists, named as given (preflight checks them too, and on resume)
             load_prior(Path(p), spec, task)
         extra_body = _json_object(llm_extra_body, "--llm-extra-body") if llm_extra_body else None
         options = RunOptions(run_id=run_id or new_run_id(spec), task_path=str(task.resolve()), sandbox=sandbox,

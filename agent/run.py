@@ -1,11 +1,12 @@
 """One run's live objects and files: ``runs/<run-id>/`` with its options, trace, workspace and reports.
 
 ``Run.create`` starts a run from a task file; ``Run.open`` rebuilds the same objects for ``agent resume``.
-Both check everything a run needs first (:func:`preflight`: the run id, the task, its scenario, the policy and
-its replay trace or API key, the Docker engine and image, a writable runs folder with free space): a problem is
-a :class:`RunError` of one line and nothing is created. The graph's state lives in ``checkpoints.sqlite``; this
-module holds what cannot be checkpointed (the sandbox, the tools, the policy, the trace writer) and writes the
-end-of-run reports, the outcome among them (``summary.json``'s ``outcome``: words and the exit code).
+Both check everything a run needs first (:func:`preflight`: the run id, the task, its scenario, eval datasets
+and prior runs, the policy and its replay trace or API key, the Docker engine and image, a writable runs folder
+with free space): a problem is a :class:`RunError` of one line and nothing is created. The graph's state lives
+in ``checkpoints.sqlite``; this module holds what cannot be checkpointed (the sandbox, the tools, the policy, the
+trace writer) and writes the end-of-run reports, the outcome among them (``summary.json``'s ``outcome``: words
+and the exit code).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pydantic import BaseModel
 
 from sandboxes.base import Sandbox, SandboxError
 from sandboxes.select import SandboxChoice, choose, open_workspace
+from tasks import limits
 from tasks.spec import TaskError, TaskSpec, load_task
 from tools.context import ToolContext
 from tools.runner import ToolCallRecord, ToolRunner
@@ -281,12 +283,18 @@ class Run:
 
 def preflight(options: RunOptions, runs_dir: Path = RUNS_DIR, fresh: bool = True) -> TaskSpec:
     """Everything a run needs, checked before anything is created: the run id, the task file, the sandbox
-    and executor asked for, the twin scenario (or the sources on a real node), the policy with its replay trace
-    or API key, the Docker engine and image, and a runs folder that is writable with free space. Returns the
-    task; raises :class:`RunError` (one line) otherwise."""
+    and executor asked for, the twin scenario (or the sources on a real node), the eval datasets, the prior runs
+    (``--prior``), the policy with its replay trace or API key, the Docker engine and image, and a runs folder
+    that is writable with free space. Every file is read with bounds and never quoted (``tasks/limits.py``,
+    ``sandboxes/twin/safe_input.py``). Returns the task; raises :class:`RunError` (one line) otherwise."""
     check_run_id(options.run_id)
     if fresh and (runs_dir / options.run_id).exists():
         raise RunError(f"run {options.run_id} exists; use: agent resume {options.run_id}")
+    if options.max_trials is not None and not 0 < options.max_trials <= limits.TRIALS:
+        raise RunError(f"--max-trials {options.max_trials}: give 1 to {limits.TRIALS}")
+    if options.llm_timeout_s is not None and not 0 < options.llm_timeout_s <= limits.TIMEOUT_S:
+        raise RunError(f"--llm-timeout {options.llm_timeout_s:g}: give a number of seconds up to {limits.TIMEOUT_S} "
+                       "(a week)")  # fmt: skip
     task_path = Path(options.task_path)
     try:
         task = load_task(task_path)
@@ -323,6 +331,21 @@ def preflight(options: RunOptions, runs_dir: Path = RUNS_DIR, fresh: bool = True
         for name, path in task.workspace.sources.items():
             if not Path(path).is_dir():
                 raise RunError(f"{task_path}: workspace.sources.{name}: {path} is not a directory")
+    from tools.evals import DatasetError, load_dataset
+
+    for name, suite in task.evals.items():  # read whole only when the eval runs: found bad here, not then
+        try:
+            load_dataset(suite.dataset, suite.few_shot)
+        except DatasetError as exc:
+            raise RunError(f"{task_path}: evals.{name}.dataset: {exc}") from None
+    from .prior import PriorError, load_prior
+
+    for p in options.prior:  # a resumed run whose memo holds them does not need its priors any more
+        if fresh or Path(p).exists():
+            try:
+                load_prior(Path(p), task, task_path)
+            except PriorError as exc:
+                raise RunError(str(exc)) from None
     from .policies.factory import PolicyError, make_policy
 
     try:
@@ -400,10 +423,11 @@ def _as_run_error(exc: BaseException, what: str) -> BaseException:
     from sandboxes.twin.scenario import ScenarioError
 
     from .policies.factory import PolicyError
+    from .prior import PriorError
 
     if isinstance(exc, RunError):
         return exc
-    if isinstance(exc, TaskError | ScenarioError | PolicyError):
+    if isinstance(exc, TaskError | ScenarioError | PolicyError | PriorError):
         return RunError(f"{what}: {exc}")
     if isinstance(exc, OSError):
         where = f" ({exc.filename})" if exc.filename else ""

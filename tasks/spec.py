@@ -4,21 +4,64 @@ A task is a YAML file validated by the pydantic models below. ``load_task`` turn
 ``TaskError`` whose message is one line naming the file, the line and the field, e.g.
 ``tasks/x.yaml:23: targets[0].min: Input should be a valid number``. A problem in a value a task inherits
 (``extends:``) is reported at the file and line that wrote it. Duplicate keys and non-finite numbers (``.nan``,
-``.inf``) are refused. Every path a task names (``extends``, a scenario file, ``workspace.sources``, a Docker
-mount's host side, an eval's dataset) is relative to the file that names it; ``load_task`` makes them absolute.
+``.inf``) are refused, and so is any number, text or list past its bound (``tasks/limits.py``: ``gpus: 1e30`` or
+a 1 MB name does not start a run). A task file is read only when it is a regular file of at most 1 MiB, as YAML
+whose aliases cannot expand it past ``MAX_YAML_NODES`` values (``sandboxes/twin/safe_input.py``); no message
+quotes a file that is not a task. Every path a task names (``extends``, a scenario file, ``workspace.sources``, a
+Docker mount's host side, an eval's dataset) is relative to the file that names it; ``load_task`` makes them
+absolute. The files it names are checked before a run exists (``agent/run.py``: ``preflight``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from sandboxes.twin.safe_input import InputFileError, load_yaml, plain, read_text
+
+from . import limits as L
 
 Scalar = int | float | str | bool
+
+# texts and lists, bounded (tasks/limits.py): a 1 MB name, a million-item argv are refused
+Name = Annotated[str, Field(max_length=L.NAME)]
+Text = Annotated[str, Field(max_length=L.TEXT)]
+PathStr = Annotated[str, Field(max_length=L.PATH)]
+Arg = Annotated[str, Field(max_length=L.ARG)]
+EnvValue = Annotated[str, Field(max_length=L.ENV_VALUE)]
+Argv = Annotated[list[Arg], Field(min_length=1, max_length=L.ARGV)]
+Env = Annotated[dict[Name, EnvValue], Field(max_length=L.ENTRIES)]
+
+
+def _within(bound: float) -> AfterValidator:
+    """A scalar whose number is within +-``bound`` and whose text is at most ``L.ARG`` characters."""
+
+    def check(v: Any) -> Any:
+        if isinstance(v, str) and len(v) > L.ARG:
+            raise ValueError(f"String should have at most {L.ARG} characters")
+        if isinstance(v, int | float) and not isinstance(v, bool) and abs(v) > bound:
+            raise ValueError(f"a number within +-{bound:.0e} is expected")
+        return v
+
+    return AfterValidator(check)
+
+
+Param = Annotated[Scalar, _within(L.WORKLOAD_NUMBER)]
+FlagValue = Annotated[Scalar, _within(L.FLAG_NUMBER)]
 
 
 class Strict(BaseModel):
@@ -26,35 +69,37 @@ class Strict(BaseModel):
 
 
 class ModelInfo(Strict):
-    name: str
-    architecture: str
-    quantization: str = Field(description="weight format of the checkpoint, e.g. mxfp4")
+    name: Name = Field(description=f"the checkpoint's name, e.g. a Hugging Face id (at most {L.NAME} characters)")
+    architecture: Name
+    quantization: Name = Field(description="weight format of the checkpoint, e.g. mxfp4")
 
 
 class HardwareInfo(Strict):
-    accelerator: str
-    gpus: int = Field(gt=0)
-    gpu_memory_gb: float | None = None
+    accelerator: Name
+    gpus: int = Field(gt=0, le=L.GPUS, description=f"GPUs of the node (at most {L.GPUS})")
+    gpu_memory_gb: float | None = Field(None, gt=0, le=L.GPU_MEMORY_GB, description=(
+        f"memory of one GPU in GB (at most {L.GPU_MEMORY_GB})"))
 
 
 class DockerSpec(Strict):
     """How containers are started. Defaults are AMD's recipe for the SGLang ROCm image; a task overrides any."""
 
-    image: str = "lmsysorg/sglang:v0.5.12-rocm700-mi35x"
+    image: Arg = "lmsysorg/sglang:v0.5.12-rocm700-mi35x"
     engine: Literal["sglang", "twin"] = "sglang"  # which engine's argv templates run in this image
-    devices: list[str] = ["/dev/kfd", "/dev/dri"]
-    group_add: list[str] = ["video"]
-    ipc_mode: str | None = "host"
-    shm_size: str = "16g"
-    cap_add: list[str] = ["SYS_PTRACE"]
-    security_opt: list[str] = ["seccomp=unconfined"]
+    devices: Annotated[list[PathStr], Field(max_length=L.ARGV)] = ["/dev/kfd", "/dev/dri"]
+    group_add: Annotated[list[Name], Field(max_length=L.ARGV)] = ["video"]
+    ipc_mode: Name | None = "host"
+    shm_size: Name = "16g"
+    cap_add: Annotated[list[Name], Field(max_length=L.ARGV)] = ["SYS_PTRACE"]
+    security_opt: Annotated[list[Arg], Field(max_length=L.ARGV)] = ["seccomp=unconfined"]
     network: Literal["bridge", "host"] = "bridge"
-    workspace_mount: str = "/workspace"
-    mounts: dict[str, str] = Field(default_factory=dict, description=(
+    workspace_mount: PathStr = "/workspace"
+    mounts: Annotated[dict[PathStr, PathStr], Field(max_length=L.ENTRIES)] = Field(default_factory=dict, description=(
         "host path -> path in the image, e.g. '{workspace}/sglang' -> /sgl-workspace/sglang; a relative host path is "
         "relative to the task file"))
-    env: dict[str, str] = {}
-    gpus: list[int] | None = Field(None, description="a GPU subset for partial-node trials (HIP_VISIBLE_DEVICES)")
+    env: Env = {}
+    gpus: Annotated[list[Annotated[int, Field(ge=0, lt=L.GPUS)]], Field(max_length=L.GPUS)] | None = Field(
+        None, description=f"a GPU subset for partial-node trials (HIP_VISIBLE_DEVICES; indices below {L.GPUS})")
 
 
 class SandboxSpec(Strict):
@@ -69,15 +114,17 @@ class EngineSpec(Strict):
     ``{port}``, ``{base_url}``, ``{output_file}``. Benchmark and tuner arguments are appended as ``--flag value``.
     """
 
-    launch: list[str] = Field(min_length=1)
-    benchmark: list[str] = Field(min_length=1)
-    tune_moe: list[str] = Field(min_length=1)
-    ready_line: str = "The server is fired up and ready to roll!"
-    startup_timeout_s: float = Field(1800, gt=0)
-    benchmark_timeout_s: float = Field(3600, gt=0, description=(
+    launch: Argv = Field(description=(
+        f"the launch command as argv: at most {L.ARGV} items of at most {L.ARG} characters (so are the others)"))
+    benchmark: Argv
+    tune_moe: Argv
+    ready_line: Arg = "The server is fired up and ready to roll!"
+    startup_timeout_s: float = Field(1800, gt=0, le=L.TIMEOUT_S, description=(
+        f"wall seconds a launch may take to become ready (at most {L.TIMEOUT_S}, a week)"))
+    benchmark_timeout_s: float = Field(3600, gt=0, le=L.TIMEOUT_S, description=(
         "wall seconds one benchmark run may take; past it the run is stopped, and so is the server (a hung "
-        "benchmark is usually a hung server): the next measurement launches it again"))
-    env: dict[str, str] = {}
+        "benchmark is usually a hung server): the next measurement launches it again (at most a week)"))
+    env: Env = {}
 
 
 class Engines(Strict):
@@ -86,58 +133,68 @@ class Engines(Strict):
 
 
 class TwinWorkspace(Strict):
-    scenario: str = Field("glm52_mi355x", description=(
-        "twin scenario name, or the path of a scenario YAML (relative to the task file) to materialise"))
+    scenario: PathStr = Field("glm52_mi355x", description=(
+        "twin scenario name, or the path of a scenario YAML (relative to the task file) to materialise; checked "
+        "before a run exists: a regular file of at most 4 MiB that is a scenario"))
 
 
 class WorkspaceSpec(Strict):
     """The sources the agent may patch. For a real node, paths to an SGLang checkout and the checkpoint's
     config directory; for the twin, a scenario it materialises."""
 
-    sources: dict[str, str] = {}  # name -> directory (relative to the task file)
+    sources: Annotated[dict[Name, PathStr], Field(max_length=L.ENTRIES)] = {}  # name -> directory (relative to the task file)
     twin: TwinWorkspace = TwinWorkspace()
 
 
 class Workload(Strict):
-    description: str = ""
+    description: Text = ""
     dataset: Literal["random-ids", "random", "generated-shared-prefix"]
-    params: dict[str, Scalar] = Field(default_factory=dict, description="bench_serving flags, without '--'")
-    request_rate: float | None = Field(None, gt=0, description="None: all at once (inf)")
-    max_concurrency: int | None = Field(None, gt=0)
-    duration_s: float | None = Field(None, gt=0, description="rate runs: arrivals for this long")
-    ttft_limit_ms: float | None = Field(None, gt=0, description="the knee: highest rate with TTFT p50 <= this")
-    prefix_groups: int = Field(32, gt=0, description=(
+    params: Annotated[dict[Name, Param], Field(max_length=L.ENTRIES)] = Field(default_factory=dict, description=(
+        f"bench_serving flags, without '--' (numbers within +-{L.WORKLOAD_NUMBER:.0e})"))
+    request_rate: float | None = Field(None, gt=0, le=L.REQUEST_RATE, description=(
+        f"requests per second (at most {L.REQUEST_RATE}); None: all at once (inf)"))
+    max_concurrency: int | None = Field(None, gt=0, le=L.CONCURRENCY)
+    duration_s: float | None = Field(None, gt=0, le=L.DURATION_S, description=(
+        "rate runs: arrivals for this long (at most a week)"))
+    ttft_limit_ms: float | None = Field(None, gt=0, le=L.TTFT_LIMIT_MS, description=(
+        "the knee: highest rate with TTFT p50 <= this (at most a week)"))
+    prefix_groups: int = Field(32, gt=0, le=L.PREFIX_GROUPS, description=(
         "generated-shared-prefix: how many distinct shared prefixes the prompts draw from. Fixed, so the workload "
         "keeps its shape (the prefixes a cache must hold) at every rate and run length; the prompts per group "
-        "follow from rate x duration"))
-    knee_seeds: list[int] = Field([1, 2], min_length=1, description=(
-        "benchmark seeds (bench_serving --seed) a knee is measured with: a rate counts as sustained only when the "
-        "run with every seed keeps TTFT p50 within the limit, and the figure reported is the lowest of them"))
+        f"follow from rate x duration (at most {L.PREFIX_GROUPS})"))
+    knee_seeds: Annotated[list[Annotated[int, Field(ge=0, le=L.SEED)]], Field(min_length=1, max_length=L.SEEDS)] = Field(
+        [1, 2], description=(
+            "benchmark seeds (bench_serving --seed) a knee is measured with: a rate counts as sustained only when the "
+            "run with every seed keeps TTFT p50 within the limit, and the figure reported is the lowest of them "
+            f"(at most {L.SEEDS} seeds, each 0 to 2**32-1)"))
 
 
 class Target(Strict):
-    name: str
+    name: Name
     metric: Literal["throughput_at_knee", "decode_tok_s", "output_throughput", "accuracy_delta"]
-    workload: str | None = None
-    min: float
+    workload: Name | None = None
+    min: float = Field(ge=-L.TARGET, le=L.TARGET)
 
 
 class EvalSpec(Strict):
-    dataset: str = Field(description="JSON list of {question, answer} (path relative to the task file)")
-    n: int = Field(200, gt=0)
-    max_tokens: int = Field(512, gt=0)
-    few_shot: int = Field(5, ge=0)
+    dataset: PathStr = Field(description=(
+        "JSON list of {question, answer, solution} (path relative to the task file); checked before a run exists: a "
+        "regular file of at most 64 MiB holding that list"))
+    n: int = Field(200, gt=0, le=L.EVAL_QUESTIONS)
+    max_tokens: int = Field(512, gt=0, le=L.EVAL_MAX_TOKENS)
+    few_shot: int = Field(5, ge=0, le=L.FEW_SHOT)
 
 
 class AccuracySpec(Strict):
-    suite: str
-    baseline: float | Literal["first"] = "first"
-    max_drop: float = Field(0.02, ge=0)
+    suite: Name
+    baseline: Annotated[float, Field(ge=0, le=1)] | Literal["first"] = Field("first", description=(
+        "the accuracy to hold (a fraction, 0 to 1), or 'first': the first measurement's"))
+    max_drop: float = Field(0.02, ge=0, le=1, description="the accuracy a run may lose (a fraction, 0 to 1)")
 
 
 class EnvVar(Strict):
-    value: str | None = None
-    from_env: str | None = None
+    value: EnvValue | None = None
+    from_env: Name | None = None
     secret: bool = False
 
     @model_validator(mode="after")
@@ -151,8 +208,9 @@ class EnvVar(Strict):
 
 
 class SearchSpace(Strict):
-    flags: dict[str, list[Scalar | None]] = {}  # None: the flag is left out
-    env: dict[str, list[str]] = {}
+    flags: Annotated[dict[Name, Annotated[list[FlagValue | None], Field(max_length=L.VALUES)]],
+                     Field(max_length=L.ENTRIES)] = {}  # None: the flag is left out  # fmt: skip
+    env: Annotated[dict[Name, Annotated[list[Arg], Field(max_length=L.VALUES)]], Field(max_length=L.ENTRIES)] = {}
 
     @field_validator("flags", "env")
     @classmethod
@@ -167,21 +225,22 @@ class AfterTargets(Strict):
     """What a run may still spend once every target is met: the targets are a floor, and the run keeps improving
     until this is spent (or the policy has nothing left to try)."""
 
-    node_hours: float | None = Field(None, ge=0, description=(
+    node_hours: float | None = Field(None, ge=0, le=L.NODE_HOURS, description=(
         "node-hours to spend after the targets are met; default: a quarter of budgets.node_hours (enough to measure "
         "the references that explain the win and still search); 0 stops at once"))
-    benchmark_runs: int | None = Field(None, ge=0, description=(
+    benchmark_runs: int | None = Field(None, ge=0, le=L.BENCHMARK_RUNS, description=(
         "benchmark runs to spend after the targets are met; default: no limit by count"))
 
 
 class Budgets(Strict):
-    trials: int = Field(60, gt=0)
-    wall_minutes: float = Field(30, gt=0)
-    node_hours: float = Field(24, gt=0, description="simulated on the twin, real on a node")
-    llm_tokens: int = Field(2_000_000, ge=0)
-    llm_requests: int = Field(500, gt=0, le=1_000_000, description=(
+    trials: int = Field(60, gt=0, le=L.TRIALS, description=f"launches a run may make (at most {L.TRIALS})")
+    wall_minutes: float = Field(30, gt=0, le=L.WALL_MINUTES, description="wall minutes (at most a week)")
+    node_hours: float = Field(24, gt=0, le=L.NODE_HOURS, description=(
+        f"simulated on the twin, real on a node (at most {L.NODE_HOURS})"))
+    llm_tokens: int = Field(2_000_000, ge=0, le=L.LLM_TOKENS, description=f"at most {L.LLM_TOKENS:.0e}")
+    llm_requests: int = Field(500, gt=0, le=L.LLM_REQUESTS, description=(
         "requests to the LLM endpoint a run may make, counted by the agent whatever usage the endpoint reports"))
-    tool_calls: int = Field(2_000, gt=0, le=1_000_000, description=(
+    tool_calls: int = Field(2_000, gt=0, le=L.TOOL_CALLS, description=(
         "tool calls a run may make, whatever the policy (the default task's playbook run makes about 70)"))
     after_targets: AfterTargets = Field(default_factory=AfterTargets, description=(
         "the share of the budget that buys improvements beyond the targets"))
@@ -196,35 +255,42 @@ class ReportSpec(Strict):
     """Settings of the run report (``agent/report.py``); none changes what the agent does."""
 
     gpu_hour_usd: float | None = Field(
-        None, gt=0, description="price of one GPU-hour in US dollars, for the report's cost per million output "
-        "tokens; unset: the report states that the cost needs a price instead of assuming one")  # fmt: skip
+        None, gt=0, le=L.USD, description="price of one GPU-hour in US dollars, for the report's cost per million "
+        "output tokens; unset: the report states that the cost needs a price instead of assuming one")  # fmt: skip
 
 
 class LLMSettings(Strict):
     """How the LLM policy talks to its endpoint; the command line's ``--llm-*`` options override these."""
 
-    extra_body: dict[str, Any] = Field(default_factory=dict, description=(
+    extra_body: dict[Name, Any] = Field(default_factory=dict, description=(
         "server-specific request fields sent with every chat completion (e.g. a vLLM or llama.cpp sampler "
-        "option); the openai SDK's extra_body"))
-    timeout_s: float = Field(120, gt=0, allow_inf_nan=False, description=(
-        "seconds to wait for one reply before it counts as a failed request (a hung endpoint)"))
+        f"option); the openai SDK's extra_body (at most {L.EXTRA_BODY} characters as JSON)"))
+    timeout_s: float = Field(120, gt=0, le=L.TIMEOUT_S, allow_inf_nan=False, description=(
+        "seconds to wait for one reply before it counts as a failed request (a hung endpoint; at most a week)"))
     tool_results_as: Literal["tool", "user"] = Field("tool", description=(
         "how tool results go back: 'tool' messages (the OpenAI API), or one 'user' message per turn for servers "
         "whose chat template drops tool messages"))
 
+    @field_validator("extra_body")
+    @classmethod
+    def _small(cls, v: dict[str, Any]) -> dict[str, Any]:
+        if len(json.dumps(v, default=str)) > L.EXTRA_BODY:
+            raise ValueError(f"at most {L.EXTRA_BODY} characters as JSON")
+        return v
+
 
 class TaskSpec(Strict):
-    name: str
-    description: str = ""
+    name: Name
+    description: Text = ""
     model: ModelInfo
     hardware: HardwareInfo
     sandbox: SandboxSpec = SandboxSpec()
     engines: Engines
     workspace: WorkspaceSpec = WorkspaceSpec()
-    env: dict[str, EnvVar] = {}
-    workloads: dict[str, Workload]
-    targets: list[Target] = Field(min_length=1)
-    evals: dict[str, EvalSpec] = {}
+    env: Annotated[dict[Name, EnvVar], Field(max_length=L.ENTRIES)] = {}
+    workloads: Annotated[dict[Name, Workload], Field(max_length=L.SECTIONS)]
+    targets: list[Target] = Field(min_length=1, max_length=L.SECTIONS)
+    evals: Annotated[dict[Name, EvalSpec], Field(max_length=L.SECTIONS)] = {}
     accuracy: AccuracySpec | None = None
     search_space: SearchSpace = SearchSpace()
     budgets: Budgets = Budgets()
@@ -283,20 +349,21 @@ def _duplicate_key(node: yaml.Node | None) -> yaml.Node | None:
 
 
 def _read_yaml(p: Path) -> _Source:
+    """One task file: a regular file of at most ``limits.TASK_FILE_BYTES``, YAML whose aliases stay within
+    ``limits.MAX_YAML_NODES`` values, a mapping with no duplicate key and at least one task field. No message
+    quotes the file (``agent run /etc/shadow`` does not print its first line)."""
     try:
-        text = p.read_text()
-    except OSError as exc:
-        raise TaskError(f"{p}: cannot read task file ({exc.strerror or exc})") from None
-    try:
-        node = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise TaskError(f"{p}:{mark.line + 1 if mark else 1}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+        node, data = load_yaml(read_text(p, L.TASK_FILE_BYTES))
+    except InputFileError as exc:
+        raise TaskError(f"{p}{f':{exc.line}' if exc.line else ''}: {exc}") from None
     if (dup := _duplicate_key(node)) is not None:
-        raise TaskError(f"{p}:{dup.start_mark.line + 1}: {dup.value}: duplicate key (YAML would keep only the last)")
+        key = dup.value if plain(dup.value) else f"(a key of {len(str(dup.value))} characters)"
+        raise TaskError(f"{p}:{dup.start_mark.line + 1}: {key}: duplicate key (YAML would keep only the last)")
     if not isinstance(data, dict) or node is None:
         raise TaskError(f"{p}:1: a task file is a mapping (name, model, hardware, engines, workloads, targets...)")
+    if not set(data) & (set(TaskSpec.model_fields) | {"extends"}):
+        raise TaskError(f"{p}:1: not a task file: none of its top-level keys is a task's field (name, model, "
+                        "hardware, engines, workloads, targets...)")  # fmt: skip
     return _Source(p, data, node)
 
 
@@ -361,8 +428,9 @@ def load_task(path: str | Path) -> TaskSpec:
     if "extends" in data:
         parent_name = data.pop("extends")
         line = next((k.start_mark.line + 1 for k, _ in child.node.value if k.value == "extends"), 1)
-        if not isinstance(parent_name, str) or not parent_name:
-            raise TaskError(f"{p}:{line}: extends: give the path of a task file (relative to this one)")
+        if not isinstance(parent_name, str) or not parent_name or len(parent_name) > L.PATH:
+            raise TaskError(f"{p}:{line}: extends: give the path of a task file (relative to this one; at most "
+                            f"{L.PATH} characters)")  # fmt: skip
         base_path = p.parent / os.path.expanduser(parent_name)
         if not base_path.is_file():
             raise TaskError(f"{p}:{line}: extends: no task file {base_path}")
@@ -438,7 +506,10 @@ def _locate(sources: list[_Source], loc: list[Any]) -> tuple[Path, int]:
 
 
 def _format_loc(loc: list[Any]) -> str:
+    """``a.b[0].c``; a key that is not a plain name (a line of /etc/shadow, a 1 MB key) is described, not quoted."""
     out = ""
     for part in loc:
+        if not isinstance(part, int) and not plain(part):
+            part = f"(a key of {len(str(part))} characters)"
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out

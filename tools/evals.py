@@ -1,4 +1,10 @@
-"""Accuracy against the live endpoint: GSM8K-style questions, few-shot, greedy, with a confidence interval."""
+"""Accuracy against the live endpoint: GSM8K-style questions, few-shot, greedy, with a confidence interval.
+
+A dataset is a JSON list of ``{question, answer, solution}`` (``solution``: the worked answer a few-shot example
+shows, needed by the first ``few_shot`` items). :func:`load_dataset` reads and checks it; ``agent run`` calls it
+before a run exists (``agent/run.py``: ``preflight``), so a dataset that is missing, not a regular file, over
+``tasks/limits.py``'s ``DATASET_BYTES`` or not such a list is refused in one line that quotes none of it.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from pydantic import Field
+
+from sandboxes.twin.safe_input import InputFileError, read_text
+from tasks.limits import DATASET_BYTES
 
 from .base import ToolInput, ToolResult, tool
 from .context import ToolContext
@@ -41,6 +50,41 @@ def _same(a: str | None, b: object) -> bool:
         return a is not None and abs(float(a) - float(str(b).replace(",", ""))) < 1e-6
     except ValueError:
         return False
+
+
+class DatasetError(ValueError):
+    """An eval dataset that cannot be used; the message is one line and quotes nothing of the file."""
+
+
+def load_dataset(path: str | Path, few_shot: int = 0) -> list[dict]:
+    """The questions of an eval dataset: a regular file of at most ``DATASET_BYTES``, a JSON list of objects with
+    a ``question`` (text) and an ``answer`` (a number, or a text holding one), the first ``few_shot`` with a
+    ``solution`` (text), and at least one question after them. Raises :class:`DatasetError`."""
+    try:
+        problems = json.loads(read_text(path, DATASET_BYTES))
+    except InputFileError as exc:
+        raise DatasetError(f"{path}: {exc}") from None
+    except json.JSONDecodeError as exc:  # names the place, not the text
+        raise DatasetError(f"{path}: is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except RecursionError:
+        raise DatasetError(f"{path}: is not valid here: nested too deeply") from None
+    if not isinstance(problems, list):
+        raise DatasetError(f"{path}: not a JSON list of questions (a list of {{question, answer, solution}})")
+    for i, p in enumerate(problems):
+        if not isinstance(p, dict):
+            raise DatasetError(f"{path}: item {i} is not an object with a question and an answer")
+        if not isinstance(p.get("question"), str) or not p["question"].strip():
+            raise DatasetError(f"{path}: item {i} has no 'question' (a text)")
+        answer = p.get("answer")
+        if isinstance(answer, bool) or not isinstance(answer, int | float | str) or (
+                isinstance(answer, str) and extract_answer(answer) is None):  # fmt: skip
+            raise DatasetError(f"{path}: item {i} has no 'answer' (a number)")
+        if i < few_shot and not isinstance(p.get("solution"), str):
+            raise DatasetError(f"{path}: item {i} has no 'solution' (a text), which a few-shot example shows")
+    if len(problems) <= few_shot:
+        raise DatasetError(f"{path}: {len(problems)} item(s), but {few_shot} few-shot examples and at least one "
+                           "question are needed")  # fmt: skip
+    return problems
 
 
 def _ask(url: str, model: str, prompt: str, max_tokens: int) -> str:
@@ -76,7 +120,10 @@ def run_eval(ctx: ToolContext, args: EvalInput) -> EvalResult:
     spec = ctx.task.evals.get(args.suite)
     if spec is None:
         return EvalResult(ok=False, suite=args.suite, summary=f"unknown eval suite (known: {', '.join(ctx.task.evals)})")
-    problems = json.loads((REPO_ROOT / spec.dataset).read_text())
+    try:
+        problems = load_dataset(REPO_ROOT / spec.dataset, spec.few_shot)
+    except DatasetError as exc:  # changed since the run started (agent run checked it)
+        return EvalResult(ok=False, suite=args.suite, summary=f"eval dataset: {exc}")
     shots = problems[: spec.few_shot]
     questions = problems[spec.few_shot : spec.few_shot + (args.n or spec.n)]
     header = "".join(f"Question: {p['question']}\nAnswer: {p['solution']}\n\n" for p in shots)

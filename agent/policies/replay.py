@@ -8,6 +8,8 @@ with the state the recorded run had reached there (:class:`ForkPolicy`).
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,6 +31,8 @@ def check_replay_trace(
     the trace in the messages (default ``--replay TRACE``)."""
     subject = subject or f"--replay {trace_path}"
     try:
+        if not stat.S_ISREG(os.stat(trace_path).st_mode):  # /dev/zero, a FIFO: never read (it would not end)
+            raise ValueError("is not a regular file")
         started = next((e for e in read_trace(trace_path) if e.kind == "run_started"), None)
     except (OSError, ValueError) as exc:  # TraceError and a malformed event are ValueErrors
         raise ValueError(f"{subject}: not a readable trace ({exc})") from None

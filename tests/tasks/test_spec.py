@@ -63,7 +63,7 @@ def test_malformed_task_is_one_located_line(tmp_path, edit, expect):
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(TaskError, match="cannot read task file"):
+    with pytest.raises(TaskError, match="nope.yaml: no such file"):
         load_task(tmp_path / "nope.yaml")
 
 

@@ -3,7 +3,11 @@
 ``load(name_or_path)`` parses with line numbers (a small typed builder over PyYAML's nodes), reads the files a
 scenario names (a model's ``config.json``, a published ``quantization_config``; paths relative to the scenario),
 derives what a config-driven scenario leaves to its config, and checks what a scenario must not say (a flag that
-is not SGLang's, a weight format with no peak, ...). Standard library and PyYAML only.
+is not SGLang's, a weight format with no peak, ...). The scenario and the JSON files it names are read only when
+they are regular files of at most ``SCENARIO_MAX_BYTES`` (``/dev/zero``, a FIFO, a directory are refused unread),
+as YAML whose aliases cannot expand past a bound (``safe_input``); a file none of whose top-level keys is a
+scenario's section is refused as not a scenario, and no message quotes a key or value that is not a plain name
+(``scenario: /etc/shadow`` does not print its first line). Standard library and PyYAML only.
 """
 
 from __future__ import annotations
@@ -18,10 +22,13 @@ from typing import Any
 
 import yaml
 
+from ..safe_input import InputFileError, MiB, compose_yaml, construct_yaml, plain, read_text, shown
 from .format import ATTENTION_KINDS, DefectSpec, MTPSpec, Scenario, ScenarioError
 
 SCENARIO_DIR = Path(__file__).resolve().parents[1] / "scenarios"
 DEFAULT_SCENARIO = "glm52_mi355x"
+SCENARIO_MAX_BYTES = 4 * MiB  # a scenario file, and each JSON config it names (the shipped ones: under 100 KB)
+MAX_REF_CHARS = 4096  # the path of a JSON config a scenario names
 
 
 def resolve(name_or_path: str | Path) -> Path:
@@ -44,15 +51,16 @@ def available() -> list[str]:
 
 def load(name_or_path: str | Path = DEFAULT_SCENARIO) -> Scenario:
     path = resolve(name_or_path)
-    text = path.read_text()
     try:
-        node = yaml.compose(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark else 0
-        raise ScenarioError(f"{path}:{line}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+        node = compose_yaml(read_text(path, SCENARIO_MAX_BYTES))
+    except InputFileError as exc:
+        raise ScenarioError(f"{path}{f':{exc.line}' if exc.line else ''}: {exc}") from None
     if node is None or not isinstance(node, yaml.MappingNode):
         raise ScenarioError(f"{path}:1: a scenario is a mapping of sections")
+    sections = [f.name for f in dataclasses.fields(Scenario) if f.name not in ("path", "lines")]
+    if not any(isinstance(k, yaml.ScalarNode) and k.value in sections for k, _ in node.value):
+        raise ScenarioError(f"{path}:1: not a scenario file (none of its top-level keys is a scenario's section: "
+                            f"{', '.join(sections)})")  # fmt: skip
     lines: dict[str, int] = {}
     scenario = _build(Scenario, node, str(path), "", lines)
     scenario = dataclasses.replace(scenario, path=str(path), lines=lines)
@@ -65,15 +73,18 @@ def _json_ref(sc: Scenario, where: str, ref: Any) -> dict[str, Any]:
     """A mapping given inline, or read from a JSON file named relative to the scenario."""
     if isinstance(ref, dict):
         return ref
-    if not isinstance(ref, str):
-        raise ScenarioError(f"{sc.where(where)}: expected a path to a JSON file or a mapping, got {ref!r}")
+    if not isinstance(ref, str) or len(ref) > MAX_REF_CHARS:
+        raise ScenarioError(f"{sc.where(where)}: expected a path to a JSON file (at most {MAX_REF_CHARS} characters) "
+                            f"or a mapping, got {shown(ref)}")  # fmt: skip
     path = Path(ref) if Path(ref).is_absolute() else Path(sc.path).parent / ref
     try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise ScenarioError(f"{sc.where(where)}: cannot read {ref}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
+        data = json.loads(read_text(path, SCENARIO_MAX_BYTES))
+    except InputFileError as exc:
+        raise ScenarioError(f"{sc.where(where)}: {ref}: {exc}") from None
+    except json.JSONDecodeError as exc:  # its message quotes nothing of the file: where, and what was expected
         raise ScenarioError(f"{sc.where(where)}: {ref} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ScenarioError(f"{sc.where(where)}: {ref} nests too deeply to be a config") from None
     if not isinstance(data, dict):
         raise ScenarioError(f"{sc.where(where)}: {ref} holds no JSON object")
     return data
@@ -133,25 +144,25 @@ def _check(sc: Scenario) -> None:
         _check_hand_written(sc.model, fail)
     fmt = sc.quantization.weight_format
     if fmt not in WEIGHT_FORMATS:
-        fail("quantization.weight_format", f"unknown format {fmt!r} (expected one of {', '.join(WEIGHT_FORMATS)})")
+        fail("quantization.weight_format", f"unknown format {shown(fmt)} (expected one of {', '.join(WEIGHT_FORMATS)})")
     for table, where in ((sc.hardware.peak_tflops, "hardware.peak_tflops"),
                          (sc.calibration.gemm_efficiency, "calibration.gemm_efficiency"), (sc.accuracy, "accuracy")):
         if fmt not in table:
-            fail(where, f"has no entry for the weight format {fmt!r}")
+            fail(where, f"has no entry for the weight format {shown(fmt)}")
     for i, entry in enumerate(sc.quantization.exclude):
         if entry.startswith("re:"):
             try:
                 re.compile(entry[3:])
             except re.error as exc:
-                fail(f"quantization.exclude[{i}]", f"bad regular expression {entry[3:]!r}: {exc}")
+                fail(f"quantization.exclude[{i}]", f"bad regular expression {entry[3:83]!r}: {exc}")
     for i, shape in enumerate(sc.defects.tuned_moe_shapes):
         if shape.dtype not in MOE_DTYPES:
             fail(f"defects.tuned_moe_shapes[{i}].dtype",
-                 f"unknown MoE dtype {shape.dtype!r} (expected one of {', '.join(MOE_DTYPES)})")
+                 f"unknown MoE dtype {shown(shape.dtype)} (expected one of {', '.join(MOE_DTYPES)})")
     flags = _sglang_flags()
     for i, kernel in enumerate(sc.engine.jit_kernels):
         if kernel.when.flag not in flags:
-            fail(f"engine.jit_kernels[{i}].when.flag", f"{kernel.when.flag!r} is not an SGLang server argument")
+            fail(f"engine.jit_kernels[{i}].when.flag", f"{shown(kernel.when.flag)} is not an SGLang server argument")
     _check_serving_defects(sc.defects, sc.hardware.num_gpus, flags, fail)
 
 
@@ -162,7 +173,7 @@ def _check_hand_written(m: Any, fail: Any) -> None:
             fail(f"model.{name}", "required field is missing (or give the model's config.json as model.config)")
     a = m.attention
     if a.kind not in ATTENTION_KINDS:
-        fail("model.attention.kind", f"unknown attention kind {a.kind!r} (expected one of {', '.join(ATTENTION_KINDS)})")
+        fail("model.attention.kind", f"unknown attention kind {shown(a.kind)} (expected one of {', '.join(ATTENTION_KINDS)})")
     need = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim") if a.kind == "mla" else (
         "num_kv_heads", "head_dim")
     for name in need:
@@ -193,10 +204,10 @@ def _check_serving_defects(defects: DefectSpec, num_gpus: int, flags: set[str], 
     for i, cf in enumerate(defects.collective_faults):
         where = f"defects.collective_faults[{i}]"
         if cf.allreduce not in COLLECTIVE_PATHS:
-            fail(f"{where}.allreduce", f"unknown all-reduce path {cf.allreduce!r} (expected one of "
+            fail(f"{where}.allreduce", f"unknown all-reduce path {shown(cf.allreduce)} (expected one of "
                                        f"{', '.join(COLLECTIVE_PATHS)})")
         if cf.failure not in COLLECTIVE_FAILURES:
-            fail(f"{where}.failure", f"unknown failure {cf.failure!r} (expected one of {', '.join(COLLECTIVE_FAILURES)})")
+            fail(f"{where}.failure", f"unknown failure {shown(cf.failure)} (expected one of {', '.join(COLLECTIVE_FAILURES)})")
         if cf.failure == "error" and cf.allreduce != "rccl":
             fail(f"{where}.failure", "only RCCL reports an error (the custom all-reduce kernels wait: use hang)")
         if cf.min_tokens < 1:
@@ -204,13 +215,13 @@ def _check_serving_defects(defects: DefectSpec, num_gpus: int, flags: set[str], 
     for i, wf in enumerate(defects.worker_faults):
         where = f"defects.worker_faults[{i}]"
         if wf.error not in WORKER_ERRORS:
-            fail(f"{where}.error", f"unknown error {wf.error!r} (expected one of {', '.join(WORKER_ERRORS)})")
+            fail(f"{where}.error", f"unknown error {shown(wf.error)} (expected one of {', '.join(WORKER_ERRORS)})")
         if not 0 <= wf.rank < num_gpus:
             fail(f"{where}.rank", f"the node has ranks 0 to {num_gpus - 1}, not {wf.rank}")
         if wf.min_tokens < 1:
             fail(f"{where}.min_tokens", "must be at least 1")
         if wf.when is not None and wf.when.flag not in flags:
-            fail(f"{where}.when.flag", f"{wf.when.flag!r} is not an SGLang server argument")
+            fail(f"{where}.when.flag", f"{shown(wf.when.flag)} is not an SGLang server argument")
 
 
 def _sglang_flags() -> set[str]:
@@ -226,8 +237,18 @@ def _fail(file: str, node: yaml.Node, where: str, problem: str) -> typing.NoRetu
     raise ScenarioError(f"{file}:{node.start_mark.line + 1}: {where or '(top)'}: {problem}")
 
 
-def _scalar(node: yaml.Node) -> Any:
-    return yaml.safe_load(yaml.serialize(node))
+def _scalar(node: yaml.Node, file: str = "", where: str = "") -> Any:
+    try:
+        return construct_yaml(node)
+    except InputFileError as exc:  # a tag PyYAML's safe loader does not know, a number of thousands of digits
+        _fail(file, node, where, str(exc))
+
+
+def _key(node: yaml.Node) -> str:
+    """A key for a message: itself when a plain name, else what it is (it may be a line of any file)."""
+    if isinstance(node, yaml.ScalarNode) and plain(node.value):
+        return node.value
+    return f"(a key of {len(node.value)} characters)" if isinstance(node, yaml.ScalarNode) else "(a key that is not a name)"
 
 
 def _build(tp: Any, node: yaml.Node, file: str, where: str, lines: dict[str, int] | None = None) -> Any:
@@ -248,7 +269,7 @@ def _build(tp: Any, node: yaml.Node, file: str, where: str, lines: dict[str, int
         assert last is not None
         raise last
     if tp is Any:
-        return _scalar(node)
+        return _scalar(node, file, where)
     if dataclasses.is_dataclass(tp):
         if not isinstance(node, yaml.MappingNode):
             _fail(file, node, where, f"expected a mapping for {tp.__name__}")
@@ -256,8 +277,8 @@ def _build(tp: Any, node: yaml.Node, file: str, where: str, lines: dict[str, int
         fields = {f.name: f for f in dataclasses.fields(tp) if f.name not in ("path", "lines")}
         values: dict[str, Any] = {}
         for key_node, value_node in node.value:
-            key = key_node.value
-            sub = f"{where}.{key}" if where else key
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            sub = f"{where}.{_key(key_node)}" if where else _key(key_node)
             if key not in fields:
                 _fail(file, key_node, sub, f"unknown field (expected one of: {', '.join(fields)})")
             values[key] = _build(hints[key], value_node, file, sub, lines)
@@ -274,14 +295,18 @@ def _build(tp: Any, node: yaml.Node, file: str, where: str, lines: dict[str, int
     if origin is dict:
         if not isinstance(node, yaml.MappingNode):
             _fail(file, node, where, "expected a mapping")
-        return {k.value: _build(args[1], v, file, f"{where}.{k.value}", lines) for k, v in node.value}
+        for k, _ in node.value:
+            if not isinstance(k, yaml.ScalarNode):
+                _fail(file, k, f"{where}.{_key(k)}", "a key is a name, not a list or mapping")
+        return {k.value: _build(args[1], v, file, f"{where}.{k.value}" if plain(k.value) else f"{where}.{_key(k)}",
+                                lines) for k, v in node.value}  # fmt: skip
     if not isinstance(node, yaml.ScalarNode):
         _fail(file, node, where, f"expected a {tp.__name__}")
-    value = _scalar(node)
+    value = _scalar(node, file, where)
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if tp is str and isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
     if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
-        _fail(file, node, where, f"expected {tp.__name__}, got {value!r}")
+        _fail(file, node, where, f"expected {tp.__name__}, got {shown(value)}")
     return value
