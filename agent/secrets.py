@@ -106,7 +106,8 @@ def _hint_pattern(values: Iterable[str]) -> re.Pattern[str]:
     return re.compile("|".join([*(re.escape(v) for v in values), _HINTS]))
 
 
-_CACHE_SIZE = 65536  # masked texts remembered (a state's strings recur at every checkpoint)
+# texts remembered with what they mask to (a state's strings recur at every checkpoint), up to these bounds
+_CACHE_ENTRIES, _CACHE_CHARS = 65536, 1 << 25
 
 
 # ------------------------------------------------------------------------------------------- the redactor
@@ -121,7 +122,8 @@ class Redactor:
         self._values: frozenset[str] = frozenset()
         self._patterns: tuple[re.Pattern[str] | None, re.Pattern[str] | None] = (None, None)
         self._hint = _hint_pattern(())
-        self._cache: dict[str, str] = {}
+        self._cache: dict[str, object] = {}
+        self._cached_chars = 0
         for s in secrets:
             self.add(s)
 
@@ -138,7 +140,7 @@ class Redactor:
             self._patterns = (_literal_pattern(values), _literal_pattern(as_bytes))
             self._hint = _hint_pattern(values)
             self._values = values
-            self._cache = {}
+            self._cache, self._cached_chars = {}, 0
 
     @property
     def values(self) -> frozenset[str]:
@@ -175,10 +177,12 @@ class Redactor:
         """``text`` with each secret replaced by ``***`` (``text`` itself when it holds none)."""
         cache = self._cache
         if (done := cache.get(text)) is not None:
-            return done if done is not _SAME else text
+            return text if done is _SAME else done  # type: ignore[return-value]
         spans = self.spans(text)
-        if len(cache) >= _CACHE_SIZE:
+        if len(cache) >= _CACHE_ENTRIES or self._cached_chars >= _CACHE_CHARS:
             cache.clear()
+            self._cached_chars = 0
+        self._cached_chars += len(text)
         if not spans:
             cache[text] = _SAME
             return text
