@@ -36,6 +36,12 @@ loads while no checkpoint references an item.
 holds it already for writes and reads): LangGraph saves checkpoints and writes from two threads, and the
 items' inserts on the shared connection must not interleave with the other thread's statements (two implicit
 ``BEGIN`` at once fail: "cannot start a transaction within a transaction").
+
+Secrets: given the run's :class:`~agent.secrets.Redactor`, the serializer masks a checkpoint's channel values and
+a write's value before anything of them is serialized, items included: no secret reaches the database (its WAL
+included), whatever the state holds (a model's rationale, a call's arguments, a tool's output). A resumed run
+continues from what was stored, so nothing the run needs may be a secret inside the state: the task's secret
+variables are resolved when a process is launched (``ToolContext.engine_env``), never stored resolved.
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ from typing import Any
 
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
+
+from .secrets import Redactor
 
 TYPE = "dayzero-items"  # the type of a blob with references (the others are LangGraph's own)
 TABLE = "dayzero_items"
@@ -70,14 +78,26 @@ class ItemSerializer(JsonPlusSerializer):
     ``dayzero_items`` table. Without ``conn`` it writes LangGraph's own format (and cannot load references).
     From more than one thread, call it under the lock of the saver on ``conn`` (:class:`ItemSaver` does)."""
 
-    def __init__(self, conn: sqlite3.Connection | None = None, **options: Any) -> None:
+    def __init__(self, conn: sqlite3.Connection | None = None, redactor: Redactor | None = None,
+                 **options: Any) -> None:  # fmt: skip
         super().__init__(**options)
         self.conn = conn
+        self.redactor = redactor
         self._table_ready = False
 
     # ---- writing
 
+    def _redacted(self, obj: Any) -> Any:
+        """``obj`` with its secrets masked: a checkpoint's channel values, or a write's value."""
+        if self.redactor is None:
+            return obj
+        if type(obj) is dict and "channel_values" in obj and "channel_versions" in obj:
+            values = self.redactor(obj["channel_values"])
+            return obj if values is obj["channel_values"] else {**obj, "channel_values": values}
+        return self.redactor(obj)
+
     def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        obj = self._redacted(obj)
         if self.conn is None:
             return super().dumps_typed(obj)
         rows: dict[bytes, tuple[str, bytes]] = {}

@@ -39,7 +39,7 @@ API key: nothing was created); 3 the targets were missed within the budget (the 
 docs/reliability.md."""
 
 
-def _progress_table(state, task, elapsed: float) -> Table:
+def _progress_table(state, task, elapsed: float, redactor=None) -> Table:
     table = Table(title=f"{task.name} - stage: {state.stage} - step {state.step} - {elapsed:.0f} s", expand=False)
     table.add_column("target")
     table.add_column("goal", justify="right")
@@ -51,7 +51,7 @@ def _progress_table(state, task, elapsed: float) -> Table:
         table.add_row(t.name, f"{t.min:g}", f"{best.value:.3f} {mark}" if best else "-", f"{cand.value:.3f}" if cand else "-")
     b = state.budget
     table.caption = (f"trials {b.trials} | patches {len(state.patches)} | node-hours {b.node_hours:.2f} | "
-                     f"{state.rationale[:100]}")  # fmt: skip
+                     f"{(redactor.text(state.rationale) if redactor else state.rationale)[:100]}")  # fmt: skip
     return table
 
 
@@ -114,7 +114,7 @@ def _execute(run, resume: bool) -> None:
     try:
         with _stop_signals(), Live(console=console, refresh_per_second=4, transient=True) as live:
             execute(run, resume=resume,
-                            on_step=lambda s, t: live.update(_progress_table(s, run.task, t)))  # fmt: skip
+                            on_step=lambda s, t: live.update(_progress_table(s, run.task, t, run.redactor)))  # fmt: skip
     except KeyboardInterrupt as exc:
         signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
         with _stop_signals(signal.SIG_IGN):  # a second SIGTERM does not cut the reaping short (SIGKILL would)

@@ -21,6 +21,7 @@ from tools.git_ops import Evidence
 from .checkpoints import ItemSaver, ItemSerializer
 from .outcomes import after_targets_spent, apply_observations, bests_met, budget_exhausted
 from .run import Run
+from .secrets import Redactor
 from .state import AgentState, Best, Observation, TargetsMet
 
 RECURSION_LIMIT = 100_000
@@ -176,17 +177,18 @@ def build_graph(run: Run):
 _STATE_TYPES = ("AgentState", "Budget", "Best", "Call", "Observation", "Patch", "TargetsMet", "Trial")
 
 
-def serializer(conn: sqlite3.Connection | None = None) -> ItemSerializer:
+def serializer(conn: sqlite3.Connection | None = None, redactor: Redactor | None = None) -> ItemSerializer:
     """LangGraph's serializer, allowed to rebuild exactly the state's own types, storing the items of the
-    state's growing collections once in ``conn`` (``agent/checkpoints.py``)."""
-    return ItemSerializer(conn, allowed_msgpack_modules=[("agent.state", name) for name in _STATE_TYPES])
+    state's growing collections once in ``conn`` (``agent/checkpoints.py``), masking ``redactor``'s secrets."""
+    return ItemSerializer(conn, redactor, allowed_msgpack_modules=[("agent.state", name) for name in _STATE_TYPES])
 
 
-def checkpointer(run_dir: Path) -> ItemSaver:
+def checkpointer(run_dir: Path, redactor: Redactor | None = None) -> ItemSaver:
+    """The run's checkpoints (``checkpoints.sqlite``); with ``redactor``, no secret of it is stored."""
     conn = sqlite3.connect(run_dir / "checkpoints.sqlite", check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
-    return ItemSaver(conn, serde=serializer(conn))
+    return ItemSaver(conn, serde=serializer(conn, redactor))
 
 
 def saved_states(run_dir: Path, run_id: str) -> list[AgentState]:
@@ -239,7 +241,7 @@ def _server_again(run: Run, state: AgentState) -> dict[str, Any]:
 
 def execute(run: Run, resume: bool = False, on_step=None) -> AgentState:
     """Run (or resume) the graph to the end; ``on_step(state)`` after every node, for progress display."""
-    saver = checkpointer(run.run_dir)
+    saver = checkpointer(run.run_dir, run.redactor)
     graph = build_graph(run).compile(checkpointer=saver)
     config = {"configurable": {"thread_id": run.run_id}, "recursion_limit": RECURSION_LIMIT}
     start = None

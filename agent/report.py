@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 
 from tasks.spec import TaskError, TaskSpec, load_task
 
+from .secrets import Redactor, run_redactor
 from .trace import ToolCallEvent, TraceError, read_trace
 
 SIMULATED_BANNER = "simulated: dayzero digital twin, not a real node"
@@ -853,18 +854,20 @@ def render_html(report: RunReport, plots: dict[str, bytes]) -> str:
     return _environment(autoescape=True).get_template("report.html.j2").render(r=report, plots=uris)
 
 
-def write_report(run_dir: Path, out_dir: Path) -> list[Path]:
+def write_report(run_dir: Path, out_dir: Path, redactor: Redactor | None = None) -> list[Path]:
     """Write ``report.md`` (with its plots as PNG files beside it) and a self-contained ``report.html`` into
-    ``out_dir``; returns the paths written (the two reports first)."""
+    ``out_dir``; returns the paths written (the two reports first). The reports quote the run's records: their
+    secrets are masked (``redactor``; default: the run's, :func:`~agent.secrets.run_redactor`)."""
     from .plots import render_plots
 
-    report = build_report(Path(run_dir))
+    redactor = redactor if redactor is not None else run_redactor(Path(run_dir))
+    report = redactor(build_report(Path(run_dir)))  # and the rendered text again below (what a template adds)
     plots = render_plots(report)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [out_dir / "report.md", out_dir / "report.html"]
-    written[0].write_text(render_markdown(report, {name: name for name in plots}))
-    written[1].write_text(render_html(report, plots))
+    written[0].write_text(redactor.text(render_markdown(report, {name: name for name in plots})))
+    written[1].write_text(redactor.text(render_html(report, plots)))
     for name, png in plots.items():
         (out_dir / name).write_bytes(png)
         written.append(out_dir / name)

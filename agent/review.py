@@ -35,7 +35,8 @@ from tools.context import ENGINE_LOCALE, fill_placeholders, flags_to_argv
 from tools.git_ops import run_branch
 
 from .report import UNITS, ReportError, TargetResult, write_report
-from .trace import ToolCallEvent, TraceError, is_secret_key, read_trace
+from .secrets import Redactor, configured_secrets, secret_references
+from .trace import ToolCallEvent, TraceError, read_trace
 
 TEMPLATES = Path(__file__).parent / "templates"
 SIMULATED_LABEL = "simulated: dayzero digital twin, not a real node"
@@ -253,23 +254,26 @@ def _load_run(run_dir: Path) -> _RunRecord:
 # ------------------------------------------------------------------------------------ commands
 
 
+class _Ref(str):
+    """A reference to a variable of the caller's own environment (``$HF_TOKEN``): a secret's stand-in."""
+
+
+def _redactor(record: _RunRecord) -> Redactor:
+    return Redactor(configured_secrets(record.task))
+
+
 def _env_for(record: _RunRecord, trial: _Trial) -> dict[str, str]:
     """The environment the engine had for ``trial`` (as ``ToolContext.engine_env`` built it); secrets stay
-    references to the caller's own environment (``"$HF_TOKEN"``), never their values."""
+    references to the caller's own environment (``"$HF_TOKEN"``, ``"$SOURCE"`` for a variable read from it), never
+    their values (agent/secrets.py: ``secret_references``, as launch.sh has them)."""
     env: dict[str, str] = dict(ENGINE_LOCALE)
-    secret: set[str] = set()
     if record.engine is not None:
         env.update(record.engine.env)
     if record.task is not None:
-        for name, spec in record.task.env.items():
-            if spec.secret:
-                secret.add(name)
         env.update(record.task.resolved_env())
     env.update(trial.env)
-    return {
-        k: (f"${k}" if k in secret or is_secret_key(k) else fill_placeholders(v, record.placeholders))
-        for k, v in env.items()
-    }
+    refs = secret_references(record.task, env, _redactor(record))
+    return {k: _Ref(refs[k]) if k in refs else fill_placeholders(v, record.placeholders) for k, v in env.items()}
 
 
 # Where the task file is gone (no templates to go by), the flags SGLang's own commands use for each value.
@@ -294,7 +298,7 @@ def _rerendered(template: list[str] | None, argv: list[str], values: dict[str, s
 
 
 def _shell_line(env: dict[str, str], argv: list[str]) -> str:
-    quoted = [f'{k}="${k}"' if v == f"${k}" else f"{k}={shlex.quote(v)}" for k, v in env.items()]
+    quoted = [f'{k}="{v}"' if isinstance(v, _Ref) else f"{k}={shlex.quote(v)}" for k, v in env.items()]
     return " ".join(["env", *quoted, shlex.join(argv)])
 
 
@@ -536,11 +540,11 @@ def _targets(summary: dict[str, Any]) -> list[TargetResult]:
             for name, t in summary.get("targets", {}).items()]  # fmt: skip
 
 
-def _write_report(run_dir: Path, out_dir: Path) -> tuple[list[Path], str | None]:
+def _write_report(run_dir: Path, out_dir: Path, redactor: Redactor) -> tuple[list[Path], str | None]:
     """The run report beside the PR material: its files, or why there is none (a run not finished yet, a task
     file that moved): the patches are worth reviewing either way."""
     try:
-        return list(write_report(run_dir, out_dir)), None
+        return list(write_report(run_dir, out_dir, redactor)), None
     except ReportError as exc:
         return [], str(exc)
 
@@ -555,6 +559,7 @@ def write_review(run_dir: Path, out_dir: Path | None = None) -> ReviewResult:
     trees = [t for name, repo in repos.items() if (t := _tree(record, name, repo)) is not None]
     _prepare_out(out_dir)
     env = _templates()
+    redactor = _redactor(record)  # every file written here quotes the run: none holds a secret of it
     result = ReviewResult(run_id=record.run_id, out_dir=out_dir, summary_pr=out_dir / "PR.md", trees=trees)
     for tree in trees:
         if not tree.patches:
@@ -568,24 +573,27 @@ def write_review(run_dir: Path, out_dir: Path | None = None) -> ReviewResult:
             pr = path.with_name(path.name.removesuffix(".patch") + ".PR.md")
             patch.patch_file = str(path.relative_to(out_dir))
             patch.pr_file = str(pr.relative_to(out_dir))
-            pr.write_text(env.get_template("pr_patch.md.j2").render(
+            text = path.read_text(errors="surrogateescape")
+            if (masked := redactor.text(text)) != text:  # a commit from before the commit tool refused secrets
+                path.write_text(masked, errors="surrogateescape")
+            pr.write_text(redactor.text(env.get_template("pr_patch.md.j2").render(
                 p=patch, tree=tree, run_id=record.run_id, simulated_label=SIMULATED_LABEL,
-                patch_name=path.name))  # fmt: skip
+                patch_name=path.name)))  # fmt: skip
             result.patch_files.append(path)
             result.pr_files.append(pr)
     for repo in repos.values():
         repo.close()
     launch = run_dir / "launch.sh"
     summary = record.summary
-    result.report_files, result.report_error = _write_report(run_dir, out_dir)
-    result.summary_pr.write_text(env.get_template("pr_summary.md.j2").render(
+    result.report_files, result.report_error = _write_report(run_dir, out_dir, redactor)
+    result.summary_pr.write_text(redactor.text(env.get_template("pr_summary.md.j2").render(
         run_id=record.run_id, branch=run_branch(record.run_id), task=summary.get("task", record.task.name if record.task else "?"),
         finished=summary.get("finish_reason") or "not finished (no summary.json)", targets=_targets(summary),
         trees=trees, simulated=record.simulated, simulated_label=SIMULATED_LABEL,
         launch_script=launch.read_text() if launch.exists() else None,
         reports=[p.relative_to(out_dir) if p.is_relative_to(out_dir) else p for p in result.report_files],
         report_error=result.report_error,
-        out_dir=out_dir))  # fmt: skip
+        out_dir=out_dir)))  # fmt: skip
     return result
 
 

@@ -7,6 +7,11 @@ with free space): a problem is a :class:`RunError` of one line and nothing is cr
 in ``checkpoints.sqlite``; this module holds what cannot be checkpointed (the sandbox, the tools, the policy, the
 trace writer) and writes the end-of-run reports, the outcome among them (``summary.json``'s ``outcome``: words
 and the exit code).
+
+Every file of the run goes through the run's one :class:`~agent.secrets.Redactor` (the task's secrets, the LLM
+key): the trace, the checkpoints, run.json, summary.json, the hand-over scripts (which name a secret variable
+instead of holding its value), the tools' own files; the files engines write themselves (server logs) are
+swept after every tool call (:class:`~agent.secrets.LogScrubber`).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import shlex
 import shutil
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +39,7 @@ from tools.runner import ToolCallRecord, ToolRunner
 
 from .outcomes import ExitCode, classify
 from .policies.base import Policy, PolicyContext
+from .secrets import LogScrubber, Redactor, configured_secrets, secret_references
 from .state import AgentState, Best, Budget, Call
 from .trace import TraceWriter, iter_trace, read_trace
 
@@ -130,6 +136,8 @@ class Run:
     policy: Policy
     policy_ctx: PolicyContext
     _recorded: dict[str, ToolCallRecord]
+    redactor: Redactor = field(default_factory=Redactor)  # every sink of the run masks its secrets
+    scrubber: LogScrubber | None = None  # masks them in what engines write under the run folder
 
     @property
     def run_id(self) -> str:
@@ -141,7 +149,7 @@ class Run:
     def create(cls, options: RunOptions, runs_dir: Path = RUNS_DIR) -> Run:
         """A new run: everything checked first (:func:`preflight`), then ``runs/<run-id>/``. A failure while
         setting it up (a full disk while the workspace is written) removes the folder again."""
-        preflight(options, runs_dir, fresh=True)
+        task = preflight(options, runs_dir, fresh=True)
         run_dir = runs_dir.resolve() / options.run_id
         try:
             run_dir.mkdir(parents=True, exist_ok=False)
@@ -151,7 +159,8 @@ class Run:
             raise RunError(f"cannot create {run_dir}: {exc.strerror or exc}", ExitCode.INFRASTRUCTURE) from None
         try:
             options.created = dt.datetime.now(dt.UTC).isoformat()
-            (run_dir / "run.json").write_text(options.model_dump_json(indent=2))
+            options_json = Redactor(configured_secrets(task))(options.model_dump(mode="json"))
+            (run_dir / "run.json").write_text(json.dumps(options_json, indent=2))
             return cls._build(options, run_dir, fresh=True)
         except BaseException as exc:  # nothing ran yet: leave no half-created run behind
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -183,9 +192,14 @@ class Run:
 
         executor = make_executor(options.executor, options.ray_address, resource=_gpu_resource(task),
                                  node_gpus=task.hardware.gpus)  # fmt: skip
+        redactor = Redactor(configured_secrets(task))  # the policy's key joins it below
+        scrubber = LogScrubber(run_dir, redactor)
+        if not fresh:  # what a killed process's engines wrote after its last sweep
+            scrubber.sweep()
         ctx = ToolContext(task=task, engine_name=choice.engine, engine=engine, sandbox=sandbox, run_id=options.run_id,
-                          run_dir=run_dir, repos=repos, task_path=str(task_path.resolve()), executor=executor)  # fmt: skip
-        trace = TraceWriter(run_dir / "trace.jsonl", options.run_id, secrets=task.secrets())
+                          run_dir=run_dir, repos=repos, task_path=str(task_path.resolve()), executor=executor,
+                          redactor=redactor)  # fmt: skip
+        trace = TraceWriter(run_dir / "trace.jsonl", options.run_id, redactor=redactor)
         recorded = {}
         if not fresh:
             for event in read_trace(run_dir / "trace.jsonl"):
@@ -195,8 +209,14 @@ class Run:
                         error=event.error, wall_seconds=event.wall_seconds,
                         cost={"wall_seconds": event.wall_seconds, "simulated_seconds": event.simulated_seconds,
                               "node_hours": event.node_hours or 0.0})  # fmt: skip
-        runner = ToolRunner(ctx, on_call=lambda rec: trace.emit("tool_call", **rec.trace_fields()))
+        def on_call(rec: ToolCallRecord) -> None:
+            scrubber.sweep()  # what the engine printed during the call
+            trace.emit("tool_call", **rec.trace_fields())
+
+        runner = ToolRunner(ctx, on_call=on_call)
         policy = make_policy(options, task)
+        for value in getattr(policy, "secret_values", list)():  # the LLM's key
+            redactor.add(value)
         if options.parent is not None:
             from .policies.replay import ForkPolicy
 
@@ -223,7 +243,8 @@ class Run:
                            f"decisions 1..{p.step} replayed, then policy {policy.name}")  # fmt: skip
         else:
             trace.emit("note", level="info", message=f"resumed: {len(recorded)} recorded tool call(s) will not be redone")
-        return cls(options, task, task_path, run_dir, choice, sandbox, ctx, runner, trace, policy, pctx, recorded)
+        return cls(options, task, task_path, run_dir, choice, sandbox, ctx, runner, trace, policy, pctx, recorded,
+                   redactor, scrubber)  # fmt: skip
 
     # --- acting -------------------------------------------------------------------------------------------
 
@@ -263,21 +284,28 @@ class Run:
     def finish(self, state: AgentState) -> dict[str, Any]:
         if self.ctx.server is not None:
             self.runner.call("stop_server", {}, call_id=f"s{state.step}stop")
-        summary = summarize(self, state)
+        summary = self.redactor(summarize(self, state))
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         for name, script in (("launch.sh", launch_script), ("bench.sh", bench_script)):
-            (self.run_dir / name).write_text(script(self, state))
+            (self.run_dir / name).write_text(self.redactor.text(script(self, state)))
             (self.run_dir / name).chmod(0o755)  # runnable as ./launch.sh, as the README says
         # once per run: a run killed after this line and before the graph's last checkpoint finishes again on resume
         if not any(e.kind == "run_finished" for e in iter_trace(self.run_dir / "trace.jsonl")):
             self.trace.emit("run_finished", status=state.finish_reason or "finished", summary=summary)
         self.sandbox.close()
         self.ctx.executor.close()
+        self.sweep()
         return summary
+
+    def sweep(self) -> None:
+        """Mask the secrets engines wrote under the run folder since the last sweep (servers stopped since)."""
+        if self.scrubber is not None:
+            self.scrubber.sweep()
 
     def close(self) -> None:
         self.sandbox.close()
         self.ctx.executor.close()
+        self.sweep()
         self.trace.close()
 
 
@@ -528,9 +556,12 @@ PORT_URL = f"http://127.0.0.1:{PORT}"
 OUT_FILE = "${OUT:-bench.jsonl}"
 
 
-def _shell(env: dict[str, str], argv: list[str]) -> str:
-    """``env K=V ... argv`` for a script, with the PORT and OUT placeholders left for the shell to expand."""
-    command = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + shlex.join(argv)
+def _shell(env: dict[str, str], argv: list[str], refs: dict[str, str] | None = None) -> str:
+    """``env K=V ... argv`` for a script, with the PORT and OUT placeholders left for the shell to expand, and the
+    variables of ``refs`` given as the shell references it names (``K="$SOURCE"``) rather than their values."""
+    refs = refs or {}
+    command = " ".join(f'{k}="{refs[k]}"' if k in refs else f"{k}={shlex.quote(v)}" for k, v in env.items())
+    command += " " + shlex.join(argv)
     for placeholder in (PORT, PORT_URL, OUT_FILE):
         command = command.replace(f"'{placeholder}'", f'"{placeholder}"')
     return command
@@ -540,7 +571,9 @@ def _script(run: Run, state: AgentState, header: list[str], argv_of: Callable[[B
     """A hand-over script: per target with a best (accuracy aside), what it reached and the command
     ``argv_of`` gives for that best, rendered with the engine's environment; the first runs, the rest are
     comments (each needs its own configuration)."""
-    lines = ["#!/usr/bin/env bash", *header, "set -euo pipefail", ""]
+    lines = ["#!/usr/bin/env bash", *header]
+    body: list[str] = []
+    needs: set[str] = set()
     first = True
     for t in run.task.targets:
         b = state.bests.get(t.name)
@@ -548,11 +581,17 @@ def _script(run: Run, state: AgentState, header: list[str], argv_of: Callable[[B
         if argv is None:
             continue
         at = f" at {b.rate:g} req/s" if b.rate else ""
-        lines.append(f"# {t.name}: {b.value:.1f} ({t.metric}{at}, target {t.min}), trial {b.trial}")
+        body.append(f"# {t.name}: {b.value:.1f} ({t.metric}{at}, target {t.min}), trial {b.trial}")
         # rendered: a {workspace} left in AITER_CONFIG_FMOE would serve the untuned path
-        lines.append(("exec env " if first else "# env ") + _shell(run.ctx.engine_env(b.env), argv))
-        lines.append("")
+        env = run.ctx.engine_env(b.env)
+        refs = secret_references(run.task, env, run.redactor)  # secrets by name: the script never holds one
+        needs |= {ref[1:] for ref in refs.values()}
+        body.append(("exec env " if first else "# env ") + _shell(env, argv, refs))
+        body.append("")
         first = False
+    if needs:
+        lines.append(f"# secrets are not written here: set {', '.join(sorted(needs))} in the environment first")
+    lines += ["set -euo pipefail", "", *body]
     if first:  # no target has a measured best: a script that says so instead of doing nothing
         lines += ["echo 'dayzero run " + run.run_id + ": no configuration reached a measured best; nothing to run' >&2",
                   "exit 1", ""]  # fmt: skip

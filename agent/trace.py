@@ -7,7 +7,8 @@ it away and continues numbering after the last complete line.
 
 Events are pydantic models discriminated by ``kind``; all share ``schema_version``, ``seq`` (assigned by
 the writer: 1 for the first line of the file, then consecutive), ``ts`` (UTC), ``run_id`` and ``step``.
-Secrets never reach the file: every string is passed through :func:`redact` before it is written.
+Secrets never reach the file: every event is passed through the run's :class:`~agent.secrets.Redactor` before it is
+written.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import threading
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
@@ -24,14 +24,14 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from .secrets import MIN_SECRET_LENGTH, REDACTED, Redactor, is_secret_key, redact, redact_text
+
 try:  # POSIX only: keeps two writers (say, a resumed run and a stale process) off the same file
     import fcntl
 except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 
 TRACE_SCHEMA_VERSION = 1
-REDACTED = "***"
-MIN_SECRET_LENGTH = 4
 
 
 class TraceError(ValueError):
@@ -186,70 +186,9 @@ def parse_event(data: dict[str, Any]) -> TraceEvent:
 
 # ------------------------------------------------------------------------------------------ redaction
 
-# Key segments that mark a value as secret: OPENAI_API_KEY, apiKey, x-api-key, HF_TOKEN, accessToken,
-# client_secret, Authorization, ... but not max_tokens, prompt_tokens or tokenizer.
-_SECRET_SEGMENTS = {"token", "secret", "secrets", "password", "passwords", "passwd", "authorization", "apikey"}
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
-_SEGMENT_SPLIT = re.compile(r"[^a-z0-9]+")
-_BEARER = re.compile(r"(?i)\b(bearer)\s+(?!\*\*\*)[^\s\"'`]+")
-_SK = re.compile(r"(?<![A-Za-z0-9_-])sk-[A-Za-z0-9_-]{8,}")
+# One redaction for every file a run writes: agent/secrets.py (its names stay importable from here).
 # Envelope fields that are structure, not content: never rewritten (a secret "note" must not break `kind`).
 _ENVELOPE = ("kind", "schema_version", "seq", "ts")
-
-
-def is_secret_key(key: str) -> bool:
-    """Whether a dict key names a secret (case-insensitive ``api[_-]?key|token|secret|password|authorization``
-    as a word of the key)."""
-    words = [w for w in _SEGMENT_SPLIT.split(_CAMEL.sub("_", key).lower()) if w]
-    if any(w in _SECRET_SEGMENTS for w in words):
-        return True
-    return any(a == "api" and b == "key" for a, b in zip(words, words[1:], strict=False))
-
-
-def _secret_pattern(secrets: Iterable[str]) -> re.Pattern[str] | None:
-    values = sorted({s for s in secrets if isinstance(s, str) and len(s) >= MIN_SECRET_LENGTH}, key=len, reverse=True)
-    return re.compile("|".join(re.escape(v) for v in values)) if values else None
-
-
-def _redact_str(text: str, pattern: re.Pattern[str] | None) -> str:
-    if pattern is not None:
-        text = pattern.sub(REDACTED, text)
-    text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
-    if "sk-" in text:
-        text = _SK.sub(REDACTED, text)
-    return text
-
-
-def _redact(obj: Any, pattern: re.Pattern[str] | None) -> Any:
-    if isinstance(obj, str):
-        return _redact_str(obj, pattern)
-    if isinstance(obj, dict):
-        out = {}
-        for key, value in obj.items():
-            new_key = _redact_str(key, pattern) if isinstance(key, str) else key
-            if isinstance(key, str) and value is not None and is_secret_key(key):
-                out[new_key] = REDACTED
-            else:
-                out[new_key] = _redact(value, pattern)
-        return out
-    if isinstance(obj, list):
-        return [_redact(v, pattern) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(_redact(v, pattern) for v in obj)
-    return obj
-
-
-def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
-    """``text`` with every secret value (length >= 4) replaced by ``***``, ``Bearer <token>`` made
-    ``Bearer ***`` and ``sk-...`` API keys masked."""
-    return _redact_str(text, _secret_pattern(secrets))
-
-
-def redact(obj: Any, secrets: Iterable[str] = ()) -> Any:
-    """A copy of a JSON-like value (dicts, lists, tuples, strings, scalars) with secrets masked: every string,
-    dict keys included, goes through :func:`redact_text`, and the value of any key that names a secret
-    (``api_key``, ``HF_TOKEN``, ``Authorization``, ...) becomes ``***`` whatever it holds (None stays None)."""
-    return _redact(obj, _secret_pattern(secrets))
 
 
 # --------------------------------------------------------------------------------------------- writer
@@ -274,12 +213,12 @@ class TraceWriter:
     truncated away first). Thread-safe; one writer per file (an OS lock refuses a second one).
     """
 
-    def __init__(self, path: Path | str, run_id: str, secrets: Iterable[str] = ()) -> None:
+    def __init__(self, path: Path | str, run_id: str, secrets: Iterable[str] = (),
+                 redactor: Redactor | None = None) -> None:  # fmt: skip
         self.path = Path(path)
         self.run_id = run_id
         self._lock = threading.RLock()
-        self._secrets: set[str] = set()
-        self._pattern: re.Pattern[str] | None = None
+        self.redactor = redactor if redactor is not None else Redactor()  # shared with the run's other sinks
         for s in secrets:
             self.add_secret(s)
         self._fd: int | None = None
@@ -327,7 +266,7 @@ class TraceWriter:
             raise fail("last line has no integer seq")
         if data.get("schema_version") != TRACE_SCHEMA_VERSION:
             raise fail(f"schema_version {data.get('schema_version')!r}; this writer writes {TRACE_SCHEMA_VERSION}")
-        if data.get("run_id") not in (self.run_id, redact_text(self.run_id, self._secrets)):
+        if data.get("run_id") not in (self.run_id, self.redactor.text(self.run_id)):
             raise fail(f"trace belongs to run {data.get('run_id')!r}, not {self.run_id!r}")
         return data["seq"]
 
@@ -335,12 +274,7 @@ class TraceWriter:
 
     def add_secret(self, value: str) -> None:
         """Mask ``value`` in every later event (values shorter than 4 characters are ignored)."""
-        if not isinstance(value, str) or len(value) < MIN_SECRET_LENGTH:
-            return
-        with self._lock:
-            if value not in self._secrets:
-                self._secrets.add(value)
-                self._pattern = _secret_pattern(self._secrets)
+        self.redactor.add(value)
 
     # -- writing
 
@@ -366,7 +300,7 @@ class TraceWriter:
             seq = self._seq + 1
             data = event.model_copy(update={"seq": seq, "run_id": self.run_id}).model_dump(mode="json")
             envelope = {k: data.pop(k) for k in _ENVELOPE}
-            data = {**envelope, **_redact(data, self._pattern)}
+            data = {**envelope, **self.redactor(data)}
             line = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
             recorded = parse_event(json.loads(line))  # never write a line the reader would refuse
             payload = (line + "\n").encode("utf-8")
@@ -467,6 +401,7 @@ def tool_calls(events: Iterable[Any]) -> list[ToolCallEvent]:
 
 __all__ = [
     "EVENT_TYPES",
+    "MIN_SECRET_LENGTH",
     "REDACTED",
     "TRACE_SCHEMA_VERSION",
     "DecisionEvent",

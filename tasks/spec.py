@@ -195,7 +195,10 @@ class AccuracySpec(Strict):
 class EnvVar(Strict):
     value: EnvValue | None = None
     from_env: Name | None = None
-    secret: bool = False
+    secret: bool | None = Field(None, description=(
+        "whether the value is kept out of every file a run writes (masked, or named in scripts: agent/secrets.py); "
+        "unset: yes for a value read from the environment (from_env) or a variable whose name names a secret "
+        "(HF_TOKEN, *_API_KEY, *PASSWORD*), no otherwise"))
 
     @model_validator(mode="after")
     def _one_source(self) -> EnvVar:
@@ -205,6 +208,14 @@ class EnvVar(Strict):
 
     def resolve(self) -> str | None:
         return self.value if self.value is not None else os.environ.get(self.from_env or "")
+
+    def is_secret(self, name: str) -> bool:
+        """Whether the variable ``name`` with this value is secret (see ``secret``)."""
+        if self.secret is not None:
+            return self.secret
+        from agent.secrets import is_secret_key  # the one definition of a secret's name
+
+        return self.from_env is not None or is_secret_key(name)
 
 
 class SearchSpace(Strict):
@@ -312,8 +323,9 @@ class TaskSpec(Strict):
         return self
 
     def secrets(self) -> list[str]:
-        """Values that must never reach a trace, log or report."""
-        return [v for e in self.env.values() if e.secret and (v := e.resolve())]
+        """Values that must never reach a trace, log or report: those of the secret ``env`` variables
+        (``EnvVar.is_secret``), resolved."""
+        return [v for name, e in self.env.items() if e.is_secret(name) and (v := e.resolve())]
 
     def resolved_env(self) -> dict[str, str]:
         return {k: v for k, e in self.env.items() if (v := e.resolve()) is not None}

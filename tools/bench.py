@@ -121,9 +121,9 @@ def run_one(ctx: ToolContext, name: str, rate: float | None, duration_s: float |
     result = ctx.sandbox.run(argv, env=ctx.engine_env(ctx.server.env), timeout_s=ctx.engine.benchmark_timeout_s)
     out = ctx.run_dir / "bench" / f"{n:03d}-{name}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".log").write_text(result.stdout + result.stderr)
+    out.with_suffix(".log").write_text(ctx.redactor.text(result.stdout + result.stderr))
     if produced.exists():
-        out.write_text(produced.read_text())
+        out.write_text(ctx.redactor.text(produced.read_text()))
     if result.timed_out:
         diag = _lost(ctx, name, rate, timed_out=True)
         return None, (f"the benchmark did not finish within {ctx.engine.benchmark_timeout_s:g} s; the server is "
@@ -185,8 +185,8 @@ def remember_failure(ctx: ToolContext, info: dict[str, Any], env: dict[str, str]
     """Record that this serving configuration failed under a workload (in the run's folder, so a resumed run knows)."""
     path = ctx.run_dir / FAILURES_FILE
     known = json.loads(path.read_text()) if path.exists() else {}
-    known[serving_key(info, env)] = {"why": why, "workload": workload, "rate": rate}
-    path.write_text(json.dumps(known, indent=1))
+    known[_failure_key(ctx, info, env)] = {"why": why, "workload": workload, "rate": rate}
+    path.write_text(json.dumps(ctx.redactor(known), indent=1))
 
 
 def known_failure(ctx: ToolContext, info: dict[str, Any], env: dict[str, str]) -> dict[str, Any] | None:
@@ -194,7 +194,13 @@ def known_failure(ctx: ToolContext, info: dict[str, Any], env: dict[str, str]) -
     path = ctx.run_dir / FAILURES_FILE
     if not path.exists():
         return None
-    return json.loads(path.read_text()).get(serving_key(info, env))
+    return json.loads(path.read_text()).get(_failure_key(ctx, info, env))
+
+
+def _failure_key(ctx: ToolContext, info: dict[str, Any], env: dict[str, str]) -> str:
+    """:func:`serving_key` as serving_failures.json stores it: with the run's secrets masked, on both the writing
+    and the looking up side."""
+    return ctx.redactor.text(serving_key(ctx.redactor(info), ctx.redactor(env)))
 
 
 def _forget_server(ctx: ToolContext) -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.secrets import Redactor, configured_secrets
 from sandboxes.base import Sandbox, ServerHandle
 from sandboxes.executors import InlineExecutor
 from tasks.spec import EngineSpec, TaskSpec
@@ -38,7 +39,12 @@ class ToolContext:
     trial: int = 0
     task_path: str = ""
     executor: Any = field(default_factory=lambda: InlineExecutor())  # runs independent trials (run_trials)
+    redactor: Redactor | None = None  # what the tools' own files mask (agent/secrets.py); default: the task's
     _counter: itertools.count | None = None
+
+    def __post_init__(self) -> None:
+        if self.redactor is None:  # a trial's context, or a test's: the task's secrets and the LLM key
+            self.redactor = Redactor(configured_secrets(self.task))
 
     def next_id(self) -> int:
         """The number of a call's files (server and tuner logs, benchmark records, trials), after every number the

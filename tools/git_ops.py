@@ -124,6 +124,17 @@ def _stage(repo: git.Repo, name: str, args: CommitInput) -> bool:
     return True
 
 
+def _secret_in(ctx: ToolContext, repo: git.Repo) -> str | None:
+    """The first staged file whose added lines hold a secret (the file's name only: never the secret)."""
+    current = None
+    for line in repo.git.diff("--cached", "--no-color", "--no-ext-diff").splitlines():
+        if line.startswith("+++ "):
+            current = line[4:].removeprefix("b/")
+        elif line.startswith("+") and ctx.redactor.holds_secret(line[1:]):
+            return current or "a staged file"
+    return None
+
+
 def _diff_for(diff: str, source: str) -> str:
     """The parts of a workspace diff (``a/<source>/path``) that touch ``source``."""
     out: list[str] = []
@@ -173,7 +184,13 @@ def commit(ctx: ToolContext, args: CommitInput) -> CommitResult:
         if problems:  # whitespace errors: a reviewer would bounce it
             repo.git.reset("-q")
             return CommitResult(ok=False, summary=f"refused: the change has whitespace errors: {problems.splitlines()[0]}")
-        text = repo_relative(message(args, ctx.run_id, ctx.trial, simulated=ctx.engine_name == "twin"), name)
+        if holder := _secret_in(ctx, repo):  # whatever wrote it (the engine, a tool): never into history
+            repo.git.reset("-q")
+            return CommitResult(ok=False, summary=f"refused: the change adds a secret to {holder} (the configured API "
+                                                  "key, a task secret or a credential-shaped value)")  # fmt: skip
+        # the message quotes the model and the crash log: what it says of a secret is masked
+        text = ctx.redactor.text(repo_relative(message(args, ctx.run_id, ctx.trial, simulated=ctx.engine_name == "twin"),
+                                               name))  # fmt: skip
         c = repo.index.commit(text, author=AUTHOR, committer=AUTHOR)
         records.append(CommitRecord(source=name, sha=c.hexsha, branch=branch, files=files))
     if not records:

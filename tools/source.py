@@ -109,6 +109,11 @@ def unified_diff(path: str, before: str, after: str) -> str:
     return "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True), f"a/{path}", f"b/{path}"))
 
 
+# the workspace is committed and reviewed: a secret never goes in (and the refusal never repeats it)
+SECRET_REFUSED = ("refused: the new text holds a secret (the configured API key, a task secret or a credential-shaped "
+                  "value); the workspace is committed and reviewed, so read it from the environment instead")  # fmt: skip
+
+
 @tool(idempotent=True)
 def edit_file(ctx: ToolContext, args: EditInput) -> EditResult:
     """Replace one exact, unique occurrence of text in a workspace file; returns the diff."""
@@ -123,6 +128,8 @@ def edit_file(ctx: ToolContext, args: EditInput) -> EditResult:
         if count != 1:
             return EditResult(ok=False, path=args.path,
                               summary=f"'old' occurs {count} times in {args.path}; it must occur exactly once")  # fmt: skip
+        if ctx.redactor.holds_secret(args.new):
+            return EditResult(ok=False, path=args.path, summary=SECRET_REFUSED)
         after = before.replace(args.old, args.new, 1)
         ctx.sandbox.write_file(args.path, after)
     except SandboxError as exc:  # refused (outside, control data, .git) or no such file
@@ -192,6 +199,9 @@ def apply_patch(ctx: ToolContext, args: PatchInput) -> PatchResult:
             per_file[current].append(line)
     if not per_file:
         return PatchResult(ok=False, summary="no file headers (+++ b/<path>) in the diff")
+    added = [ln[1:] for lines in per_file.values() for ln in lines if ln.startswith("+")]
+    if any(ctx.redactor.holds_secret(ln) for ln in added):
+        return PatchResult(ok=False, summary=SECRET_REFUSED)
     new_texts: dict[str, str] = {}
     try:
         befores = {path: ctx.sandbox.read_file(path) if ctx.sandbox.resolve(path).exists() else "" for path in per_file}

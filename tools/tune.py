@@ -52,7 +52,7 @@ def tune_moe(ctx: ToolContext, args: TuneInput) -> TuneResult:
     n = ctx.next_id()
     log = ctx.run_dir / "logs" / f"tune-{n:03d}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    log.write_text("\n".join(out))
+    log.write_text(ctx.redactor.text("\n".join(out)))
     simulated = re.search(r"simulated tuning time ([\d.]+) min", "\n".join(out))
     seconds = float(simulated.group(1)) * 60 if simulated else result.wall_seconds
     cost = Cost(wall_seconds=result.wall_seconds, simulated_seconds=seconds if simulated else None,

@@ -29,6 +29,19 @@ def _credentials_in(url: str) -> str | None:
     return None
 
 
+def _secret_key_in(value) -> str | None:
+    """The first key of a JSON-like value, at any depth, that names a secret (``api_key``, ``Authorization``...)."""
+    from agent.secrets import is_secret_key
+
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if (isinstance(key, str) and is_secret_key(key)) or (key := _secret_key_in(inner)):
+                return key
+    if isinstance(value, list):
+        return next((k for item in value if (k := _secret_key_in(item))), None)
+    return None
+
+
 def make_policy(options, task=None) -> Policy:
     """``auto``: the LLM when a model and a key (or a local endpoint) are configured, else the playbook. The LLM's
     endpoint settings are the task's ``llm`` section with the command line's ``--llm-*`` options over them."""
@@ -48,6 +61,9 @@ def make_policy(options, task=None) -> Policy:
         if options.llm_base_url and (why := _credentials_in(options.llm_base_url)):
             raise PolicyError(f"--llm-base-url holds {why}: the run records its URL, so give the key in "
                               "OPENAI_API_KEY instead")  # fmt: skip
+        if key := _secret_key_in(getattr(options, "llm_extra_body", None)):
+            raise PolicyError(f"--llm-extra-body holds a secret ({key}): the run records its options without it (a "
+                              "resumed run would send ***), so give the key in OPENAI_API_KEY instead")  # fmt: skip
         settings = getattr(task, "llm", None)
         extra = {**(settings.extra_body if settings else {}), **(getattr(options, "llm_extra_body", None) or {})}
         timeout = getattr(options, "llm_timeout_s", None) or (settings.timeout_s if settings else 120)

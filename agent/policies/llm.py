@@ -43,8 +43,8 @@ from agent.search import (
     measured_on,
     next_candidate,
 )
+from agent.secrets import configured_secrets, redact
 from agent.state import AgentState, Call, Observation
-from agent.trace import redact
 from tasks.spec import TaskSpec
 
 from .base import Decision, PolicyContext
@@ -464,11 +464,12 @@ class LLMPolicy:
 
     # -- the conversation
 
+    def secret_values(self) -> list[str]:
+        """The API key it sends, which no file of the run may hold (none for a local endpoint without one)."""
+        return [] if self._api_key == "not-needed" else [self._api_key]
+
     def _secrets(self, ctx: PolicyContext) -> list[str]:
-        secrets = list(ctx.task.secrets())
-        if self._api_key != "not-needed":
-            secrets.append(self._api_key)
-        return secrets
+        return configured_secrets(ctx.task, self.secret_values())
 
     def _learn(self, memo: dict[str, Any], state: AgentState) -> None:
         """What the search view needs from the last observations: where each configuration's GPU time went,

@@ -123,13 +123,14 @@ def test_a_repeated_edit_or_patch_is_recognised_as_made(tmp_path):
     its text already there and changes nothing, instead of failing or wrapping it twice."""
     from types import SimpleNamespace
 
+    from agent.secrets import Redactor
     from sandboxes.local import LocalSandbox
     from tools.source import EditInput, PatchInput, apply_patch, edit_file
 
     sb = LocalSandbox(tmp_path / "ws")
     (tmp_path / "ws").mkdir(exist_ok=True)
     (tmp_path / "ws" / "k.cuh").write_text("#pragma once\n#include <cuda_runtime.h>\nint x;\n")
-    ctx = SimpleNamespace(sandbox=sb)
+    ctx = SimpleNamespace(sandbox=sb, redactor=Redactor())
     wrap = EditInput(path="k.cuh", old="#include <cuda_runtime.h>\n",
                      new="#ifndef USE_ROCM\n#include <cuda_runtime.h>\n#endif\n")
     first, again = edit_file(ctx, wrap), edit_file(ctx, wrap)
