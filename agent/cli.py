@@ -90,7 +90,7 @@ def _keep_secrets_from_the_engine(run) -> None:
     from sandboxes import isolation
     from sandboxes.local import LocalSandbox, is_secret
 
-    values = [v for k, v in os.environ.items() if is_secret(k) and v] + run.task.secrets()
+    values = [v for k, v in os.environ.items() if is_secret(k) and v] + sorted(run.redactor.values)
     isolation.protect_agent(values)
     if isinstance(run.sandbox, LocalSandbox) and (exposed := isolation.exposed_in_ancestors(values)):
         console.print(Text(f"warning: a secret this run holds is in the start-up environment of {', '.join(exposed)}, "
