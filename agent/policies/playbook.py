@@ -24,7 +24,7 @@ import json
 import re
 from typing import Any
 
-from agent.state import AgentState, Call, Observation
+from agent.state import AgentState, Call, Observation, Trial
 from tasks.spec import TaskSpec
 from tools.loader_names import renamed_prefix, renames
 from tools.source import unified_diff
@@ -198,6 +198,14 @@ def _model_frames(ctx: PolicyContext, diag: dict) -> tuple[list[tuple[str, str, 
     frames = [(f["file"], f["function"], int(f["line"])) for f in diag.get("frames") or []
               if "/models/" in f["file"] and ctx.workspace.exists(f["file"])]  # fmt: skip
     return frames, {f: ctx.workspace.read_file(f) for f, _, _ in frames}
+
+
+def accuracy_failure(trial: Trial) -> str:
+    """Why a trial failed its accuracy check: its accuracy outside the tolerance, or no accuracy at all (the eval
+    itself failed: its server died under it, its dataset could not be read)."""
+    if trial.accuracy is None:
+        return "the accuracy check did not complete (no accuracy measured)"
+    return f"accuracy {trial.accuracy:.3f} is outside the tolerance"
 
 
 class PlaybookPolicy:
@@ -642,7 +650,7 @@ class PlaybookPolicy:
             value = self._value(obs)
             trial = state.current_trial()
             if trial and trial.accuracy_ok is False:
-                return self._abandon(memo, cur, f"accuracy {trial.accuracy:.3f} is outside the tolerance")
+                return self._abandon(memo, cur, accuracy_failure(trial))
             keep_as = cur["keep_as"]
             best = memo["best"].get(keep_as)
             if key := self._served_key(cur):

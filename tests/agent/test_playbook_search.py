@@ -157,3 +157,15 @@ def test_the_best_knee_s_settings_are_tried_on_the_runner_up_layout():
     best["serving"]["kv_cache_dtype"] = "auto"
     memo["measured"].append({"candidate": {"flags": runner_up["flags"], "env": env}, "value": 3000.0})
     assert PlaybookPolicy._runner_up_items(TASK, memo) == []
+
+
+def test_a_failed_accuracy_check_without_a_figure_is_worded_not_crashed():
+    """An eval that failed outright (its server died under it) leaves no accuracy: the configuration is abandoned
+    with words, where formatting the missing figure once raised a TypeError that ended the run."""
+    from agent.policies.playbook import accuracy_failure
+    from agent.state import Trial
+
+    failed = Trial(id=1, flags={}, status="up", accuracy=None, accuracy_ok=False)
+    assert accuracy_failure(failed) == "the accuracy check did not complete (no accuracy measured)"
+    outside = Trial(id=2, flags={}, status="up", accuracy=0.5, accuracy_ok=False)
+    assert accuracy_failure(outside) == "accuracy 0.500 is outside the tolerance"
