@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import random
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +19,7 @@ from sandboxes.twin.scenario import load
 
 SC = load("glm52_mi355x")
 STEP_GRAIN = 0.005  # how far a run's end can move when batching changes by one scheduler step
+# the examples are the same every run (tests/conftest.py's profile); a case a draw found is kept as its own test
 SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 layouts = st.sampled_from([(8, 1), (4, 2), (2, 4)])
@@ -82,6 +84,15 @@ def test_more_kv_cache_never_lowers_throughput(cfg, kv, more, rate):
     base, duration = tput(kv)
     chunk = model.prefill(cfg.chunked_prefill_size, [(0, cfg.chunked_prefill_size)]).total
     assert tput(int(kv * more))[0] >= base * (1 - max(STEP_GRAIN, chunk / duration))
+
+
+@pytest.mark.xfail(strict=True, reason="found by a random draw on 2026-12-03: at TP4xDP2 10 % more KV cache serves "
+                   "2.3 % less, more than a prefill chunk's step; the twin's DP admission is issue 28's physics")
+def test_more_kv_cache_at_dp2_found_by_a_draw():
+    cfg = ServingConfig(tp_size=4, dp_size=2, kv_cache_dtype="auto", moe_tuned=False, speculative_algorithm=None,
+                        speculative_num_steps=0, speculative_num_draft_tokens=0, enable_aiter_allreduce_fusion=False,
+                        cuda_graph_max_bs=64)  # fmt: skip
+    test_more_kv_cache_never_lowers_throughput.hypothesis.inner_test(cfg, 200_000, 1.1015625, 3.0)
 
 
 @SETTINGS
