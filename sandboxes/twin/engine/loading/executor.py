@@ -135,9 +135,19 @@ def _definitions(path: Path, names: list[str]) -> ast.Module:
     return ast.fix_missing_locations(ast.Module(body=imports + _closure(tree, names, path), type_ignores=[]))
 
 
+def _named(code: types.CodeType, filename: str) -> types.CodeType:
+    """``code`` and every code object inside it (functions, classes, comprehensions) naming ``filename``, as if
+    compiled from it: what tracebacks print."""
+    if code.co_filename == filename:
+        return code
+    consts = tuple(_named(c, filename) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    return code.replace(co_filename=filename, co_consts=consts)
+
+
 def _compiled(path: Path, names: list[str] | None = None) -> types.CodeType:
     """``path`` compiled as the executor runs it (whole, or just ``names`` with what they use), kept like a .pyc in
-    the per-user cache by the file's contents: a file of the release compiles once per user, an edited one again."""
+    the per-user cache by the file's contents (not its place: every run's workspace holds the release's files
+    somewhere new), named after ``path``: a file of the release compiles once per user, an edited one again."""
     import hashlib
     import marshal
 
@@ -145,11 +155,11 @@ def _compiled(path: Path, names: list[str] | None = None) -> types.CodeType:
     from ...workspace.release import cache_dir
 
     data = path.read_bytes()
-    salt = f"{path}\0{sys.version}\0{','.join(sorted(names)) if names is not None else '*'}".encode()
+    salt = f"{sys.version}\0{','.join(sorted(names)) if names is not None else '*'}".encode()
     key = hashlib.sha256(data + salt).hexdigest()[:40]
     cached = cache_dir() / "compiled" / f"{key}.bin"
     try:
-        return marshal.loads(cached.read_bytes())
+        return _named(marshal.loads(cached.read_bytes()), str(path))
     except (OSError, ValueError, EOFError, TypeError):
         pass
     tree = parse(path) if names is None else _definitions(path, names)  # a syntax error raises PureCodeError here
