@@ -31,3 +31,35 @@ def test_the_same_file_elsewhere_hits_the_cache_and_names_its_own_place(tmp_path
     second.write_text(SOURCE + "h = 2\n")  # an edited file compiles again
     executor._compiled(second)
     assert len(compiles) == 1
+
+
+def test_a_checkpoint_index_is_parsed_and_sampled_once_per_user(tmp_path, monkeypatch):
+    """The loader's view of an index (its tensors, experts sampled) is kept by the index's contents: the same index
+    in another workspace is not parsed again; an index without tensor metadata still fails as the engine does."""
+    import json
+
+    import pytest
+
+    from sandboxes.twin.engine.loading import loader
+
+    monkeypatch.setenv("DAYZERO_CACHE", str(tmp_path / "cache"))
+    index = {"weight_map": {f"model.layers.0.mlp.experts.{i}.w1.weight": {"dtype": "BF16", "shape": [4, 8]}
+                            for i in range(8)} | {"lm_head.weight": {"dtype": "BF16", "shape": [16, 8]}}}
+    paths = []
+    for run in ("a", "b"):
+        p = tmp_path / run / "model.safetensors.index.json"
+        p.parent.mkdir()
+        p.write_text(json.dumps(index))
+        paths.append(p)
+    parses = []
+    real = loader._read_json
+    monkeypatch.setattr(loader, "_read_json", lambda *a, **k: parses.append(a[0]) or real(*a, **k))
+    first = loader._checkpoint_entries(paths[0], tmp_path)
+    assert [(n, w) for n, _, _, w in first] == [("model.layers.0.mlp.experts.0.w1.weight", 4),
+                                                ("model.layers.0.mlp.experts.7.w1.weight", 4), ("lm_head.weight", 1)]
+    assert loader._checkpoint_entries(paths[1], tmp_path) == first and parses == [paths[0]]
+    bad = tmp_path / "c" / "model.safetensors.index.json"
+    bad.parent.mkdir()
+    bad.write_text(json.dumps({"weight_map": {"x": "model-00001.safetensors"}}))
+    with pytest.raises(loader.WeightLoadError, match="no tensor metadata"):
+        loader._checkpoint_entries(bad, tmp_path)

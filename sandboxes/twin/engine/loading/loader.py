@@ -130,32 +130,40 @@ def category(name: str) -> str:
 # --- the checkpoint as the loader iterates it -------------------------------------------------------------
 
 
+def sampled_entries(weight_map: dict[str, dict[str, Any]]) -> list[tuple[str, str, list[int], int]]:
+    """The checkpoint's tensors as the loader iterates them, ``(name, dtype, shape, weight)`` in checkpoint order:
+    of each group of experts (``...experts.<id>.<tail>``) the first and the last, each standing for its share of
+    the group (``weight``); every other tensor as itself."""
+    entries: list[tuple[str, str, list[int], int]] = []
+    groups: dict[str, list[str]] = {}
+    split: dict[str, tuple[str, str, str]] = {}
+    for name in weight_map:
+        head, sep, rest = name.partition(".experts.")
+        if not sep:
+            continue
+        number, dot, tail = rest.partition(".")
+        if dot and number.isdigit():
+            key = head + ".experts.*." + tail
+            groups.setdefault(key, []).append(number)
+            split[name] = (key, number, tail)
+    keep = {key: ({ids[0], ids[-1]}, len(ids)) for key, ids in groups.items()}
+    for name, meta in weight_map.items():
+        weight = 1
+        if name in split:
+            key, number, _ = split[name]
+            kept, n = keep[key]
+            if number not in kept:
+                continue
+            weight = n // len(kept) + (1 if number == min(kept) and n % len(kept) else 0)
+        entries.append((name, str(meta.get("dtype", "BF16")), list(meta.get("shape") or []), weight))
+    return entries
+
+
 class _Checkpoint:
     """``(name, tensor)`` pairs in checkpoint order; counts what each consumed tensor stands for."""
 
-    def __init__(self, weight_map: dict[str, dict[str, Any]]) -> None:
-        self.entries: list[tuple[str, str, list[int], int]] = []  # name, dtype, shape, how many tensors it stands for
-        groups: dict[str, list[str]] = {}
-        split: dict[str, tuple[str, str, str]] = {}
-        for name in weight_map:
-            head, sep, rest = name.partition(".experts.")
-            if not sep:
-                continue
-            number, dot, tail = rest.partition(".")
-            if dot and number.isdigit():
-                key = head + ".experts.*." + tail
-                groups.setdefault(key, []).append(number)
-                split[name] = (key, number, tail)
-        keep = {key: ({ids[0], ids[-1]}, len(ids)) for key, ids in groups.items()}
-        for name, meta in weight_map.items():
-            weight = 1
-            if name in split:
-                key, number, _ = split[name]
-                kept, n = keep[key]
-                if number not in kept:
-                    continue
-                weight = n // len(kept) + (1 if number == min(kept) and n % len(kept) else 0)
-            self.entries.append((name, str(meta.get("dtype", "BF16")), list(meta.get("shape") or []), weight))
+    def __init__(self, entries: list[tuple[str, str, list[int], int]]) -> None:
+        self.entries = entries  # name, dtype, shape, how many tensors it stands for (``sampled_entries``)
         self.consumed: dict[str, int] = {}  # checkpoint name -> the bytes it stands for
         self.used: set[str] = set()
 
@@ -304,11 +312,11 @@ def _failure(root: Path, head: list[Frame], exc: BaseException, *, draft: bool,
 # --- loading -------------------------------------------------------------------------------------------------
 
 
-def _read_json(path: Path, root: Path, what: str) -> Any:
+def _read_json(path: Path, root: Path, what: str, text: str | None = None) -> Any:
     config_frames = SCHEDULER_START[:1] + [
         Frame("python/sglang/srt/managers/scheduler.py", "__init__", "self.init_model_config()", 0)]
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text() if text is None else text)
     except FileNotFoundError:
         msg = f"OSError: {path.parent} does not appear to have a file named {path.name}."
         raise WeightLoadError(f"{what}: {path} not found", render(root, config_frames, [msg])) from None
@@ -368,14 +376,14 @@ class _Loaded:
     model_class: str  # file:class
 
 
-def _load_one(executor: Executor, root: Path, config: dict[str, Any], checkpoint_map: dict[str, Any], *, draft: bool,
+def _load_one(executor: Executor, root: Path, config: dict[str, Any], checkpoint_map: list[tuple[str, str, list[int], int]], *, draft: bool,
               report: WeightLoadReport, eagle3: bool = False) -> _Loaded:  # fmt: skip
     worker = DRAFT_WORKER if draft else TARGET_WORKER
     try:
         built = build_model(executor, config, draft=draft)
     except (BuildError, ExecutionError, Exception) as exc:  # the constructor (or an import it needed) raised
         raise _failure(root, SCHEDULER_START + worker + RUNNER_INIT, exc, draft=draft) from None
-    checkpoint = _Checkpoint(checkpoint_map)
+    checkpoint = _Checkpoint(list(checkpoint_map))
     loaded: set[int] = set()
     original, copy_ = _track_copies(checkpoint, loaded)
     param_names: dict[int, str] = {}
@@ -422,6 +430,38 @@ def _capture_aux_states(root: Path, target: Any, draft_config: dict[str, Any]) -
         capture(eagle_config.get("eagle_aux_hidden_state_layer_ids"))
     except Exception as exc:
         raise _failure(root, SCHEDULER_START + TARGET_WORKER + AUX_CAPTURE, exc, draft=False) from None
+
+
+def _checkpoint_entries(path: Path, root: Path) -> list[tuple[str, str, list[int], int]]:
+    """``sampled_entries`` of the index at ``path``, kept in the per-user cache by the index's contents (and this
+    module's: how it samples): an index of 100k tensors is parsed and sampled once per user, not at every cold load
+    (0.4 s to parse GLM-5's, 0.25 s to sample it)."""
+    import hashlib
+    import marshal
+
+    from ... import cache_files
+    from ...workspace.release import cache_dir
+
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        _read_json(path, root, "model.safetensors.index.json")  # raises as the engine does
+        raise
+    key = hashlib.sha256(raw + _SAMPLING).hexdigest()[:40]
+    cached = cache_dir() / "checkpoint-entries" / f"{key}.bin"
+    try:
+        return marshal.loads(cached.read_bytes())
+    except (OSError, ValueError, EOFError, TypeError):
+        pass
+    text = raw.decode(errors="replace")
+    entries = sampled_entries(_weight_map(_read_json(path, root, "model.safetensors.index.json", text)))
+    with contextlib.suppress(OSError):
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        cache_files.write_atomic(cached, marshal.dumps(entries))
+    return entries
+
+
+_SAMPLING = Path(__file__).read_bytes()  # a change to how entries are sampled is a new cache key
 
 
 def _weight_map(index: Any) -> dict[str, Any]:
@@ -503,12 +543,11 @@ def load_weights(model_dir: Path, sglang_root: Path, *, with_draft: bool, tp_siz
     Raises ``WeightLoadError`` whose ``.log`` is the traceback SGLang prints."""
     model_dir, root = Path(model_dir), Path(sglang_root)
     config = _read_json(model_dir / "config.json", root, "config.json")
-    weight_map = _weight_map(_read_json(model_dir / "model.safetensors.index.json", root, "model.safetensors.index.json"))
+    weight_map = _checkpoint_entries(model_dir / "model.safetensors.index.json", root)
     draft_config, draft_map = config, weight_map
     if with_draft and draft_dir is not None and Path(draft_dir).resolve() != model_dir.resolve():
         draft_config = _read_json(Path(draft_dir) / "config.json", root, "config.json")
-        draft_map = _weight_map(_read_json(Path(draft_dir) / "model.safetensors.index.json", root,
-                                           "model.safetensors.index.json"))  # fmt: skip
+        draft_map = _checkpoint_entries(Path(draft_dir) / "model.safetensors.index.json", root)
     _require_release(root)
     platform = platform or Platform()
     platform.tp_size = max(1, tp_size)
