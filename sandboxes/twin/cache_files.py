@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import marshal
 import os
 import secrets
 import shutil
@@ -22,6 +23,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 COMPLETE = ".dayzero-complete"  # the marker file a finished folder entry holds: written last, before the rename
 PARTIAL = "partial"  # the suffix of a folder being built
@@ -44,6 +46,21 @@ def write_atomic(path: Path, data: str | bytes) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+
+
+def marshalled(entry: Path, make: Callable[[], Any]) -> Any:
+    """The value cached in the file ``entry`` (``marshal``'s format: code objects, lists, tuples, dicts of plain
+    values), else ``make()``, kept there for the next process (``write_atomic``; a cache that cannot be written
+    costs only the next process a ``make()``)."""
+    try:
+        return marshal.loads(entry.read_bytes())
+    except (OSError, ValueError, EOFError, TypeError):
+        pass
+    value = make()
+    with contextlib.suppress(OSError):
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(entry, marshal.dumps(value))
+    return value
 
 
 def remove_stale_tmps(folder: Path, older_than_s: float) -> None:

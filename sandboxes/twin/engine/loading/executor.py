@@ -149,7 +149,6 @@ def _compiled(path: Path, names: list[str] | None = None) -> types.CodeType:
     the per-user cache by the file's contents (not its place: every run's workspace holds the release's files
     somewhere new), named after ``path``: a file of the release compiles once per user, an edited one again."""
     import hashlib
-    import marshal
 
     from ... import cache_files
     from ...workspace.release import cache_dir
@@ -157,19 +156,12 @@ def _compiled(path: Path, names: list[str] | None = None) -> types.CodeType:
     data = path.read_bytes()
     salt = f"{sys.version}\0{','.join(sorted(names)) if names is not None else '*'}".encode()
     key = hashlib.sha256(data + salt).hexdigest()[:40]
-    cached = cache_dir() / "compiled" / f"{key}.bin"
-    try:
-        return _named(marshal.loads(cached.read_bytes()), str(path))
-    except (OSError, ValueError, EOFError, TypeError):
-        pass
-    tree = parse(path) if names is None else _definitions(path, names)  # a syntax error raises PureCodeError here
-    code = compile(tree, str(path), "exec", flags=_FUTURE_ANNOTATIONS, dont_inherit=True)
-    try:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        cache_files.write_atomic(cached, marshal.dumps(code))  # a name of its own, renamed: never half-read
-    except OSError:
-        pass
-    return code
+
+    def make() -> types.CodeType:
+        tree = parse(path) if names is None else _definitions(path, names)  # a syntax error raises PureCodeError
+        return compile(tree, str(path), "exec", flags=_FUTURE_ANNOTATIONS, dont_inherit=True)
+
+    return _named(cache_files.marshalled(cache_dir() / "compiled" / f"{key}.bin", make), str(path))
 
 
 class _StubMeta(abc.ABCMeta):

@@ -130,11 +130,14 @@ def category(name: str) -> str:
 # --- the checkpoint as the loader iterates it -------------------------------------------------------------
 
 
-def sampled_entries(weight_map: dict[str, dict[str, Any]]) -> list[tuple[str, str, list[int], int]]:
+Entry = tuple[str, str, list[int], int]  # a checkpoint tensor as loaded: name, dtype, shape, how many it stands for
+
+
+def sampled_entries(weight_map: dict[str, dict[str, Any]]) -> list[Entry]:
     """The checkpoint's tensors as the loader iterates them, ``(name, dtype, shape, weight)`` in checkpoint order:
     of each group of experts (``...experts.<id>.<tail>``) the first and the last, each standing for its share of
     the group (``weight``); every other tensor as itself."""
-    entries: list[tuple[str, str, list[int], int]] = []
+    entries: list[Entry] = []
     groups: dict[str, list[str]] = {}
     split: dict[str, tuple[str, str, str]] = {}
     for name in weight_map:
@@ -162,8 +165,8 @@ def sampled_entries(weight_map: dict[str, dict[str, Any]]) -> list[tuple[str, st
 class _Checkpoint:
     """``(name, tensor)`` pairs in checkpoint order; counts what each consumed tensor stands for."""
 
-    def __init__(self, entries: list[tuple[str, str, list[int], int]]) -> None:
-        self.entries = entries  # name, dtype, shape, how many tensors it stands for (``sampled_entries``)
+    def __init__(self, entries: list[Entry]) -> None:
+        self.entries = entries  # ``sampled_entries``: read, never changed (the target and its MTP draft share it)
         self.consumed: dict[str, int] = {}  # checkpoint name -> the bytes it stands for
         self.used: set[str] = set()
 
@@ -376,14 +379,14 @@ class _Loaded:
     model_class: str  # file:class
 
 
-def _load_one(executor: Executor, root: Path, config: dict[str, Any], checkpoint_map: list[tuple[str, str, list[int], int]], *, draft: bool,
+def _load_one(executor: Executor, root: Path, config: dict[str, Any], entries: list[Entry], *, draft: bool,
               report: WeightLoadReport, eagle3: bool = False) -> _Loaded:  # fmt: skip
     worker = DRAFT_WORKER if draft else TARGET_WORKER
     try:
         built = build_model(executor, config, draft=draft)
     except (BuildError, ExecutionError, Exception) as exc:  # the constructor (or an import it needed) raised
         raise _failure(root, SCHEDULER_START + worker + RUNNER_INIT, exc, draft=draft) from None
-    checkpoint = _Checkpoint(list(checkpoint_map))
+    checkpoint = _Checkpoint(entries)
     loaded: set[int] = set()
     original, copy_ = _track_copies(checkpoint, loaded)
     param_names: dict[int, str] = {}
@@ -432,12 +435,11 @@ def _capture_aux_states(root: Path, target: Any, draft_config: dict[str, Any]) -
         raise _failure(root, SCHEDULER_START + TARGET_WORKER + AUX_CAPTURE, exc, draft=False) from None
 
 
-def _checkpoint_entries(path: Path, root: Path) -> list[tuple[str, str, list[int], int]]:
+def _checkpoint_entries(path: Path, root: Path) -> list[Entry]:
     """``sampled_entries`` of the index at ``path``, kept in the per-user cache by the index's contents (and this
     module's: how it samples): an index of 100k tensors is parsed and sampled once per user, not at every cold load
     (0.4 s to parse GLM-5's, 0.25 s to sample it)."""
     import hashlib
-    import marshal
 
     from ... import cache_files
     from ...workspace.release import cache_dir
@@ -448,17 +450,9 @@ def _checkpoint_entries(path: Path, root: Path) -> list[tuple[str, str, list[int
         _read_json(path, root, "model.safetensors.index.json")  # raises as the engine does
         raise
     key = hashlib.sha256(raw + _SAMPLING).hexdigest()[:40]
-    cached = cache_dir() / "checkpoint-entries" / f"{key}.bin"
-    try:
-        return marshal.loads(cached.read_bytes())
-    except (OSError, ValueError, EOFError, TypeError):
-        pass
     text = raw.decode(errors="replace")
-    entries = sampled_entries(_weight_map(_read_json(path, root, "model.safetensors.index.json", text)))
-    with contextlib.suppress(OSError):
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        cache_files.write_atomic(cached, marshal.dumps(entries))
-    return entries
+    return cache_files.marshalled(cache_dir() / "checkpoint-entries" / f"{key}.bin", lambda: sampled_entries(
+        _weight_map(_read_json(path, root, "model.safetensors.index.json", text))))
 
 
 _SAMPLING = Path(__file__).read_bytes()  # a change to how entries are sampled is a new cache key
@@ -543,11 +537,11 @@ def load_weights(model_dir: Path, sglang_root: Path, *, with_draft: bool, tp_siz
     Raises ``WeightLoadError`` whose ``.log`` is the traceback SGLang prints."""
     model_dir, root = Path(model_dir), Path(sglang_root)
     config = _read_json(model_dir / "config.json", root, "config.json")
-    weight_map = _checkpoint_entries(model_dir / "model.safetensors.index.json", root)
-    draft_config, draft_map = config, weight_map
+    entries = _checkpoint_entries(model_dir / "model.safetensors.index.json", root)
+    draft_config, draft_entries = config, entries
     if with_draft and draft_dir is not None and Path(draft_dir).resolve() != model_dir.resolve():
         draft_config = _read_json(Path(draft_dir) / "config.json", root, "config.json")
-        draft_map = _checkpoint_entries(Path(draft_dir) / "model.safetensors.index.json", root)
+        draft_entries = _checkpoint_entries(Path(draft_dir) / "model.safetensors.index.json", root)
     _require_release(root)
     platform = platform or Platform()
     platform.tp_size = max(1, tp_size)
@@ -557,14 +551,14 @@ def load_weights(model_dir: Path, sglang_root: Path, *, with_draft: bool, tp_siz
     logging.getLogger().addHandler(capture)
     try:
         executor = Executor(root, platform)
-        target = _load_one(executor, root, config, weight_map, draft=False, report=report)
+        target = _load_one(executor, root, config, entries, draft=False, report=report)
         report.target_bytes_by_category, report.target_class = target.bytes_by_category, target.model_class
         report.unquantized_modules = target.unquantized
         missing = target.missing
         if with_draft and eagle3:
             _capture_aux_states(root, target.model, draft_config)
         if with_draft:
-            drafted = _load_one(executor, root, draft_config, draft_map, draft=True, report=report, eagle3=eagle3)
+            drafted = _load_one(executor, root, draft_config, draft_entries, draft=True, report=report, eagle3=eagle3)
             report.draft_bytes_by_category, report.draft_class = drafted.bytes_by_category, drafted.model_class
             if draft_config is not config:
                 report.draft_layers = int(draft_config.get("num_hidden_layers") or 1)
