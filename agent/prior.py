@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import stat
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from sandboxes.twin.safe_input import InputFileError, read_text, size_words
+from sandboxes.twin.safe_input import InputFileError, read_first_line, read_text, size_words
 from tasks.limits import PRIOR_SUMMARY_BYTES, PRIOR_TRACE_LINE_BYTES
 from tasks.spec import TaskSpec
 
@@ -95,16 +93,9 @@ def load_prior(run_dir: Path, task: TaskSpec, task_path: Path) -> PriorRun:
 def _run_started(trace_path: Path, where: str) -> RunStartedEvent:
     """The ``run_started`` event a run's trace opens with: only its first line is read, from a regular file."""
     try:
-        mode = os.stat(trace_path).st_mode
-        if not stat.S_ISREG(mode):
-            raise InputFileError("is a directory, not a file" if stat.S_ISDIR(mode) else
-                                 "is not a regular file (a device, FIFO or socket): not read")  # fmt: skip
-        with open(trace_path, "rb") as f:
-            line = f.readline(PRIOR_TRACE_LINE_BYTES + 1)
+        line = read_first_line(trace_path, PRIOR_TRACE_LINE_BYTES)
     except InputFileError as exc:
         raise PriorError(f"{where}: trace.jsonl: {exc}") from None
-    except OSError as exc:
-        raise PriorError(f"{where}: trace.jsonl: cannot read it ({exc.strerror or type(exc).__name__})") from None
     if len(line) > PRIOR_TRACE_LINE_BYTES:
         raise PriorError(f"{where}: its trace.jsonl opens with a line over {size_words(PRIOR_TRACE_LINE_BYTES)} "
                          "(not a dayzero trace)")  # fmt: skip

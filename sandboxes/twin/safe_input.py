@@ -37,9 +37,9 @@ def size_words(n: int) -> str:
     return f"{n / MiB:.1f} MiB" if n >= MiB else f"{n} bytes"
 
 
-def read_bytes(path: str | Path, max_bytes: int) -> bytes:
-    """The bytes of ``path``, a regular file (symlinks followed) of at most ``max_bytes``; at most
-    ``max_bytes + 1`` bytes are ever read, and nothing is read from anything that is not a regular file."""
+def _open_regular(path: str | Path) -> int:
+    """A descriptor of ``path``, a regular file (symlinks followed), or ``InputFileError``: nothing that is not a
+    regular file is opened for reading, nor waited on (a FIFO swapped in after the stat)."""
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
@@ -54,10 +54,21 @@ def read_bytes(path: str | Path, max_bytes: int) -> bytes:
     except OSError as exc:
         raise InputFileError(f"cannot read it ({exc.strerror or type(exc).__name__})") from None
     try:
-        st = os.fstat(fd)
-        _regular(st.st_mode)
-        if st.st_size > max_bytes:
-            raise InputFileError(f"is {size_words(st.st_size)}, over the {size_words(max_bytes)} such a file may "
+        _regular(os.fstat(fd).st_mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_bytes(path: str | Path, max_bytes: int) -> bytes:
+    """The bytes of ``path``, a regular file (symlinks followed) of at most ``max_bytes``; at most
+    ``max_bytes + 1`` bytes are ever read, and nothing is read from anything that is not a regular file."""
+    fd = _open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        if size > max_bytes:
+            raise InputFileError(f"is {size_words(size)}, over the {size_words(max_bytes)} such a file may "
                                  "be: not read")  # fmt: skip
         chunks, left = [], max_bytes + 1
         while left > 0 and (chunk := os.read(fd, min(left, MiB))):
@@ -71,6 +82,17 @@ def read_bytes(path: str | Path, max_bytes: int) -> bytes:
     if len(data) > max_bytes:  # it grew while being read
         raise InputFileError(f"is over the {size_words(max_bytes)} such a file may be: not read")
     return data
+
+
+def read_first_line(path: str | Path, max_bytes: int) -> bytes:
+    """The first line of ``path``, a regular file checked as :func:`read_bytes` checks it; at most
+    ``max_bytes + 1`` bytes are read (a longer line comes back that long: the caller says what it is not)."""
+    fd = _open_regular(path)
+    try:
+        with os.fdopen(fd, "rb") as f:
+            return f.readline(max_bytes + 1)
+    except OSError as exc:
+        raise InputFileError(f"cannot read it ({exc.strerror or type(exc).__name__})") from None
 
 
 def _regular(mode: int) -> None:
