@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from . import config_errors, log_lines
 from .base import ToolInput, ToolResult, tool
 from .context import ToolContext
 
@@ -109,7 +110,9 @@ _PARAM_DATA = re.compile(rf"param_data\.shape={_SIZE}(?: !=)? loaded_weight\.sha
 _TENSOR_SIZE = re.compile(r"The size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)")
 _EXPANDED = re.compile(r"The expanded size of the tensor \((\d+)\) must match the existing size \((\d+)\)")
 _KEY_ERROR = re.compile(r"^KeyError: '([^']+)'", re.M)
-_BARE_ASSERT = re.compile(r"^AssertionError\s*$", re.M)
+_BARE_ASSERT = re.compile(r"^[ \t]*AssertionError\s*$", re.M)  # quoted tracebacks are often indented
+_ASSERT_CODE = re.compile(r"^\s+assert\b.*")
+_RAISED_LINE = re.compile(r"^\s*[A-Za-z_][\w.]*(?:Error|Exception)\b")
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
 _CARETS = re.compile(r"^\s*[\^~]+\s*$")
 _TRACEBACK = "Traceback (most recent call last):"
@@ -186,6 +189,17 @@ _COLLECTIVE_INFO = re.compile(r"\b(?:NCCL|RCCL) INFO\b")
 # another process holds a port the server binds: uvicorn's HTTP port, torch.distributed's store, ZMQ's sockets
 _PORT_TAKEN = re.compile(r"\[Errno 98\][^\n]*|\(errno: 98 - Address already in use\)|ZMQError: Address already in use[^\n]*")
 _HANG = re.compile(r"(\b[Ww]atchdog timeout \(self\.watchdog_timeout=[^)]*\))")
+# torch's ProcessGroupNCCL heartbeat monitor: its watchdog thread itself hung inside a NCCL/CUDA call (a kernel that
+# never returned), so no collective failed: the process stopped making progress
+_PG_WATCHDOG_HANG = re.compile(r"(ProcessGroupNCCL's watchdog got stuck for \d+ seconds[^.]*|Heartbeat monitor timed out![^.]*)")
+# ranks called different collectives (torch's ProcessGroupWrapper under TORCH_DISTRIBUTED_DEBUG=DETAIL): the
+# program's own words, not the library's
+_COLLECTIVE_MISMATCH = re.compile(r"(Detected mismatch between collectives on ranks\.?[^\n]{0,160})")
+# the collective library's WARN lines (RCCL prints "NCCL" too); only those that report a failure are evidence,
+# RCCL also warns of settings that merely "can lead to" trouble (NUMA balancing, iommu=pt)
+_COLLECTIVE_WARN = re.compile(r"\b(?:NCCL|RCCL) WARN\b\s*(.*)")
+_WARN_FAILURE = re.compile(r"\b(?:fail\w*|error|errno|mismatch\w*|refused|closed|abort\w*|timed out|timeout|"
+                           r"unable|cannot|could not|invalid|unhandled|no such)\b", re.I)
 # a ValueError is a configuration (flag) problem only when it names a server argument: a --flag, a parallel size
 # (SGLang's "tp_size * dp_size = 16 GPUs requested ..."), or it was raised by the argument validation itself
 _VALUE_ERROR = re.compile(r"\b(?:ValueError|ServerArgsError)\b:?\s*(.*)$")
@@ -194,27 +208,11 @@ _FLAG_NAME = re.compile(r"(--[a-z][\w-]*|\b(?:tp|dp|pp|ep|cp|sp|attn_tp|moe_dens
 _ARGS_FILES = ("server_args.py", "arg_utils.py")
 # aiter's MoE-shape lines (its selection line and its untuned notices); tools/moe_lines.py reads them field by field
 _FALLBACK = re.compile(r"\[fused_moe\] |Fmoe tuning not support for ")
-_ERROR_LINE = re.compile(r"^[\w.]*(?:Error|Exception)\b: |\bHSA_STATUS_ERROR_\w+|\bHIP error: |Memory access fault")
+_ERROR_LINE = re.compile(r"^[\w.]*(?:Error|Exception)\b: |\bHSA_STATUS_ERROR_\w+|\bHIP error: |Memory access fault|"
+                         r"^\s+Value error, ")  # the last: pydantic's message under its ValidationError
 _LOADING = ("load_weights", "do_load_weights", "weight_loader", "load_model", "default_weight_loader")
 _LOADING_NAME = re.compile(r"(?:^|_)load(?:_|$)|weight_loader|load_weights")
 _DRAFT_HINTS = re.compile(r"nextn|_mtp|eagle|draft", re.I)
-
-# Prefixes the launchers put in front of every line. A stream prefix says which process wrote the line (interleaved
-# ranks must not be mixed up); a record prefix (time stamp, logger header) says nothing about the traceback.
-_COMPOSE_PREFIX = re.compile(r"[\w.-]+ +\| ?")  # docker compose: "sglang-1  | "
-_STREAM_PREFIX = (
-    re.compile(r"\([\w.-]+ pid=\d+(?:, ip=[\d.]+)?\) ?"),  # vLLM/Ray workers: "(Worker_TP0 pid=1267) "
-    re.compile(r"\[(?:rank|default)\d+\]: ?"),  # torch.distributed / torchrun: "[rank0]: ", "[default0]:"
-)
-_RECORD_PREFIX = (
-    re.compile(r"\[\d{4}-\d\d-\d\d[T ][\d:.,]+Z?(?: [A-Z]+\d+)*\] ?"),  # SGLang "[2025-03-20 00:44:38 TP3] ", CI
-    re.compile(r"\d{4}-\d\d-\d\d[T ][\d:.,]+Z? "),  # CI runners' time stamps
-    re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) +\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? "
-               r"(?:\[[^\]]*\]|[\w.]+:\d+\])(?: |$)"),  # vLLM's logger, new "[core.py:1231]" and old "engine.py:366]"
-    re.compile(r"\[(?:Error|Warning|Info|Debug)\] (?:\(\w+\) )?"),  # a launcher's own level tag
-    re.compile(r"-->(?:\[History\]: )?"),  # aiter's JIT build history
-)
-
 
 def _shape(text: str) -> list[int]:
     return [int(x) for x in text.replace(" ", "").split(",") if x]
@@ -224,25 +222,8 @@ def _tail(lines: list[str], pattern: re.Pattern, n: int = 3) -> list[str]:
     return [ln for ln in lines if pattern.search(ln)][-n:]
 
 
-def _split(line: str) -> tuple[str, str]:
-    """(the stream the line belongs to, the line without the launchers' prefixes)."""
-    source: list[str] = []
-    if m := _COMPOSE_PREFIX.match(line):
-        source.append(m.group(0).split("|")[0].strip())
-        line = line[m.end():]
-    while True:
-        for p in (*_STREAM_PREFIX, *_RECORD_PREFIX):
-            if m := p.match(line):
-                if p in _STREAM_PREFIX:
-                    source.append(m.group(0).strip())
-                line = line[m.end():]
-                break
-        else:
-            return " ".join(source), line
-
-
 def _entries(log: str) -> list[tuple[str, str]]:
-    return [_split(ln) for ln in log.splitlines()]
+    return log_lines.entries(log)
 
 
 def _frames(entries: list[tuple[str, str]], lo: int, hi: int, source: str | None) -> list[Frame]:
@@ -262,10 +243,10 @@ def _frames(entries: list[tuple[str, str]], lo: int, hi: int, source: str | None
     return frames
 
 
-def _frames_before(entries: list[tuple[str, str]], idx: int) -> list[Frame]:
+def _frames_before(entries: list[tuple[str, str]], idx: int, source: str | None = None) -> list[Frame]:
     """The frames of the traceback whose exception line is ``entries[idx]``: back to its header (or to an earlier
-    exception line, or the start of the excerpt), from the same stream only."""
-    source = entries[idx][0]
+    exception line, or the start of the excerpt), from the same stream only (``source``, default that line's)."""
+    source = entries[idx][0] if source is None else source
     lo = 0
     for j in range(idx - 1, -1, -1):
         src, body = entries[j]
@@ -295,6 +276,23 @@ def _model_file(frames: list[Frame]) -> str | None:
     model = [f.file for f in frames if f.function == "load_weights" and "/models/" in f.file
              and not f.file.endswith("/models/utils.py")]  # fmt: skip
     return model[0] if model else None
+
+
+def _unraised_asserts(entries: list[tuple[str, str]]) -> list[tuple[int, re.Match]]:
+    """``assert`` statements a traceback ends on with no exception line after them in their stream (the excerpt,
+    or the stream, stops there; another record follows): the failing assert is itself the error."""
+    found: list[tuple[int, re.Match]] = []
+    for i, (src, body) in enumerate(entries):
+        if not (m := _ASSERT_CODE.match(body)):
+            continue
+        before = [b for s, b in entries[:i] if s == src and b.strip() and not _CARETS.match(b)]
+        if not before or not _FRAME.match(before[-1]):
+            continue  # not the source line of a frame
+        after = [b for s, b in entries[i + 1:] if s == src and b.strip() and not _CARETS.match(b)]
+        rest = [b for b in after if not b[:1].isspace() or _RAISED_LINE.match(b) or _FRAME.match(b)]
+        if not rest or not (_RAISED_LINE.match(rest[0]) or _FRAME.match(rest[0])):
+            found.append((i, m))
+    return found
 
 
 def _weight_match(entries: list[tuple[str, str]]) -> tuple[str, re.Match, list[Frame]] | None:
@@ -328,6 +326,15 @@ def _weight_match(entries: list[tuple[str, str]]) -> tuple[str, re.Match, list[F
                 or (_is_loading(raised.function) and re.search(r"\bshape\b|\bsize\(\)", raised.code or ""))
             ):
                 return kind, m, frames
+    for idx, m in _unraised_asserts(entries):
+        frames = _frames_before(entries, idx + 1, entries[idx][0]) if idx + 1 < len(entries) else \
+            _frames(entries, 0, idx + 1, entries[idx][0])
+        raised = frames[-1] if frames else None
+        if raised is not None and raised.code and (
+            raised.function in ("weight_loader", "default_weight_loader")
+            or (_is_loading(raised.function) and re.search(r"\bshape\b|\bsize\(\)", raised.code))
+        ):
+            return "assert", m, frames
     return None
 
 
@@ -372,23 +379,34 @@ def _weight_failure(entries: list[tuple[str, str]]) -> Diagnosis | None:
 
 
 def _flag_value_error(entries: list[tuple[str, str]]) -> Diagnosis | None:
-    """The last ValueError, as an invalid_flag, when it names a server argument or the argument checks raised it."""
-    for idx in range(len(entries) - 1, -1, -1):
-        body = entries[idx][1]
-        if not (m := _VALUE_ERROR.search(body)):
-            continue
-        message = m.group(1)
+    """The last configuration check that failed (a ValueError, or a pydantic ``Value error, ...`` under its
+    ValidationError), as an invalid_flag when it names a server argument (a --flag, a parallel size, or the Python
+    parameter behind a flag, tools/config_errors.py) or the argument checks raised it; None when the last such error
+    is no configuration problem."""
+    bodies = [body for _, body in entries]
+    checks = [(idx, m.group(1), False) for idx, body in enumerate(bodies) if (m := _VALUE_ERROR.search(body))]
+    checks += [(idx, message, True) for idx, message in config_errors.validation_messages(bodies)]
+    if not checks:
+        return None
+    idx, message, pydantic = max(checks)
+    if pydantic:  # the traceback ends at pydantic's own validator; the config class it validated says enough
+        header = next(j for j in range(idx, -1, -1) if "validation error" in bodies[j])
+        frames = _frames_before(entries, header)
+        config_context, by_args = True, False
+    else:
         frames = _frames_before(entries, idx)
         by_args = bool(frames) and frames[-1].file.endswith(_ARGS_FILES)
-        named = _FLAG_NAME.search(message)
-        if not (named or by_args):
-            return None  # the last ValueError is the failure, and it is no configuration problem
-        flag = named.group(1) if named else None
-        if flag and not flag.startswith("--"):
-            flag = "--" + re.sub(r"[ _]", "-", flag.lower())
-        return Diagnosis(category="invalid_flag", flag=flag, summary=f"rejected configuration: {body.strip()[-200:]}",
-                         evidence=[body], frames=frames)  # fmt: skip
-    return None
+        config_context = by_args or (bool(frames) and config_errors.is_config_file(frames[-1].file))
+    flag = None
+    if named := _FLAG_NAME.search(message):
+        flag = named.group(1) if named.group(1).startswith("--") else config_errors.as_flag(named.group(1))
+    elif parameter := config_errors.blamed_parameter(message, config_context=config_context):
+        flag = config_errors.as_flag(parameter)
+    if not (flag or by_args):
+        return None  # the last check that failed is no configuration problem
+    body = bodies[idx].strip()
+    return Diagnosis(category="invalid_flag", flag=flag, summary=f"rejected configuration: {body[-200:]}",
+                     evidence=[body], frames=frames)  # fmt: skip
 
 
 def _allocation_phase(entries: list[tuple[str, str]], idx: int, line: str) -> MemoryPhase:
@@ -482,6 +500,27 @@ def _worker_crash(entries: list[tuple[str, str]], lines: list[str], frames: list
     return d
 
 
+def _collective_failure(entries: list[tuple[str, str]], lines: list[str], frames: list[Frame]) -> Diagnosis | None:
+    """A collective that failed: ranks that called different collectives (torch's own check), else the library's
+    own words (an NCCL/RCCL error, a ProcessGroupNCCL work that failed or timed out, a WARN line reporting a
+    failure)."""
+    text = "\n".join(body for _, body in entries)
+    if m := _COLLECTIVE_MISMATCH.search(text):
+        return Diagnosis(category="collective_error", summary=f"ranks ran different collectives: {m.group(1)}",
+                         evidence=_tail(lines, _COLLECTIVE_MISMATCH), frames=frames)  # fmt: skip
+    if m := _COLLECTIVE.search(text):
+        # the library's own words over the watchdog's report that a work failed
+        specific = [x for x in _COLLECTIVE.finditer(text) if not x.group(1).startswith("failure detected")]
+        m = specific[0] if specific else m
+        return Diagnosis(category="collective_error", summary=f"collective communication error ({m.group(1)})",
+                         evidence=_tail(lines, _COLLECTIVE), frames=frames, collective_library="rccl")  # fmt: skip
+    warns = [w.group(0) for _, body in entries if (w := _COLLECTIVE_WARN.search(body)) and _WARN_FAILURE.search(w.group(1))]
+    if warns:
+        return Diagnosis(category="collective_error", summary=f"collective communication error ({warns[-1][:200]})",
+                         evidence=warns[-3:], frames=frames, collective_library="rccl")  # fmt: skip
+    return None
+
+
 def classify(log: str, *, timed_out: bool = False) -> Diagnosis:
     """Classify a failed start (or a failing run) from its log text."""
     lines = log.splitlines()
@@ -516,15 +555,11 @@ def classify(log: str, *, timed_out: bool = False) -> Diagnosis:
         return d  # before what the dead worker's peers then report (a collective that lost a rank, a watchdog)
     if (d := _memory_failure(quiet, quiet_lines, frames)) is not None:
         return d
-    if m := _COLLECTIVE.search(quiet_text):
-        # the library's own words over the watchdog's report that a work failed
-        specific = [x for x in _COLLECTIVE.finditer(quiet_text) if not x.group(1).startswith("failure detected")]
-        m = specific[0] if specific else m
-        return Diagnosis(category="collective_error", summary=f"collective communication error ({m.group(1)})",
-                         evidence=_tail(quiet_lines, _COLLECTIVE), frames=frames, collective_library="rccl")  # fmt: skip
-    if m := _HANG.search(quiet_text):
+    if (d := _collective_failure(quiet, quiet_lines, frames)) is not None:
+        return d
+    if m := _HANG.search(quiet_text) or _PG_WATCHDOG_HANG.search(quiet_text):
         return Diagnosis(category="hang_timeout", summary=f"the engine stopped making progress: {m.group(1)}",
-                         evidence=_tail(quiet_lines, _HANG), frames=frames)  # fmt: skip
+                         evidence=_tail(quiet_lines, m.re), frames=frames)  # fmt: skip
     if (d := _flag_value_error(quiet)) is not None:
         return d
     if timed_out:
