@@ -155,7 +155,7 @@ _CAPTURE_FRAME = re.compile(r"capture|graph_runner|cuda_graph|init_device_graphs
 # the collective libraries' own errors; HSA_STATUS_ERROR_* is the ROCm runtime aborting a queue (a memory fault,
 # an illegal instruction), which any kernel can cause, so it is no evidence of a collective failure
 # Their INFO lines (NCCL_DEBUG=INFO, RCCL prints "NCCL" too) are progress reports, never evidence of a failure.
-_COLLECTIVE = re.compile(r"((?:NCCL|RCCL) error|\bnccl(?:InternalError|SystemError|UnhandledCudaError|InvalidUsage|"
+_COLLECTIVE = re.compile(r"((?:NCCL|RCCL) [Ee]rror\b|\bnccl(?:InternalError|SystemError|UnhandledCudaError|InvalidUsage|"
                          r"RemoteError)\b|Watchdog caught collective|(?:Test )?(?:NCCL|RCCL) failure|"
                          r"failure detected by watchdog at work sequence id)")  # fmt: skip
 # a GPU runtime fault that kills the process running the kernel (ROCr's fault handler, HSA's queue abort, HIP's and
@@ -565,12 +565,16 @@ def classify(log: str, *, timed_out: bool = False) -> Diagnosis:
     if timed_out:
         return Diagnosis(category="hang_timeout", summary="the server did not become ready before the timeout",
                          evidence=quiet_lines[-3:] or lines[-3:])  # fmt: skip
-    # the exception or runtime-abort line itself, else any line that mentions an error
-    err = [body for _, body in quiet if _ERROR_LINE.search(body)] or [
-        ln for ln in quiet_lines if re.search(r"Error|[Ee]xception|error:", ln)
+    # the exception or runtime-abort line itself, else any line that mentions an error; a bare AssertionError says
+    # nothing without the assert statement it stopped at
+    err = [i for i, (_, body) in enumerate(quiet) if _ERROR_LINE.search(body)] or [
+        i for i, (_, body) in enumerate(quiet) if re.search(r"Error|[Ee]xception|error:", body)
     ]
-    return Diagnosis(category="unknown", summary=(err[-1].strip() if err else "no error line found")[:300],
-                     evidence=err[-3:], frames=frames)  # fmt: skip
+    summary = quiet[err[-1]][1].strip() if err else "no error line found"
+    if err and _BARE_ASSERT.match(summary) and (raised := _frames_before(quiet, err[-1])) and raised[-1].code:
+        summary = f"{summary} at {raised[-1].file}:{raised[-1].line} {raised[-1].function}: {raised[-1].code}"
+    return Diagnosis(category="unknown", summary=summary[:300], evidence=[quiet[i][1] for i in err[-3:]],
+                     frames=frames)  # fmt: skip
 
 
 def moe_fallbacks(log: str) -> list[MoEShape]:
