@@ -580,10 +580,11 @@ def classify(log: str, *, timed_out: bool = False) -> Diagnosis:
 def moe_fallbacks(log: str) -> list[MoEShape]:
     """MoE shapes that ran aiter's untuned default path, deduplicated, from its ``[fused_moe] using ... default for
     (...)`` lines and untuned notices in any format aiter has printed (tools/moe_lines.py). Lines of no known
-    format are left out here; ``moe_lines.unparsed_lines(log)`` lists them."""
+    format are left out here; ``moe_lines.unparsed_lines(log)`` lists them. Lines are read through their prefixes
+    and a terminal's wraps (tools/log_lines.py): a key tuple cut at the screen's width is one line again."""
     from .moe_lines import untuned_shapes  # moe_lines imports MoEShape from here
 
-    return untuned_shapes("\n".join(ln for ln in log.splitlines() if _FALLBACK.search(ln)))
+    return untuned_shapes("\n".join(body for _, body in _entries(log) if _FALLBACK.search(body)))
 
 
 def workspace_relative(ctx: ToolContext, d: Diagnosis) -> Diagnosis:

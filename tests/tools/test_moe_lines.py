@@ -194,3 +194,14 @@ def test_moe_fallbacks_dedupes_untuned_across_formats_and_reports_the_rest():
     assert untuned_shapes(log) == shapes
     assert len(parse_log(log)) == 5
     assert [u.line for u in unparsed_lines(log)] == ["[aiter] [fused_moe] using 2stage default for (256, 32, 7168, 384, 16, 4, ...)"]
+
+
+def test_a_key_tuple_cut_at_the_terminal_width_is_read_whole():
+    """A shape line pasted from a terminal arrives in pieces of the screen's width, behind the engine's prefix."""
+    from tools.diagnose import moe_fallbacks
+
+    line = "[2026-02-17 23:52:11 TP4] " + PUBLIC[0][0]
+    pieces = [line[i:i + 64] for i in range(0, len(line), 64)]
+    assert len(pieces) >= 3
+    shapes = moe_fallbacks("\n".join(["[2026-02-17 23:52:11 TP4] Decode batch, #running-req: 3", *pieces]))
+    assert [(s.model_dim, s.inter_dim, s.expert, s.topk) for s in shapes] == [(4096, 384, 289, 9)]
