@@ -269,3 +269,19 @@ def test_the_draft_tree_reads_quantization_from_the_engine(tmp_path_factory: pyt
     assert deepseek.find("model.input_layernorm") is None  # the draft builds no such module
     glm = ModuleTree(src, "sglang.srt.models.glm4_moe_nextn", "Glm4MoeForCausalLMNextN", "quark")
     assert glm.find("model.eh_proj").quantized is False  # nn.Linear: no quantization config reaches it
+
+
+def test_the_engine_fixs_unit_test_reaches_the_patch() -> None:
+    """The fix note's test travels with the patch its call applies (``Patch.test``), for the PR material."""
+    from agent.outcomes import _record_patch
+    from agent.state import AgentState, Observation, Patch
+
+    test = {"path": "test/srt/models/test_x_mtp_exclude.py", "content": "import unittest\n"}
+    state = AgentState(run_id="r", task_path="t.yaml", annotations={"patch": {"category": "weight_shape_mismatch",
+                                                                         "defect": "engine:x", "test": test}})  # fmt: skip
+    obs = Observation(call_id="c", tool="apply_patch", args={"diff": "--- a/x\n+++ b/x\n"}, ok=True,
+                      result={"files": ["sglang/x.py"]}, step=3)  # fmt: skip
+    patches: list[Patch] = []
+    _record_patch(state, patches, obs)
+    assert patches[0].test == test
+    assert Patch(id=1, files=[], diff="", reason="").test is None  # optional: older traces load unchanged
