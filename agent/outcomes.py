@@ -146,7 +146,8 @@ def _record_patch(state: AgentState, patches: list[Patch], obs: Observation) -> 
                          category=note.get("category", "unknown"), defect=defect,
                          title=note.get("title") or f"Patch {', '.join(files)}",
                          root_cause=note.get("root_cause") or state.rationale,
-                         change=note.get("change") or f"edit {', '.join(files)}", step_applied=obs.step))  # fmt: skip
+                         change=note.get("change") or f"edit {', '.join(files)}", step_applied=obs.step,
+                         test=note.get("test")))  # fmt: skip
 
 
 def bests_met(state: AgentState, task: TaskSpec) -> bool:

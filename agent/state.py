@@ -69,6 +69,9 @@ class Patch(BaseModel):
     status: Literal["applied", "verified", "committed", "discarded"] = "applied"
     after: str | None = None  # evidence once verified
     commits: list[str] = Field(default_factory=list)
+    # an engine fix's unit test in the engine's own style, {"path": ..., "content": ...} (path from the engine
+    # repository's root): fails before the fix, passes after it
+    test: dict[str, str] | None = None
 
 
 class Best(BaseModel):

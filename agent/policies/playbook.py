@@ -30,6 +30,9 @@ from tools.loader_names import renamed_prefix, renames
 from tools.source import unified_diff
 
 from ..ablation import explain_best
+from ..fixes.engine_modules import EngineSource, ModuleTree
+from ..fixes.excludes import SCALE, engine_test, own_modules
+from ..fixes.excludes import engine_excludes as draft_excludes
 from ..outcomes import node_hours_left
 from ..search import (
     LAYOUT,
@@ -198,6 +201,38 @@ def _model_frames(ctx: PolicyContext, diag: dict) -> tuple[list[tuple[str, str, 
     frames = [(f["file"], f["function"], int(f["line"])) for f in diag.get("frames") or []
               if "/models/" in f["file"] and ctx.workspace.exists(f["file"])]  # fmt: skip
     return frames, {f: ctx.workspace.read_file(f) for f, _, _ in frames}
+
+
+def _draft_tree(ctx: PolicyContext, diag: dict, config: dict) -> ModuleTree | None:
+    """The draft class's module tree (the class whose code the crash's traceback ran in its model file), read from
+    the workspace's engine source with the traceback's files (their loader mappings), or None."""
+    model_file = diag.get("model_file")
+    cut = (model_file or "").rfind("/sglang/srt/")
+    if cut < 0 or not ctx.workspace.exists(model_file):
+        return None
+    source = ctx.workspace.read_file(model_file)
+    line = next((int(f["line"]) for f in diag.get("frames") or [] if f["file"] == model_file), None)
+    cls = class_at(source, line) if line else None
+    if cls is None:
+        return None
+
+    def read(path: str) -> str | None:
+        return ctx.workspace.read_file(path) if ctx.workspace.exists(path) else None
+
+    src = EngineSource(read, model_file[:cut])
+    src.include([f["file"] for f in diag.get("frames") or []])
+    module = model_file[cut + 1:-3].replace("/", ".")
+    return ModuleTree(src, module, cls, (config.get("quantization_config") or {}).get("quant_method"))
+
+
+def _quantized_in_draft(tree: ModuleTree, name: str, top: str) -> bool | None:
+    """Whether the draft builds the checkpoint's module ``name`` quantized, under that name or with the tree's
+    prefix ``top`` dropped (a draft whose loader strips it); None when its source does not tell."""
+    for candidate in (name, name[len(top) + 1:] if name.startswith(top + ".") else None):
+        found = tree.find(candidate) if candidate else None
+        if found is not None:
+            return found.quantized
+    return None
 
 
 def accuracy_failure(trial: Trial) -> str:
@@ -937,7 +972,9 @@ class PlaybookPolicy:
 
     def _exclude_fix(self, ctx: PolicyContext, diag: dict) -> tuple[Call, dict] | None:
         """The engine built a module quantized that the checkpoint stores unquantized: add the engine's names
-        of every module the exclude list covers under the checkpoint's prefix.
+        of the modules the exclude list covers under the checkpoint's prefix, only those the draft builds
+        quantized (read from its class, ``agent.fixes.excludes``), in the list's style: one whole-layer pattern
+        where the list keeps the whole (unquantized) layer by a pattern.
 
         When the log names the parameter (a KeyError, a loader that prints it) the two names give the prefixes.
         When it does not (a bare assertion in a layer's weight_loader), the failing layer is found the way an
@@ -972,9 +1009,18 @@ class PlaybookPolicy:
         modules = {_module(n) for n in names if n.startswith(cp + ".")} if cp else set()
         if ckpt_mod:
             modules.add(ckpt_mod)
-        adds = _engine_excludes(sorted(m for m in modules if m), cp, ep, exclude)
-        if engine_mod and not _excluded(engine_mod, exclude + adds):
-            adds.append(engine_mod)
+        tree = _draft_tree(ctx, diag, config) if diag.get("draft_model") and cp and ep else None
+        targets: dict[str, str] = {}
+        if tree is not None:  # only what the draft builds quantized, named as it builds it
+            unquantized = not any(SCALE.search(n) for n in names if n.startswith(cp + "."))
+            adds, targets = draft_excludes(tree, sorted(m for m in modules if m), cp, ep, exclude, unquantized)
+            found = tree.find(engine_mod) if engine_mod else None
+            if found is not None and found.quantized is not False and not _excluded(found.name, exclude + adds):
+                adds.append(found.name)
+        else:
+            adds = _engine_excludes(sorted(m for m in modules if m), cp, ep, exclude)
+            if engine_mod and not _excluded(engine_mod, exclude + adds):
+                adds.append(engine_mod)
         edit = _insert_entries(text, adds)
         if edit is None or not adds:
             return None
@@ -993,7 +1039,7 @@ class PlaybookPolicy:
                       + ", ".join(adds[:6]) + (" ..." if len(adds) > 6 else ""),
         }  # fmt: skip
         if diag.get("draft_model") and cp and ep:
-            upstream = self._upstream_fix(ctx, diag, config, config_path, cp, ep)
+            upstream = self._upstream_fix(ctx, diag, config, config_path, cp, ep, tree, targets)
             if upstream:
                 note["upstream"] = upstream
         return Call(tool="edit_file", args={"path": config_path, "old": edit[0], "new": edit[1]}), note
@@ -1062,6 +1108,9 @@ class PlaybookPolicy:
             parts = sorted({".".join(n.split(".")[:3]) if n.split(".")[1:2] == ["layers"] else n.rsplit(".", 1)[0]
                             for n in tree})  # fmt: skip
             parents = [p for p in parts if not any(p != q and p.startswith(q + ".") for q in parts)]
+            drafted = _draft_tree(ctx, diag, json.loads(text))
+            if drafted is not None:  # not what the draft builds unquantized anyway (a norm, a plain nn.Linear)
+                parents = [p for p in parents if _quantized_in_draft(drafted, p, top) is not False]
             edit = _insert_entries(text, parents)
             if edit is None:
                 return None
@@ -1080,11 +1129,13 @@ class PlaybookPolicy:
         return None
 
     @staticmethod
-    def _upstream_fix(ctx: PolicyContext, diag: dict, config: dict, config_path: str, cp: str,
-                      ep: str) -> dict | None:  # fmt: skip
+    def _upstream_fix(ctx: PolicyContext, diag: dict, config: dict, config_path: str, cp: str, ep: str,
+                      tree: ModuleTree | None = None, targets: dict[str, str] | None = None) -> dict | None:  # fmt: skip
         """The same fix in the engine: the draft model maps the exclude entries naming the checkpoint's extra
-        layer (``model.layers.<num_hidden_layers>``, the extra-layer MTP convention) to its own prefix. Proposed
-        only where the checkpoint follows that convention and the draft's model file has that shape."""
+        layer (``model.layers.<num_hidden_layers>``, the extra-layer MTP convention) to its own names: the decoder
+        layer's under its prefix, the MTP layer's own quantized modules (``eh_proj``) on the model holding it. In
+        the draft file the crash's traceback names, with a unit test in the engine's style (``note["test"]``).
+        Proposed only where the checkpoint follows that convention and the draft's model file has that shape."""
         model_file = diag.get("model_file")
         n_layers = config.get("num_hidden_layers")
         if not model_file or not ctx.workspace.exists(model_file) or cp != f"model.layers.{n_layers}":
@@ -1092,11 +1143,18 @@ class PlaybookPolicy:
         source = ctx.workspace.read_file(model_file)
         line = next((int(f["line"]) for f in diag.get("frames") or [] if f["file"] == model_file), None)
         cls = class_at(source, line) if line else draft_class(source, ep)
+        own = own_modules(tree, ep) if tree is not None else ()
         fixed = map_draft_excludes(source, cls, 'f"model.layers.{config.num_hidden_layers}"',
-                                   "model.layers.<num_hidden_layers>", ep) if cls else None  # fmt: skip
+                                   "model.layers.<num_hidden_layers>", ep, own) if cls else None  # fmt: skip
         if fixed is None:
             return None
         diff = unified_diff(model_file, source, fixed)
+        exclude = config.get("quantization_config", {}).get("exclude", [])
+        missing = {t: m for t, m in (targets or {}).items() if not _excluded(t, exclude)}
+        entries = list(dict.fromkeys(next(e for e in exclude if _excluded(m, [e])) for m in missing.values()))
+        test = None
+        if missing and tree is not None:
+            test = engine_test(tree.module, cls, cp, ep, own, entries, sorted(missing))
         note = {
             "category": "weight_shape_mismatch",
             "defect": f"engine:{model_file}:{cls}",
@@ -1106,8 +1164,11 @@ class PlaybookPolicy:
                            f"bf16 modules quantized and their weights do not fit"),
             "change": (f"in {cls}.__init__ ({model_file}), before any module is built, add each exclude entry "
                        f"that names model.layers.<num_hidden_layers> again under {ep} (exact names, the fused "
-                       f"experts module, re: patterns), so checkpoints need no config fix"),
+                       f"experts module, re: patterns)" + (f", and the MTP layer's own {', '.join(own)} under "
+                       f"{ep.rpartition('.')[0]}" if own else "") + ", so checkpoints need no config fix"),
         }  # fmt: skip
+        if test:
+            note["test"] = test
         return {"file": model_file, "config": config_path, "files": [model_file], "diff": diff, "note": note}
 
     @staticmethod

@@ -25,12 +25,14 @@ LINE_LENGTH = 88  # black's default, which SGLang uses
 # black's style, so what the playbook runs and what it proposes upstream are one code.
 
 
-def _map_mtp_exclude_entry(entry, ckpt_prefix, prefix):
+def _map_mtp_exclude_entry(entry, ckpt_prefix, prefix, own_modules=()):
     """The entry, if it names the checkpoint's MTP layer (``ckpt_prefix``), as this
     model names it: the decoder layer's modules under ``prefix`` (an exact name, and
     the fused-experts module an expert's name belongs to, or a ``re:`` pattern whose
-    leading part matches ``ckpt_prefix.``), the MTP layer's own modules (eh_proj)
-    under the model holding that layer. Empty when it names something else."""
+    leading part matches ``ckpt_prefix.``), the MTP layer's own quantized modules
+    (``own_modules``, e.g. eh_proj) under the model holding that layer. Empty when
+    it names something else."""
+    owner = prefix.rpartition(".")[0]
     if entry.startswith("re:"):
         pattern = entry[3:]
         for cut in range(1, len(pattern) + 1):
@@ -39,25 +41,26 @@ def _map_mtp_exclude_entry(entry, ckpt_prefix, prefix):
             except re.error:
                 continue
             if head.fullmatch(ckpt_prefix + "."):
-                return ["re:" + re.escape(prefix + ".") + pattern[cut:]]
+                mapped = ["re:" + re.escape(prefix + ".") + pattern[cut:]]
+                for module in own_modules:  # a whole-layer pattern covers them too
+                    if re.match(pattern, ckpt_prefix + "." + module):
+                        mapped.append(owner + "." + module)
+                return mapped
         return []
     if not entry.startswith(ckpt_prefix + "."):
         return []
     rest = entry[len(ckpt_prefix) + 1 :]
-    if rest.split(".")[0] in ("self_attn", "mlp"):
-        name = prefix + "." + rest
-    else:  # eh_proj and the other MTP-only modules hang on the model itself
-        name = prefix.rpartition(".")[0] + "." + rest
+    name = (owner if rest.split(".")[0] in own_modules else prefix) + "." + rest
     experts = re.match(r"(.*\.experts)\.\d+\.", name)
     return [name, experts.group(1)] if experts else [name]
 
 
-def _map_mtp_exclude_layers(exclude_layers, ckpt_prefix, prefix):
+def _map_mtp_exclude_layers(exclude_layers, ckpt_prefix, prefix, own_modules=()):
     """Exclude entries, plus each one that names the checkpoint's MTP layer again
     as this model names it (_map_mtp_exclude_entry)."""
     mapped = []
     for entry in exclude_layers:
-        mapped += _map_mtp_exclude_entry(entry, ckpt_prefix, prefix)
+        mapped += _map_mtp_exclude_entry(entry, ckpt_prefix, prefix, own_modules)
     added = [m for m in dict.fromkeys(mapped) if m not in exclude_layers]
     return list(exclude_layers) + added
 
@@ -65,15 +68,23 @@ def _map_mtp_exclude_layers(exclude_layers, ckpt_prefix, prefix):
 HELPER = _map_mtp_exclude_layers.__name__
 _HELPER_SOURCE = "".join(inspect.getsource(f) + "\n\n" for f in (_map_mtp_exclude_entry, _map_mtp_exclude_layers))
 
-_COMMENT = ("The checkpoint names its MTP layer {ckpt_doc}, which hf_to_sglang_mapper renames for one index "
-            "only: name that layer's exclude entries under this model's prefix too.")
+_COMMENT = ("The checkpoint names its MTP layer {ckpt_doc} in its quantization exclude list, but this model builds "
+            "that layer as {prefix_doc}: name those exclude entries under this model's names too.")
 _CALL_SOURCE = '''{comment}{i}if getattr(quant_config, "exclude_layers", None):
 {i}    quant_config.exclude_layers = {name}(
 {i}        quant_config.exclude_layers,
 {i}        {ckpt_expr},
 {i}        {prefix},
+{i}        {own},
 {i}    )
 '''
+
+
+def python_literal(value: str | tuple[str, ...]) -> str:
+    """A string or a tuple of strings as black writes it (double quotes; a one-element tuple's comma)."""
+    if isinstance(value, tuple):
+        return "(" + ", ".join(json.dumps(v) for v in value) + ("," if len(value) == 1 else "") + ")"
+    return json.dumps(value)
 
 
 def _init_of(tree: ast.Module, class_name: str) -> tuple[ast.ClassDef, ast.FunctionDef] | None:
@@ -109,10 +120,12 @@ def _import_re(lines: list[str], tree: ast.Module) -> int | None:
     return (first.lineno - 1) if first else 0
 
 
-def map_draft_excludes(source: str, class_name: str, ckpt_expr: str, ckpt_doc: str, prefix: str) -> str | None:
+def map_draft_excludes(source: str, class_name: str, ckpt_expr: str, ckpt_doc: str, prefix: str,
+                       own_modules: tuple[str, ...] = ()) -> str | None:  # fmt: skip
     """``source`` with the fix in ``class_name.__init__``: ``ckpt_expr`` is the Python expression of the
     checkpoint's layer prefix in terms of ``config`` (e.g. an f-string of ``config.num_hidden_layers``),
-    ``ckpt_doc`` how a comment names it, ``prefix`` the draft's own prefix for that layer."""
+    ``ckpt_doc`` how a comment names it, ``prefix`` the draft's own prefix for that layer, ``own_modules`` the MTP
+    layer's own quantized modules, built on the model holding that prefix (``eh_proj``)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -130,9 +143,10 @@ def map_draft_excludes(source: str, class_name: str, ckpt_expr: str, ckpt_doc: s
     base_init = next((s for s in body if _is_base_init(s)), None)
     anchor = base_init or body[0]
     indent = re.match(r"[ \t]*", lines[anchor.lineno - 1]).group(0)
-    comment = "".join(f"{indent}# {ln}\n" for ln in textwrap.wrap(_COMMENT.format(ckpt_doc=ckpt_doc),
+    comment = "".join(f"{indent}# {ln}\n" for ln in textwrap.wrap(_COMMENT.format(ckpt_doc=ckpt_doc, prefix_doc=prefix),
                                                                   LINE_LENGTH - len(indent) - 2))
-    call = _CALL_SOURCE.format(i=indent, comment=comment, name=HELPER, ckpt_expr=ckpt_expr, prefix=json.dumps(prefix))
+    call = _CALL_SOURCE.format(i=indent, comment=comment, name=HELPER, ckpt_expr=ckpt_expr, prefix=json.dumps(prefix),
+                               own=python_literal(tuple(own_modules)))
     at = (anchor.end_lineno or anchor.lineno) if base_init else anchor.lineno - 1
     lines[at:at] = call.splitlines(True)
     first = min([cls.lineno] + [d.lineno for d in cls.decorator_list]) - 1

@@ -232,14 +232,20 @@ def test_the_bundled_excerpt_says_it_cannot_load_weights(tmp_path: Path, monkeyp
 def test_a_fix_in_the_draft_constructor_is_honoured(pristine_workspaces: dict[str, Path], tmp_path: Path) -> None:
     """The upstream fix the agent proposes (map the checkpoint's MTP-layer exclude entries in __init__) loads the
     draft with the checkpoint's config as released, for regex and exact-name exclude lists alike."""
+    from agent.fixes.engine_modules import EngineSource, ModuleTree
+    from agent.fixes.excludes import own_modules
     from agent.policies.upstream_fixes import map_draft_excludes
 
     for name in ("glm52_mi355x", "vega_mi355x"):
         ws = workspace(pristine_workspaces, tmp_path / name, name)
         assert failure(ws, draft=True).draft
         path = ws / "sglang" / NEXTN
+        # the MTP layer's own quantized modules (eh_proj, a Quark linear), read from the draft class's source
+        src = EngineSource(lambda p, ws=ws: (ws / p).read_text() if (ws / p).is_file() else None, "sglang/python")
+        tree = ModuleTree(src, "sglang.srt.models.deepseek_nextn", "DeepseekV3ForCausalLMNextN", "quark")
         fixed = map_draft_excludes(path.read_text(), "DeepseekV3ForCausalLMNextN",
-                                   'f"model.layers.{config.num_hidden_layers}"', "model.layers.<N>", "model.decoder")
+                                   'f"model.layers.{config.num_hidden_layers}"', "model.layers.<N>", "model.decoder",
+                                   own_modules(tree, "model.decoder"))  # fmt: skip
         assert fixed is not None
         path.write_text(fixed)
         report = load(ws, draft=True)  # the config is untouched
