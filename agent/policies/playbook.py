@@ -47,6 +47,15 @@ from ..search import (
     with_draft_path,
 )
 from .base import Decision, PolicyContext
+from .known_failures import (
+    KernelBlock,
+    acceptance_rate,
+    accepted_per_step,
+    changed_flags,
+    fails_again,
+    launch_key,
+    trigger_at,
+)
 from .upstream_fixes import (
     _map_mtp_exclude_entry,
     class_at,
@@ -77,6 +86,7 @@ SPEC_KEYS = (SPECULATIVE, *SPEC_DEPENDENT)  # the speculative-decoding flags, as
 # scenarios it reaches the best allowed tree in at most this many (a coordinate search stops sooner when no
 # neighbour of the best improves)
 TREE_SEARCH_RUNS = 8
+WORKSPACE_CHANGES = ("edit_file", "apply_patch", "discard_changes")  # the calls that change what a launch runs
 DEPTH_MOVES = ("deeper", "shallower")  # the chain's depth: what reaches a single-stream target; width comes later
 
 
@@ -255,7 +265,10 @@ class PlaybookPolicy:
             out = self._advance(state, ctx, memo)
             if out is not None:
                 calls, rationale = out
+                if any(c.tool in WORKSPACE_CHANGES for c in calls):  # a launch after it is a different launch
+                    memo["workspace_changes"] = memo.get("workspace_changes", 0) + 1
                 note = memo.pop("patch_note", None)
+                self._estimate_blocked(ctx.task, memo)
                 return Decision(calls=calls, rationale=rationale, stage=memo["phase"], memo=memo, done=not calls,
                                 annotations={"patch": note} if note else {})  # fmt: skip
         return Decision(calls=[], rationale="the plan made no progress", stage=memo["phase"], memo=memo, done=True)
@@ -311,6 +324,9 @@ class PlaybookPolicy:
             flags, env = self._compose(task, memo, item)
             if item["from"] != "none" and flags == base["flags"] and env == base.get("env", {}):
                 return None  # nothing new to try
+            if (block := self._blocking(memo, flags)) is not None:  # it would build a kernel that cannot be fixed
+                self._skip_blocked(memo, item, block)
+                return None
             if same := self._already_served(base, item):
                 memo.setdefault("tried", []).append(f"{item['label']}: skipped, {same}")
                 if item.get("candidate"):  # the search learns it serves as the base does
@@ -319,7 +335,7 @@ class PlaybookPolicy:
             memo["current"] = {"label": item["label"], "flags": flags, "env": env, "measure": item["measure"],
                                "keep_as": item["keep_as"], "group": item.get("group"),
                                "feature": item.get("feature"), "start_rate": item.get("start_rate"),
-                               "candidate": item.get("candidate"),
+                               "candidate": item.get("candidate"), "from": item.get("from", "none"),
                                "step": "launch", "fixes": 0, "seen": []}  # fmt: skip
             if item.get("upstream"):  # patch the engine, then launch with the config as released
                 memo["current"].update(step="upstream", upstream=item["upstream"], pristine=[item["upstream"]["config"]])
@@ -449,6 +465,12 @@ class PlaybookPolicy:
         for tree, move in tree_neighbours(task.search_space.flags, center, first):
             label = "/".join(map(str, tree))
             if label in search["tried"] or (item.get("moves") and move not in item["moves"]):
+                continue
+            tree_flags = {**flags, "speculative-num-steps": tree[0], "speculative-eagle-topk": tree[1],
+                          "speculative-num-draft-tokens": tree[2]}  # fmt: skip
+            if (block := PlaybookPolicy._blocking(memo, tree_flags)) is not None:  # not a run: it cannot launch
+                search["tried"][label] = move
+                PlaybookPolicy._skip_blocked(memo, {"label": f"draft tree {label}"}, block)
                 continue
             search["tried"][label] = move
             search["runs"] += 1
@@ -633,6 +655,9 @@ class PlaybookPolicy:
             cur["step"] = "fixing"
             return [Call(tool="apply_patch", args={"diff": up["diff"]})], up["note"]["root_cause"]
         if cur["step"] == "launch":
+            failed = memo.get("failed_launches", {}).get(self._launch_key(memo, cur))
+            if failed is not None:  # nothing it depends on changed since it crashed: it would crash again
+                return self._abandon(memo, cur, f"the same launch crashed before, with nothing changed since ({failed})")
             cur["step"] = "launching"
             return [Call(tool="launch_server", args=self._launch_args(cur))], f"try {cur['label']}"
         if cur["step"] == "launching":
@@ -659,9 +684,18 @@ class PlaybookPolicy:
                     return None
                 cur["step"] = "measuring"
                 return self._measure(task, cur, memo, self._allowance(state, task)), f"measure {cur['label']}"
+            diag = obs.result.get("diagnosis") or {}
+            if fails_again(diag.get("category"), diag.get("memory_phase")):
+                memo.setdefault("failed_launches", {})[self._launch_key(memo, cur)] = \
+                    f"{cur['label']}: {diag.get('summary', 'crashed')}"[:300]  # fmt: skip
             if cur.get("upstream"):  # the engine fix does not hold on its own: no config fix on top of it
-                return self._abandon(memo, cur, f"with the engine fix, {(obs.result.get('diagnosis') or {}).get('summary', 'it crashed')}")
-            cur["crash_category"] = (obs.result.get("diagnosis") or {}).get("category")
+                return self._abandon(memo, cur, f"with the engine fix, {diag.get('summary', 'it crashed')}")
+            cur["crash_category"] = diag.get("category")
+            for block in self._kernel_blocks(memo):  # the same kernel again: no fix is tried twice
+                if block.signature == self._block_signature(diag):
+                    self._learn_block(memo, block, cur)
+                    return self._abandon(memo, cur, f"builds {block.signature.partition(':')[2]} again, which "
+                                                    f"could not be fixed ({block.why})")  # fmt: skip
             return self._fix(state, ctx, memo, cur, obs)
         if cur["step"] == "fixing":
             if obs is not None and not obs.ok:
@@ -697,7 +731,7 @@ class PlaybookPolicy:
                                                          "serving": cur.get("serving") or {}})  # fmt: skip
             if keep_as == "base" or best is None or value > best["value"]:
                 entry = {"flags": cur["flags"], "env": cur["env"], "value": value, "serving": cur.get("serving") or {},
-                         "shares": self._time_shares(obs)}
+                         "shares": self._time_shares(obs), "accept_length": self._accept_length(obs)}
                 memo["best"][keep_as] = entry
                 if keep_as == "base":
                     memo["base"] = entry
@@ -887,13 +921,21 @@ class PlaybookPolicy:
         return t.workload, task.workloads[t.workload].ttft_limit_ms or float("inf")
 
     @staticmethod
+    def _accept_length(obs: Observation) -> float | None:
+        """The draft tokens accepted per verify step in the run a single-stream value comes from (None: no draft)."""
+        runs = obs.result.get("runs") or [] if obs.ok and obs.tool == "run_benchmark" else []
+        best = max(runs, key=lambda r: r.get("decode_tok_s") or 0.0, default=None)
+        return best.get("accept_length") if best else None
+
+    @staticmethod
     def _value(obs: Observation) -> float:
         if obs.tool == "find_knee":
             return float(obs.result.get("throughput_at_knee") or 0.0) if obs.ok else 0.0
         runs = obs.result.get("runs") or []
         return max((r["decode_tok_s"] for r in runs), default=0.0) if obs.ok else 0.0
 
-    def _abandon(self, memo: dict, cur: dict, why: str) -> tuple[list[Call], str] | None:
+    def _abandon(self, memo: dict, cur: dict, why: str,
+                 block: KernelBlock | None = None) -> tuple[list[Call], str] | None:  # fmt: skip
         memo["current"] = None
         memo.setdefault("tried", []).append(f"{cur['label']}: abandoned ({why})")
         if cur.get("measure") in KNEE_MEASURES:
@@ -908,7 +950,10 @@ class PlaybookPolicy:
             memo["phase"] = "done"
             return [], f"bring-up failed and could not be fixed: {why}"
         feature = cur.get("feature")
-        if feature:  # the same crash waits at every other depth of this feature: do not relaunch them
+        if feature and block is not None:  # only what builds the kernel is blocked (``_advance`` skips it)
+            memo.setdefault("blocked", {})[feature] = {"why": why, "tried": cur["label"], "skipped": [],
+                                                       "kernel": block.signature.partition(":")[2]}  # fmt: skip
+        elif feature:  # the same crash waits at every other depth of this feature: do not relaunch them
             skipped = [q["label"] for q in memo["queue"] if q.get("feature") == feature]
             memo["queue"] = [q for q in memo["queue"] if q.get("feature") != feature]
             memo.setdefault("blocked", {})[feature] = {"why": why, "tried": cur["label"], "skipped": skipped}
@@ -922,7 +967,7 @@ class PlaybookPolicy:
         category = diag.get("category", "unknown")
         signature = f"{category}:{diag.get('parameter') or diag.get('header') or diag.get('flag') or diag.get('summary')}"
         if signature in cur["seen"] or cur["fixes"] >= MAX_FIXES_PER_CONFIG:
-            return self._abandon(memo, cur, f"{diag.get('summary', 'failure')} persists after a fix")
+            return self._give_up(ctx, memo, cur, diag, f"{diag.get('summary', 'failure')} persists after a fix")
         cur["seen"].append(signature)
         cur["fixes"] += 1
         patchers = {"weight_shape_mismatch": self._exclude_fix, "compile_error": self._guard_fix}
@@ -939,9 +984,19 @@ class PlaybookPolicy:
                 cur["step"] = "fixing"
                 return [call], note["root_cause"]
         elif category == "out_of_memory":
-            if self._memory_fix(ctx.task, cur, diag):
-                cur["step"] = "launch"
-                return None
+            scale = memo.setdefault("engine_scales", {})
+            seen = self._engine_scale(cur["flags"], diag)
+            if seen is not None:  # what the engine makes of the flag, learned for the launches that leave it unset
+                scale["mem-fraction-static"] = seen
+            for _ in range(MAX_FIXES_PER_CONFIG):  # past every move that lands on a launch known to fail
+                if not self._memory_fix(ctx.task, cur, diag, scale.get("mem-fraction-static")):
+                    break
+                if self._launch_key(memo, cur) not in memo.get("failed_launches", {}):
+                    cur["step"] = "launch"
+                    return None
+                if cur["flags"].get("mem-fraction-static") is not None:
+                    diag = {**diag, "mem_fraction_static": float(cur["flags"]["mem-fraction-static"])
+                            * scale.get("mem-fraction-static", 1.0)}  # fmt: skip
             if cur["keep_as"] == "base":
                 memo["min_tp"] = 2 * int(cur["flags"].get("tp-size", 1))
         elif category == "invalid_flag":
@@ -968,7 +1023,117 @@ class PlaybookPolicy:
             cur["flags"].pop("enable-aiter-allreduce-fusion", None)  # a fused collective is the usual suspect
             cur["step"] = "launch"
             return None
-        return self._abandon(memo, cur, diag.get("summary", category))
+        return self._give_up(ctx, memo, cur, diag, diag.get("summary", category))
+
+    def _give_up(self, ctx: PolicyContext, memo: dict, cur: dict, diag: dict, why: str) -> tuple[list[Call], str] | None:
+        """No fix made ``cur`` launch. A kernel that would not build blocks what builds it, not its whole feature:
+        the feature's shallower configurations go first."""
+        block = self._new_block(ctx, memo, cur, diag)
+        out = self._abandon(memo, cur, why, block=block)
+        if block is not None and out is None:
+            memo["queue"][:0] = self._shallower(ctx.task, memo, cur, block)
+        return out
+
+    # --- kernels that could not be fixed ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _launch_key(memo: dict, cur: dict) -> str:
+        return launch_key(cur["flags"], cur.get("env") or {}, memo.get("workspace_changes", 0))
+
+    @staticmethod
+    def _block_signature(diag: dict) -> str | None:
+        """A kernel build failure by the file it failed in (a shared header fails every kernel that includes it)."""
+        if diag.get("category") != "compile_error":
+            return None
+        return f"compile_error:{diag.get('file') or diag.get('header') or diag.get('summary', '')}"
+
+    @staticmethod
+    def _kernel_blocks(memo: dict) -> list[KernelBlock]:
+        return [KernelBlock.model_validate(b) for b in memo.get("kernel_blocks", {}).values()]
+
+    def _new_block(self, ctx: PolicyContext, memo: dict, cur: dict, diag: dict) -> KernelBlock | None:
+        """A kernel that no fix made build, as a block on the configurations that build it, its trigger read from
+        the innermost frame of the crash whose source guards the call with a condition on the task's flags."""
+        signature = self._block_signature(diag)
+        if signature is None:
+            return None
+        flags = set(ctx.task.search_space.flags)
+        trigger = []
+        for frame in reversed(diag.get("frames") or []):
+            try:
+                source = ctx.workspace.read_file(frame["file"]) if ctx.workspace.exists(frame["file"]) else ""
+            except Exception:  # a frame outside the workspace (the interpreter's, a library's)
+                continue
+            if source and (trigger := trigger_at(source, int(frame["line"]), flags)):
+                break
+        block = KernelBlock(signature=signature, why=diag.get("summary", "")[:300], feature=cur.get("feature"),
+                            trigger=trigger)  # fmt: skip
+        self._learn_block(memo, block, cur)
+        return block
+
+    def _learn_block(self, memo: dict, block: KernelBlock, cur: dict) -> None:
+        """``cur`` crashed on ``block``'s kernel: one more configuration that builds it."""
+        base = self._base(memo, cur)
+        block.crashed.append({"flags": dict(cur["flags"]), "changed": changed_flags(cur["flags"], base.get("flags", {}))})
+        memo.setdefault("kernel_blocks", {})[block.signature] = block.model_dump(mode="json")
+
+    @staticmethod
+    def _blocking(memo: dict, flags: dict) -> KernelBlock | None:
+        return next((b for b in PlaybookPolicy._kernel_blocks(memo) if b.builds(flags)), None)
+
+    @staticmethod
+    def _estimate_blocked(task: TaskSpec, memo: dict) -> None:
+        """What a blocked speculative chain would have given, estimated from the best chain measured without it:
+        its accept length gives the draft's per-token acceptance rate, which gives the accept length of the deepest
+        chain the block kept out; the figure scales by their ratio. An upper bound: the deeper chain's extra draft
+        steps are not counted."""
+        best = memo.get("best", {}).get("single") or {}
+        tree = tree_of(best.get("flags", {}))
+        for entry in memo.get("blocked", {}).values():
+            if "kernel" not in entry:
+                continue
+            entry.pop("would_give", None)
+            if tree is None or tree[1] != 1 or not best.get("accept_length"):
+                continue
+            steps = tree[0]
+            blocked = [v for v in _allowed(task, "speculative-num-steps") if v and v > steps
+                       and PlaybookPolicy._blocking(memo, {**best["flags"], "speculative-num-steps": v,
+                                                           "speculative-num-draft-tokens": v + 1})]  # fmt: skip
+            alpha = acceptance_rate(float(best["accept_length"]), steps)
+            if not blocked or alpha is None:
+                continue
+            deepest = max(blocked)
+            ratio = accepted_per_step(alpha, deepest) / accepted_per_step(alpha, steps)
+            entry["would_give"] = {"steps": deepest, "at_most": round(best["value"] * ratio, 1),
+                                   "accept_length": round(accepted_per_step(alpha, deepest), 2),
+                                   "measured": {"steps": steps, "value": round(best["value"], 1),
+                                                "accept_length": best["accept_length"], "acceptance": round(alpha, 3)}}  # fmt: skip
+
+    @staticmethod
+    def _skip_blocked(memo: dict, item: dict, block: KernelBlock) -> None:
+        kernel = block.signature.partition(":")[2]
+        memo.setdefault("tried", []).append(f"{item['label']}: skipped, it would build {kernel} ({block.explain()})")
+        if block.feature and block.feature in memo.get("blocked", {}):
+            memo["blocked"][block.feature]["skipped"].append(item["label"])
+        if item.get("candidate"):  # the search learns it crashes
+            PlaybookPolicy._record(memo, item["candidate"], 0.0, crashed=True, category="compile_error")
+
+    def _shallower(self, task: TaskSpec, memo: dict, cur: dict, block: KernelBlock) -> list[dict]:
+        """What the feature still has without the kernel: its chains shallower than the one that crashed, deepest
+        first, those the block does not predict to build (each one launched teaches the block more)."""
+        if not cur.get("flags", {}).get(SPECULATIVE):
+            return []
+        steps = int(cur["flags"].get("speculative-num-steps") or 1)
+        items = []
+        for s in sorted((v for v in _allowed(task, "speculative-num-steps") if v and v < steps), reverse=True):
+            chain = {**cur["flags"], "speculative-num-steps": s, "speculative-eagle-topk": 1,
+                     "speculative-num-draft-tokens": s + 1}  # fmt: skip
+            if not block.builds(chain):
+                items.append({"label": f"speculative decoding {s}/1/{s + 1} (no {block.signature.partition(':')[2]})",
+                              "from": cur.get("from", "single"), "set": {k: chain[k] for k in SPEC_KEYS if k in chain},
+                              "measure": cur["measure"], "keep_as": cur["keep_as"], "feature": None,
+                              "unblocked": block.signature})  # fmt: skip
+        return items
 
     def _exclude_fix(self, ctx: PolicyContext, diag: dict) -> tuple[Call, dict] | None:
         """The engine built a module quantized that the checkpoint stores unquantized: add the engine's names
@@ -1217,7 +1382,17 @@ class PlaybookPolicy:
         return Call(tool="edit_file", args={"path": path, "old": line, "new": new}), note
 
     @staticmethod
-    def _memory_fix(task: TaskSpec, cur: dict, diag: dict) -> bool:
+    def _engine_scale(flags: dict, diag: dict) -> float | None:
+        """What the engine made of --mem-fraction-static (its figure over the flag), when both are known and
+        differ: a release rescales the flag for some backends and contexts, and a value that scales back onto the
+        one that failed fails again."""
+        given, ran = flags.get("mem-fraction-static"), diag.get("mem_fraction_static")
+        if not given or not ran or abs(float(ran) - float(given)) < 1e-6:
+            return None
+        return float(ran) / float(given)
+
+    @staticmethod
+    def _memory_fix(task: TaskSpec, cur: dict, diag: dict, scale: float | None = None) -> bool:
         """Move the memory flags the way the diagnosis' ``memory_phase`` says (tools.diagnose.MemoryPhase): more
         static memory when the KV cache had no room at start-up; less when an allocation outside the static pool
         failed (activations, graph capture), then smaller graph batches and prefill chunks; fewer running requests
@@ -1245,16 +1420,19 @@ class PlaybookPolicy:
         if phase == "kv_pool":
             return shrink(("max-running-requests", "chunked-prefill-size"))
         fractions = sorted(v for v in _allowed(task, "mem-fraction-static") if v) or [0.8, 0.85, 0.9]
+        # a flag value as the engine will run it: rescaled the way this launch (else an earlier one) showed
+        ran = PlaybookPolicy._engine_scale(flags, diag) or scale or 1.0
         # the engine's own figure first: it is what ran, also when the flag was left to the engine's default
-        current = float(diag.get("mem_fraction_static") or flags.get("mem-fraction-static") or 0.9)
+        given = flags.get("mem-fraction-static")
+        current = float(diag.get("mem_fraction_static") or (given * ran if given else 0.9))
         if phase == "startup_kv":
             floor = max(current, float(diag.get("min_mem_fraction_static") or 0.0))  # the engine says "above"
-            higher = [f for f in fractions if f > floor]
+            higher = [f for f in fractions if f * ran > floor + 1e-9]
             if higher:
                 flags["mem-fraction-static"] = higher[0]
                 return True
             return False
-        lower = [f for f in fractions if f < current]
+        lower = [f for f in fractions if f * ran < current - 1e-9]
         if lower:
             flags["mem-fraction-static"] = lower[-1]
             return True
