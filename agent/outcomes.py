@@ -132,8 +132,9 @@ def answered_crash(trials: list[Trial], note: dict[str, Any]) -> Trial | None:
     """The trial whose crash a patch answers. A fix is not always made right after its crash: an engine fix is
     proposed with the config fix of a crash and applied once that config fix held, by when other trials may have
     crashed for other reasons (a compile error of the relaunch). So the policy's note names the trial it read the
-    crash from (``crash_trial``); a note that does not is matched by its diagnosis' category (the latest crash of
-    that category), and only a note with neither falls back to the latest crash."""
+    crash from (``crash_trial``; an LLM names it on the edit call, ``fixes_trial``); a note that does not is matched
+    by its diagnosis' category (the latest crash of that category), and only a note with neither falls back to the
+    latest crash."""
     crashed = [t for t in trials if t.status != "up"]
     named = note.get("crash_trial")
     if named is not None:
@@ -152,6 +153,8 @@ def _record_patch(state: AgentState, patches: list[Patch], obs: Observation) -> 
     files = [obs.args["path"]] if obs.tool == "edit_file" else list(obs.result.get("files", []))
     diff = obs.result.get("diff") or obs.args.get("diff", "")
     note = state.annotations.get("patch", {})
+    if obs.args.get("fixes_trial") is not None and note.get("crash_trial") is None:  # the LLM names it on the call
+        note = {**note, "crash_trial": obs.args["fixes_trial"]}
     crash = answered_crash(state.trials, note)
     reason = crash.diagnosis if crash and crash.diagnosis else "(no failure recorded)"
     defect = note.get("defect") or note.get("category") or ""

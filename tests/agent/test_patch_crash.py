@@ -23,10 +23,10 @@ ENGINE_NOTE = {"category": "weight_shape_mismatch", "defect": "engine:sglang/pyt
                "title": "Map the checkpoint's MTP-layer exclude entries", "root_cause": "r", "change": "c"}  # fmt: skip
 
 
-def _patch_after(note: dict) -> object:
+def _patch_after(note: dict, **args: object) -> object:
     """The patch recorded for an engine fix applied after trial 4 came up (the config fix of trial 2 held, on
     the relaunch that first crashed compiling another kernel, trial 3)."""
-    obs = Observation(call_id="s12c0", tool="apply_patch", args={"diff": "--- a/x\n+++ b/x\n"}, ok=True,
+    obs = Observation(call_id="s12c0", tool="apply_patch", args={"diff": "--- a/x\n+++ b/x\n", **args}, ok=True,
                       result={"files": ["sglang/python/sglang/srt/models/x_nextn.py"], "diff": "d"}, step=12)  # fmt: skip
     state = AgentState(run_id="r", task_path="t", step=12, trials=TRIALS, observations=[obs],
                        annotations={"patch": note})  # fmt: skip
@@ -47,3 +47,9 @@ def test_a_note_without_its_trial_is_matched_by_its_diagnosis() -> None:
     assert answered_crash(TRIALS, {}).id == 3  # nothing to go by: the latest crash
     assert answered_crash(TRIALS, {"crash_trial": 4, "category": "compile_error"}).id == 3  # 4 did not crash
     assert answered_crash(TRIALS[:1], {"category": "compile_error"}) is None
+
+
+def test_an_llm_names_the_crash_on_its_edit_call() -> None:
+    patch = _patch_after({}, fixes_trial=2)  # the LLM policy leaves no note: the call's own argument
+    assert (patch.crash_trial, patch.excerpt) == (2, WEIGHTS.excerpt)
+    assert _patch_after({}).crash_trial == 3  # without it, and nothing else to go by: the latest crash
