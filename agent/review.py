@@ -174,6 +174,23 @@ class _RunRecord(BaseModel):
     task: TaskSpec | None = None
     engine: EngineSpec | None = None
     task_path: str | None = None
+    applied_step: dict[str, int] = Field(default_factory=dict)  # commit sha -> the step its patch was applied at
+    trial_step: dict[int, int] = Field(default_factory=dict)  # trial id -> the step it launched at
+
+
+def _steps(run_dir: Path, run_id: str) -> tuple[dict[str, int], dict[int, int]]:
+    """From the run's last checkpoint: when each committed patch was applied and each trial launched (what a
+    trial ran with is every patch applied before it); empty for a run without checkpoints."""
+    from .graph import saved_state  # the graph's own reader of its checkpoints (imports LangGraph: only here)
+
+    try:
+        state = saved_state(run_dir, run_id)
+    except Exception:  # noqa: BLE001  (a run from another version: the review goes on without tree states)
+        return {}, {}
+    if state is None:
+        return {}, {}
+    return ({sha: p.step_applied for p in state.patches for sha in p.commits},
+            {t.id: t.step for t in state.trials})  # fmt: skip
 
 
 def _trials(events: list[Any]) -> tuple[list[_Trial], dict[str, int]]:
@@ -238,6 +255,7 @@ def _load_run(run_dir: Path) -> _RunRecord:
     run_id = summary.get("run_id") or (started.run_id if started else run_dir.name)
     engine_name = summary.get("engine") or (started.engine if started else "")
     trials, commit_seq = _trials(events)
+    applied, launched = _steps(run_dir, run_id)
     task = engine = None
     options = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
     task_path = options.get("task_path") or (started.task_path if started else None)
@@ -258,7 +276,7 @@ def _load_run(run_dir: Path) -> _RunRecord:
     return _RunRecord(run_id=run_id, run_dir=run_dir, summary=summary,
                       simulated=bool(summary.get("simulated", engine_name == "twin")), trials=trials,
                       commit_seq=commit_seq, placeholders=placeholders, task=task, engine=engine,
-                      task_path=task_path)  # fmt: skip
+                      task_path=task_path, applied_step=applied, trial_step=launched)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------ commands
@@ -545,6 +563,40 @@ def _unit_tests(files: list[str]) -> list[str]:
     return out
 
 
+def trees_at(record: _RunRecord, trees: list[TreeReview], trial: int | None) -> str | None:
+    """How each patched tree was when ``trial`` launched: which of this review's patches it had (a patch of another
+    tree made later, e.g. the engine fix that makes a config fix unnecessary, must not be applied to reproduce the
+    config fix's check). None when the run's checkpoints do not say."""
+    step = record.trial_step.get(trial) if trial is not None else None
+    if step is None:
+        return None
+    released = {f for t in record.trials if t.id == trial for f in t.pristine}  # launched as released
+    parts = []
+    for t in trees:
+        if not t.patches:
+            continue
+        had = [p for p in t.patches if record.applied_step.get(p.commit, 1 << 62) < step
+               and not {f"{t.tree}/{f}" for f in p.files} & released]  # fmt: skip
+        if not had:
+            parts.append(f"{t.tree}/ as released")
+        elif len(had) == len(t.patches):
+            parts.append(f"{t.tree}/ with all its patches")
+        else:
+            parts.append(f"{t.tree}/ with patch{'es' if len(had) > 1 else ''} "
+                         f"{', '.join(f'{p.index:04d}' for p in had)} only")  # fmt: skip
+    return f"# the trees as trial {trial} had them: {'; '.join(parts)}" if parts else None
+
+
+def _with_tree_states(record: _RunRecord, trees: list[TreeReview]) -> None:
+    """Each patch's commands headed by the state of the trees their trial ran on."""
+    for t in trees:
+        for p in t.patches:
+            if line := trees_at(record, trees, p.check_trial):
+                p.reproduce_command = f"{line}\n{p.reproduce_command}"
+            if p.crash_command and (line := trees_at(record, trees, p.crash_trial)):
+                p.crash_command = f"{line}\n{p.crash_command}"
+
+
 def _route(record: _RunRecord, trees: list[TreeReview]) -> list[Defect]:
     """Where each tree's patches go and, crash by crash, in which order (:mod:`agent.pr_routing`)."""
     model = record.task.model.name if record.task else None
@@ -573,6 +625,7 @@ def collect_trees(run_dir: Path) -> list[TreeReview]:
         with repo:
             if (t := _tree(record, name, repo)) is not None:
                 trees.append(t)
+    _with_tree_states(record, trees)
     _route(record, trees)
     return trees
 
@@ -645,6 +698,7 @@ def write_review(run_dir: Path, out_dir: Path | None = None) -> ReviewResult:
     out_dir = Path(out_dir).resolve() if out_dir is not None else run_dir / REVIEW_DIR
     repos = _source_repos(run_dir)
     trees = [t for name, repo in repos.items() if (t := _tree(record, name, repo)) is not None]
+    _with_tree_states(record, trees)
     _prepare_out(out_dir)
     env = _templates()
     redactor = _redactor(record)  # every file written here quotes the run: none holds a secret of it
@@ -671,7 +725,7 @@ def write_review(run_dir: Path, out_dir: Path | None = None) -> ReviewResult:
                 path.write_text(masked, errors="surrogateescape")
             written.append((patch, tree, path))
     result.defects = _route(record, trees)  # with the files' names: each PR links its companions
-    winners = _winners(record, record.summary)
+    winners = _winners(record, record.summary, trees)
     commands = "\n".join([p.reproduce_command + (p.crash_command or "") for p, _, _ in written] +
                          [w["command"] for w in winners])  # fmt: skip
     layout = _layout(record, trees, commands)
@@ -715,7 +769,8 @@ def _layout(record: _RunRecord, trees: list[TreeReview], commands: str) -> list[
             version = next((u.split(": ", 1)[1] for u in t.upstream if u.startswith("Upstream-Version: ")), None)
             what = t.destination.project.removeprefix("the engine, ") + (f" {version}" if version and
                                                                        t.destination.kind == "engine" else "")
-            patched = f", with `{d.name}/*.patch` of this review applied (`git am`)" if t.patches else ", as released"
+            patched = (f", with this review's `{d.name}/*.patch` applied (`git am`) as far as each command's first "
+                       "line says" if t.patches else ", as released")  # fmt: skip
             lines.append(f"`{d.name}/`: {what}{patched}")
         elif not re.search(rf"(?<![\w.-]){re.escape(d.name)}(?=/|\b)", commands.replace('"$PWD"', "")):
             continue  # not a source of the run's, and no command reads it
@@ -726,7 +781,7 @@ def _layout(record: _RunRecord, trees: list[TreeReview], commands: str) -> list[
     return lines
 
 
-def _winners(record: _RunRecord, summary: dict[str, Any]) -> list[dict[str, Any]]:
+def _winners(record: _RunRecord, summary: dict[str, Any], trees: list[TreeReview]) -> list[dict[str, Any]]:
     """Each target's best trial and the commands that start and measure it (the real engine's when the task
     names one), for the summary PR."""
     by_id = {t.id: t for t in record.trials}
@@ -737,7 +792,7 @@ def _winners(record: _RunRecord, summary: dict[str, Any]) -> list[dict[str, Any]
             continue
         seen.add(trial.id)
         out.append({"target": name, "trial": trial.id, "achieved": t.get("achieved"), "metric": t.get("metric", ""),
-                    "command": _reproduce(record, trial)})  # fmt: skip
+                    "command": "\n".join(x for x in (trees_at(record, trees, trial.id), _reproduce(record, trial)) if x)})  # fmt: skip
     return out
 
 

@@ -130,9 +130,11 @@ def test_summary_pr_lists_every_commit_with_links_and_the_winning_command(review
         assert sha[:12] in text
     for c in summary["commits"]:
         assert c["title"] in text
-    links = re.findall(r"\]\(([^)]+\.(?:PR\.md|patch))\)", text)
-    assert len(links) == 2 * len(collect_patches(reviewed))
-    assert all((reviewed / "review" / link).is_file() for link in links)
+    # the patches table links each PR and patch once, and so does the section on where to send them
+    for section in ("Patches", "Where to send each patch"):
+        links = re.findall(r"\]\(([^)]+\.(?:PR\.md|patch))\)", _section(text, section))
+        assert len(links) == len(set(links)) == 2 * len(collect_patches(reviewed)), section
+        assert all((reviewed / "review" / link).is_file() for link in links)
     for name, t in summary["targets"].items():
         assert re.search(rf"\| {name} \| {t['metric']} \| {t['target']:g} \|", text)
     assert "--port" in _section(text, "Winning launch command")

@@ -113,10 +113,22 @@ def check_review(run_dir: Path) -> None:
         if path.is_file() and path.suffix in (".md", ".patch", ".html"):
             content = path.read_text(errors="replace")
             assert not [f for f in forbidden if f in content], (path.name, [f for f in forbidden if f in content])
+    # each command says how the trees were: the check ran with the patch, the crash without it
+    for tree, p in reviewed:
+        assert _had(p.reproduce_command, p.check_trial, tree.tree, p.index), p.title
+        assert p.crash_command and not _had(p.crash_command, p.crash_trial, tree.tree, p.index), p.title
     # reproduction is the real engine's, in its image, from relative paths
     for _, p in reviewed:
         assert "python3 -m sglang.launch_server" in p.reproduce_command and "docker run" in p.reproduce_command
         assert "sglang.bench_serving" in p.reproduce_command and "twin" not in p.reproduce_command
+
+
+def _had(command: str, trial: int | None, tree: str, index: int) -> bool:
+    """Whether a command's first line (the trees as its trial had them) says ``tree`` had its patch ``index``."""
+    head = command.splitlines()[0]
+    assert head.startswith(f"# the trees as trial {trial} had them: "), head
+    part = next(x for x in head.split(": ", 1)[1].split("; ") if x.startswith(f"{tree}/ "))
+    return part.endswith("with all its patches") or f"{index:04d}" in re.findall(r"\d{4}", part)
 
 
 def test_the_deep_chain_run_passes_the_checklist(deep_run):
@@ -125,6 +137,9 @@ def test_the_deep_chain_run_passes_the_checklist(deep_run):
     trees = {t.tree: t for t in collect_trees(deep_run)}
     engine = next(p for p in trees["sglang"].patches if p.files[0].endswith("_nextn.py"))
     assert engine.crash_trial == 2 and "weight_loader" in engine.crash_excerpt[0]
+    # the config fix's check ran before the engine fix existed: reproducing it must not apply the engine fix
+    [config] = trees["model"].patches
+    assert not _had(config.reproduce_command, config.check_trial, "sglang", engine.index)
 
 
 def test_the_finished_run_passes_the_checklist(finished_run):
