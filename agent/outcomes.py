@@ -63,7 +63,7 @@ def apply_observations(state: AgentState, run: Run) -> dict[str, Any]:
             diag = obs.result.get("diagnosis") or {}
             trials.append(Trial(id=len(trials) + 1, flags=obs.args.get("flags", {}), env=obs.args.get("env", {}),
                                 status=obs.result["status"], diagnosis=diag.get("summary"),
-                                excerpt=crash_excerpt(diag), pristine=obs.args.get("pristine", []),
+                                category=diag.get("category"), excerpt=crash_excerpt(diag), pristine=obs.args.get("pristine", []),
                                 step=obs.step))  # fmt: skip
             budget = budget.model_copy(update={"trials": budget.trials + 1})
             up = obs.result["status"] == "up"
@@ -128,12 +128,35 @@ def crash_excerpt(diagnosis: dict[str, Any]) -> list[str]:
     return lines[:8]
 
 
+def answered_crash(trials: list[Trial], note: dict[str, Any]) -> Trial | None:
+    """The trial whose crash a patch answers. A fix is not always made right after its crash: an engine fix is
+    proposed with the config fix of a crash and applied once that config fix held, by when other trials may have
+    crashed for other reasons (a compile error of the relaunch). So the policy's note names the trial it read the
+    crash from (``crash_trial``; an LLM names it on the edit call, ``fixes_trial``); a note that does not is matched
+    by its diagnosis' category (the latest crash of that category), and only a note with neither falls back to the
+    latest crash."""
+    crashed = [t for t in trials if t.status != "up"]
+    named = note.get("crash_trial")
+    if named is not None:
+        found = next((t for t in crashed if t.id == named), None)
+        if found is not None:
+            return found
+    category = note.get("category")
+    if category:
+        found = next((t for t in reversed(crashed) if t.category == category), None)
+        if found is not None:
+            return found
+    return crashed[-1] if crashed else None
+
+
 def _record_patch(state: AgentState, patches: list[Patch], obs: Observation) -> None:
     files = [obs.args["path"]] if obs.tool == "edit_file" else list(obs.result.get("files", []))
     diff = obs.result.get("diff") or obs.args.get("diff", "")
-    crash = next((t for t in reversed(state.trials) if t.status != "up"), None)
-    reason = crash.diagnosis if crash and crash.diagnosis else "(no failure recorded)"
     note = state.annotations.get("patch", {})
+    if obs.args.get("fixes_trial") is not None and note.get("crash_trial") is None:  # the LLM names it on the call
+        note = {**note, "crash_trial": obs.args["fixes_trial"]}
+    crash = answered_crash(state.trials, note)
+    reason = crash.diagnosis if crash and crash.diagnosis else "(no failure recorded)"
     defect = note.get("defect") or note.get("category") or ""
     last = patches[-1] if patches else None
     if last and last.status == "applied" and last.defect == defect and last.category == note.get("category", last.category):

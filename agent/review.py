@@ -33,8 +33,11 @@ from pydantic import BaseModel, Field
 from tasks.spec import EngineSpec, TaskError, TaskSpec, load_task
 from tools.context import ENGINE_LOCALE, fill_placeholders, flags_to_argv
 from tools.git_ops import run_branch
+from tools.machine_paths import roots_of, strip_machine_paths
 
+from .pr_routing import Defect, Destination, defects, destination
 from .report import UNITS, ReportError, TargetResult, write_report
+from .reproduce import EngineCommands, Reference, real_engine, workload_args
 from .secrets import Redactor, configured_secrets, secret_references
 from .trace import ToolCallEvent, TraceError, read_trace
 
@@ -95,6 +98,9 @@ class PatchReview(BaseModel):
     )
     patch_file: str | None = Field(None, description="relative to the review folder, once written")
     pr_file: str | None = Field(None, description="relative to the review folder, once written")
+    unit_tests: list[str] = Field(default_factory=list, description="files of the commit in the tree's own tests")
+    destination: Destination | None = Field(None, description="where this patch is sent")
+    defect: Defect | None = Field(None, description="the crash it answers, with every fix of it in sending order")
 
 
 class TreeReview(BaseModel):
@@ -106,6 +112,7 @@ class TreeReview(BaseModel):
     head: str
     upstream: list[str] = Field(default_factory=list, description="the pristine commit's Upstream-* trailers")
     patches: list[PatchReview] = Field(default_factory=list)
+    destination: Destination | None = None
 
 
 class ReviewResult(BaseModel):
@@ -119,6 +126,7 @@ class ReviewResult(BaseModel):
     report_files: list[Path] = Field(default_factory=list, description="what agent.report.write_report wrote")
     report_error: str | None = Field(None, description="why the run report was not written")
     trees: list[TreeReview] = Field(default_factory=list)
+    defects: list[Defect] = Field(default_factory=list, description="each crash, its fixes in sending order")
 
 
 class PushedBranch(BaseModel):
@@ -165,6 +173,24 @@ class _RunRecord(BaseModel):
     )  # {python}, {workspace}, {host} as the run had them
     task: TaskSpec | None = None
     engine: EngineSpec | None = None
+    task_path: str | None = None
+    applied_step: dict[str, int] = Field(default_factory=dict)  # commit sha -> the step its patch was applied at
+    trial_step: dict[int, int] = Field(default_factory=dict)  # trial id -> the step it launched at
+
+
+def _steps(run_dir: Path, run_id: str) -> tuple[dict[str, int], dict[int, int]]:
+    """From the run's last checkpoint: when each committed patch was applied and each trial launched (what a
+    trial ran with is every patch applied before it); empty for a run without checkpoints."""
+    from .graph import saved_state  # the graph's own reader of its checkpoints (imports LangGraph: only here)
+
+    try:
+        state = saved_state(run_dir, run_id)
+    except Exception:  # noqa: BLE001  (a run from another version: the review goes on without tree states)
+        return {}, {}
+    if state is None:
+        return {}, {}
+    return ({sha: p.step_applied for p in state.patches for sha in p.commits},
+            {t.id: t.step for t in state.trials})  # fmt: skip
 
 
 def _trials(events: list[Any]) -> tuple[list[_Trial], dict[str, int]]:
@@ -229,6 +255,7 @@ def _load_run(run_dir: Path) -> _RunRecord:
     run_id = summary.get("run_id") or (started.run_id if started else run_dir.name)
     engine_name = summary.get("engine") or (started.engine if started else "")
     trials, commit_seq = _trials(events)
+    applied, launched = _steps(run_dir, run_id)
     task = engine = None
     options = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
     task_path = options.get("task_path") or (started.task_path if started else None)
@@ -248,14 +275,14 @@ def _load_run(run_dir: Path) -> _RunRecord:
     placeholders.setdefault("workspace", str((run_dir / "workspace").resolve()))
     return _RunRecord(run_id=run_id, run_dir=run_dir, summary=summary,
                       simulated=bool(summary.get("simulated", engine_name == "twin")), trials=trials,
-                      commit_seq=commit_seq, placeholders=placeholders, task=task, engine=engine)  # fmt: skip
+                      commit_seq=commit_seq, placeholders=placeholders, task=task, engine=engine,
+                      task_path=task_path, applied_step=applied, trial_step=launched)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------ commands
 
 
-class _Ref(str):
-    """A reference to a variable of the caller's own environment (``$HF_TOKEN``): a secret's stand-in."""
+_Ref = Reference  # a variable of the caller's own environment (``$HF_TOKEN``): a secret's stand-in
 
 
 def _redactor(record: _RunRecord) -> Redactor:
@@ -274,6 +301,19 @@ def _env_for(record: _RunRecord, trial: _Trial) -> dict[str, str]:
     env.update(trial.env)
     refs = secret_references(record.task, env, _redactor(record))
     return {k: _Ref(refs[k]) if k in refs else fill_placeholders(v, record.placeholders) for k, v in env.items()}
+
+
+def _real_env(record: _RunRecord, trial: _Trial, real: EngineCommands) -> dict[str, str]:
+    """The environment the real engine runs ``trial`` with: its own, the image's, the task's and the trial's
+    variables (the run's engine's own, e.g. the twin's pacing, are not the real engine's); secrets as references."""
+    env: dict[str, str] = dict(real.engine.env)
+    if real.in_image:
+        env.update(real.docker.env)
+    if record.task is not None:
+        env.update(record.task.resolved_env())
+    env.update(trial.env)
+    refs = secret_references(record.task, env, _redactor(record))
+    return {k: Reference(refs[k]) if k in refs else v for k, v in env.items()}
 
 
 # Where the task file is gone (no templates to go by), the flags SGLang's own commands use for each value.
@@ -327,9 +367,13 @@ def _bench_argv(record: _RunRecord, command: list[str]) -> list[str]:
 
 def _reproduce(record: _RunRecord, trial: _Trial | None) -> str:
     """Shell lines that relaunch ``trial``'s configuration on port 30000 and run the benchmark that measured
-    it, fully rendered from the run's own records."""
+    it: with the task's real engine in its image when the task names one (:mod:`agent.reproduce`), else as the run
+    launched it; from a folder laid out like the run's workspace, with no path of this machine."""
     if trial is None:
         return "# the check trial is not in the run's trace: nothing to reproduce"
+    real = real_engine(record.task)
+    if real is not None:
+        return _reproduce_real(record, trial, real)
     argv = _launch_argv(record, trial)
     if argv is None:
         return f"# trial {trial.id} left no launch command in the trace and the task file is gone"
@@ -346,14 +390,49 @@ def _reproduce(record: _RunRecord, trial: _Trial | None) -> str:
                   _shell_line(env, _bench_argv(record, trial.bench_commands[-1]))]  # fmt: skip
     else:
         lines.append("# (no benchmark ran on this trial: the check was that it came up)")
-    return "\n".join(lines)
+    return _local(record, "\n".join(lines))
+
+
+def _reproduce_real(record: _RunRecord, trial: _Trial, real: EngineCommands) -> str:
+    env = _real_env(record, trial, real)
+    where = f"in {real.docker.image}" if real.in_image else "on the node"
+    lines = [f"# 1. start trial {trial.id}'s configuration {where} and leave it running:"]
+    if trial.pristine:
+        trees = sorted({f.split("/", 1)[0] for f in trial.pristine})
+        lines.append(f"#    ({', '.join(trial.pristine)} as released: before applying "
+                     f"{', '.join(f'{t}/*.patch' for t in trees)})")
+    lines += real.server_lines(trial.flags, env)
+    if trial.bench_commands:
+        template = record.engine.benchmark if record.engine else None
+        args = workload_args(template, trial.bench_commands[-1])
+        lines += [f"# 2. in another shell, once its log says {real.engine.ready_line!r}, the benchmark that "
+                  "measured it:", real.bench_line(args, env)]  # fmt: skip
+    else:
+        lines.append("# (no benchmark ran on this trial: the check was that it came up)")
+    return _local(record, "\n".join(lines))
 
 
 def _crash_command(record: _RunRecord, trial: _Trial | None) -> str | None:
     if trial is None:
         return None
+    real = real_engine(record.task)
+    if real is not None:
+        return _local(record, "\n".join(real.server_lines(trial.flags, _real_env(record, trial, real))))
     argv = _launch_argv(record, trial)
-    return _shell_line(_env_for(record, trial), argv) if argv else None
+    return _local(record, _shell_line(_env_for(record, trial), argv)) if argv else None
+
+
+def _machine_roots(record: _RunRecord) -> list[str]:
+    """Where this run's files are, and were when it ran (a copied run's trace names its first folder)."""
+    recorded = record.placeholders.get("workspace")
+    return roots_of(record.run_dir / "workspace", record.run_dir, recorded,
+                    str(Path(recorded).parent) if recorded else None)  # fmt: skip
+
+
+def _local(record: _RunRecord, text: str) -> str:
+    """``text`` with the run's folders (as they are and as they were) made relative: what is written for a
+    maintainer names no path of this machine."""
+    return strip_machine_paths(text, _machine_roots(record))
 
 
 # ------------------------------------------------------------------------------- commit messages
@@ -460,7 +539,8 @@ def _read_tree(record: _RunRecord, name: str, repo: git.Repo) -> TreeReview | No
             crash_excerpt=msg.crash, what_failed=msg.fields.get("What failed", ""), root_cause=root,
             root_cause_detail=detail, change=msg.fields.get("Change", ""),
             diff=repo.git.diff(f"{sha}~1", sha, "--no-color", stdout_as_string=True) + "\n",
-            files=sorted(c.stats.files), crash_trial=crash_id, check_trial=check_id,
+            files=sorted(c.stats.files), unit_tests=_unit_tests(sorted(c.stats.files)), crash_trial=crash_id,
+            check_trial=check_id,
             trial_ids=[t for t in (crash_id, check_id) if t is not None],
             evidence=Evidence(before=before, after=msg.evidence.get("after", ""),
                               simulated="simulated" in msg.evidence_label.lower() or record.simulated,
@@ -469,6 +549,65 @@ def _read_tree(record: _RunRecord, name: str, repo: git.Repo) -> TreeReview | No
             crash_command=_crash_command(record, by_id.get(crash_id) if crash_id else None),
         ))  # fmt: skip
     return tree
+
+
+def _unit_tests(files: list[str]) -> list[str]:
+    """The files of a commit that are tests of the tree (under a ``test``/``tests`` folder, or named ``test_*`` /
+    ``*_test``): an engine fix may come with one, written in the engine's own test style."""
+    out = []
+    for f in files:
+        parts = f.split("/")
+        stem = parts[-1].rsplit(".", 1)[0]
+        if any(p in ("test", "tests") for p in parts[:-1]) or stem.startswith("test_") or stem.endswith("_test"):
+            out.append(f)
+    return out
+
+
+def trees_at(record: _RunRecord, trees: list[TreeReview], trial: int | None) -> str | None:
+    """How each patched tree was when ``trial`` launched: which of this review's patches it had (a patch of another
+    tree made later, e.g. the engine fix that makes a config fix unnecessary, must not be applied to reproduce the
+    config fix's check). None when the run's checkpoints do not say."""
+    step = record.trial_step.get(trial) if trial is not None else None
+    if step is None:
+        return None
+    released = {f for t in record.trials if t.id == trial for f in t.pristine}  # launched as released
+    parts = []
+    for t in trees:
+        if not t.patches:
+            continue
+        had = [p for p in t.patches if record.applied_step.get(p.commit, 1 << 62) < step
+               and not {f"{t.tree}/{f}" for f in p.files} & released]  # fmt: skip
+        if not had:
+            parts.append(f"{t.tree}/ as released")
+        elif len(had) == len(t.patches):
+            parts.append(f"{t.tree}/ with all its patches")
+        else:
+            parts.append(f"{t.tree}/ with patch{'es' if len(had) > 1 else ''} "
+                         f"{', '.join(f'{p.index:04d}' for p in had)} only")  # fmt: skip
+    return f"# the trees as trial {trial} had them: {'; '.join(parts)}" if parts else None
+
+
+def _with_tree_states(record: _RunRecord, trees: list[TreeReview]) -> None:
+    """Each patch's commands headed by the state of the trees their trial ran on."""
+    for t in trees:
+        for p in t.patches:
+            if line := trees_at(record, trees, p.check_trial):
+                p.reproduce_command = f"{line}\n{p.reproduce_command}"
+            if p.crash_command and (line := trees_at(record, trees, p.crash_trial)):
+                p.crash_command = f"{line}\n{p.crash_command}"
+
+
+def _route(record: _RunRecord, trees: list[TreeReview]) -> list[Defect]:
+    """Where each tree's patches go and, crash by crash, in which order (:mod:`agent.pr_routing`)."""
+    model = record.task.model.name if record.task else None
+    for t in trees:
+        t.destination = destination(t, model)
+    found = defects(trees, {t.id: t.pristine for t in record.trials}, model)
+    by_patch = {(f.tree, f.index): d for d in found for f in d.fixes}
+    for t in trees:
+        for p in t.patches:
+            p.destination, p.defect = t.destination, by_patch.get((t.tree, p.index))
+    return found
 
 
 def _int(text: str | None) -> int | None:
@@ -486,6 +625,8 @@ def collect_trees(run_dir: Path) -> list[TreeReview]:
         with repo:
             if (t := _tree(record, name, repo)) is not None:
                 trees.append(t)
+    _with_tree_states(record, trees)
+    _route(record, trees)
     return trees
 
 
@@ -557,10 +698,17 @@ def write_review(run_dir: Path, out_dir: Path | None = None) -> ReviewResult:
     out_dir = Path(out_dir).resolve() if out_dir is not None else run_dir / REVIEW_DIR
     repos = _source_repos(run_dir)
     trees = [t for name, repo in repos.items() if (t := _tree(record, name, repo)) is not None]
+    _with_tree_states(record, trees)
     _prepare_out(out_dir)
     env = _templates()
     redactor = _redactor(record)  # every file written here quotes the run: none holds a secret of it
+    roots = _machine_roots(record) + roots_of(out_dir)
+
+    def clean(text: str) -> str:  # nor a path of this machine
+        return strip_machine_paths(redactor.text(text), roots)
+
     result = ReviewResult(run_id=record.run_id, out_dir=out_dir, summary_pr=out_dir / "PR.md", trees=trees)
+    written: list[tuple[PatchReview, TreeReview, Path]] = []
     for tree in trees:
         if not tree.patches:
             continue
@@ -570,31 +718,82 @@ def write_review(run_dir: Path, out_dir: Path | None = None) -> ReviewResult:
                 f"{tree.tree}: git format-patch wrote {len(files)} file(s) for {len(tree.patches)} commit(s)"
             )
         for patch, path in zip(tree.patches, files, strict=True):
-            pr = path.with_name(path.name.removesuffix(".patch") + ".PR.md")
             patch.patch_file = str(path.relative_to(out_dir))
-            patch.pr_file = str(pr.relative_to(out_dir))
+            patch.pr_file = str(path.with_name(path.name.removesuffix(".patch") + ".PR.md").relative_to(out_dir))
             text = path.read_text(errors="surrogateescape")
-            if (masked := redactor.text(text)) != text:  # a commit from before the commit tool refused secrets
+            if (masked := clean(text)) != text:  # a commit from before the commit tool refused secrets and paths
                 path.write_text(masked, errors="surrogateescape")
-            pr.write_text(redactor.text(env.get_template("pr_patch.md.j2").render(
-                p=patch, tree=tree, run_id=record.run_id, simulated_label=SIMULATED_LABEL,
-                patch_name=path.name)))  # fmt: skip
-            result.patch_files.append(path)
-            result.pr_files.append(pr)
+            written.append((patch, tree, path))
+    result.defects = _route(record, trees)  # with the files' names: each PR links its companions
+    winners = _winners(record, record.summary, trees)
+    commands = "\n".join([p.reproduce_command + (p.crash_command or "") for p, _, _ in written] +
+                         [w["command"] for w in winners])  # fmt: skip
+    layout = _layout(record, trees, commands)
+    real = real_engine(record.task)
+    for patch, tree, path in written:
+        pr = out_dir / str(patch.pr_file)
+        pr.write_text(clean(env.get_template("pr_patch.md.j2").render(
+            p=patch, tree=tree, run_id=record.run_id, simulated_label=SIMULATED_LABEL, patch_name=path.name,
+            layout=layout, real=real)))  # fmt: skip
+        result.patch_files.append(path)
+        result.pr_files.append(pr)
     for repo in repos.values():
         repo.close()
-    launch = run_dir / "launch.sh"
     summary = record.summary
     result.report_files, result.report_error = _write_report(run_dir, out_dir, redactor)
-    result.summary_pr.write_text(redactor.text(env.get_template("pr_summary.md.j2").render(
+    task_dir = os.path.dirname(record.task_path) if record.task_path else None
+    for path in result.report_files:  # the run's report names the task file and the run's folders: as names here
+        if path.suffix in (".md", ".html"):
+            text = path.read_text()
+            if (local := strip_machine_paths(text, roots + roots_of(task_dir))) != text:
+                path.write_text(local)
+    result.summary_pr.write_text(clean(env.get_template("pr_summary.md.j2").render(
         run_id=record.run_id, branch=run_branch(record.run_id), task=summary.get("task", record.task.name if record.task else "?"),
         finished=summary.get("finish_reason") or "not finished (no summary.json)", targets=_targets(summary),
-        trees=trees, simulated=record.simulated, simulated_label=SIMULATED_LABEL,
-        launch_script=launch.read_text() if launch.exists() else None,
+        trees=trees, defects=result.defects, simulated=record.simulated, simulated_label=SIMULATED_LABEL,
+        winners=winners, layout=layout, real=real,
         reports=[p.relative_to(out_dir) if p.is_relative_to(out_dir) else p for p in result.report_files],
-        report_error=result.report_error,
-        out_dir=out_dir)))  # fmt: skip
+        report_error=result.report_error)))  # fmt: skip
     return result
+
+
+def _layout(record: _RunRecord, trees: list[TreeReview], commands: str) -> list[str]:
+    """What the folder the commands run from holds: each source tree as its upstream has it, with this review's
+    patches of it applied, and the run's own files that ``commands`` name (a tuned table)."""
+    by_name = {t.tree: t for t in trees}
+    lines = []
+    ws = record.run_dir / "workspace"
+    for d in sorted(p for p in ws.iterdir() if p.is_dir() and not p.name.startswith(".")) if ws.is_dir() else []:
+        t = by_name.get(d.name)
+        if t is not None and t.destination is not None:
+            version = next((u.split(": ", 1)[1] for u in t.upstream if u.startswith("Upstream-Version: ")), None)
+            what = t.destination.project.removeprefix("the engine, ") + (f" {version}" if version and
+                                                                       t.destination.kind == "engine" else "")
+            patched = (f", with this review's `{d.name}/*.patch` applied (`git am`) as far as each command's first "
+                       "line says" if t.patches else ", as released")  # fmt: skip
+            lines.append(f"`{d.name}/`: {what}{patched}")
+        elif not re.search(rf"(?<![\w.-]){re.escape(d.name)}(?=/|\b)", commands.replace('"$PWD"', "")):
+            continue  # not a source of the run's, and no command reads it
+        elif (d / ".git").exists():
+            lines.append(f"`{d.name}/`: as released (the run did not patch it)")
+        else:
+            lines.append(f"`{d.name}/`: the run's own files (its `workspace/{d.name}` folder)")
+    return lines
+
+
+def _winners(record: _RunRecord, summary: dict[str, Any], trees: list[TreeReview]) -> list[dict[str, Any]]:
+    """Each target's best trial and the commands that start and measure it (the real engine's when the task
+    names one), for the summary PR."""
+    by_id = {t.id: t for t in record.trials}
+    out, seen = [], set()
+    for name, t in summary.get("targets", {}).items():
+        trial = by_id.get(t.get("trial")) if t.get("trial") is not None else None
+        if trial is None or trial.id in seen or t.get("metric") == "accuracy_delta":
+            continue
+        seen.add(trial.id)
+        out.append({"target": name, "trial": trial.id, "achieved": t.get("achieved"), "metric": t.get("metric", ""),
+                    "command": "\n".join(x for x in (trees_at(record, trees, trial.id), _reproduce(record, trial)) if x)})  # fmt: skip
+    return out
 
 
 # ------------------------------------------------------------------------------------------- pushing

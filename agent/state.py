@@ -40,6 +40,7 @@ class Trial(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     status: Literal["up", "crashed", "timeout"]
     diagnosis: str | None = None
+    category: str | None = None  # the diagnosis' category (what a patch answering this crash is matched by)
     excerpt: list[str] = Field(default_factory=list)  # a crash's decisive log lines (the diagnosis' evidence)
     pristine: list[str] = Field(default_factory=list)  # workspace files launched as released (unpatched)
     metrics: dict[str, float] = Field(default_factory=dict)  # target metric name -> value

@@ -142,7 +142,8 @@ class LocalSandbox(Sandbox):
                     shutil.rmtree(dest)
                 shutil.copytree(source, dest, symlinks=True, ignore=self._copy_ignore(dest))
             trailers = "\n".join(origin.trailers())
-            self._first_commit(dest, f"pristine upstream: {name} ({source})\n\n{trailers}\n")
+            # named by what it is (the trailers say where that was read), never by a path of this machine
+            self._first_commit(dest, f"pristine upstream: {name} ({origin.label()})\n\n{trailers}\n")
             repos[name] = dest
         return repos
 

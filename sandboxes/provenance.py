@@ -40,6 +40,16 @@ class Provenance(BaseModel):
     remote: str | None = None  # where that commit can be fetched
     evidence: str | None = None  # the file (relative to the tree) or "git" it was read from
 
+    def label(self) -> str:
+        """What the tree is, in a few words and no machine path (the pristine commit's subject names it so: a
+        workspace path would mean nothing to the upstream project the patches go to)."""
+        if self.kind == "unknown":
+            return "origin unknown"
+        what = " ".join(v for v in (self.name, self.version) if v)
+        if self.kind == "git" and self.commit and not self.version:
+            what = f"{what} {self.commit[:12]}".strip()
+        return what or self.kind
+
     def trailers(self) -> list[str]:
         """Git trailer lines for the pristine commit's message."""
         if self.kind == "unknown":
@@ -63,6 +73,14 @@ def detect(tree: Path) -> Provenance:
     return Provenance(kind="unknown")
 
 
+def _is_url(remote: str) -> bool:
+    """A remote another machine can fetch from: a URL (``https://``, ``ssh://``, ``git://``) or scp-like
+    ``user@host:path``, not a local path."""
+    if remote.startswith("file:"):
+        return False
+    return bool(re.match(r"^[a-z][a-z0-9+.-]*://", remote) or re.match(r"^[\w.-]+@[\w.-]+:", remote))
+
+
 def _shallow(tree: Path, pattern: str, max_depth: int = MAX_DEPTH) -> list[Path]:
     """Files matching ``pattern`` at most ``max_depth`` levels down, shallowest first, outside .git."""
     out = []
@@ -80,6 +98,8 @@ def _from_git(tree: Path) -> Provenance | None:
             return None
         commit = repo.head.commit.hexsha
         remote = next((r.url for r in repo.remotes if r.name == "origin"), None)
+        if remote and not _is_url(remote):  # a clone of a local folder: a path of this machine, no upstream
+            remote = None
         try:
             describe = repo.git.describe("--tags", "--always")
         except git.GitCommandError:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 
 from .base import ToolInput, ToolResult, tool
 from .context import ToolContext
+from .machine_paths import roots_of, strip_machine_paths
 
 AUTHOR = git.Actor("dayzero agent", "agent@dayzero.invalid")
 WIDTH = 72
@@ -163,6 +164,7 @@ def commit(ctx: ToolContext, args: CommitInput) -> CommitResult:
     if unknown:
         return CommitResult(ok=False, summary=f"unknown source {unknown[0]!r} (known: {', '.join(ctx.repos)})")
     branch = run_branch(ctx.run_id)
+    roots = roots_of(getattr(ctx.sandbox, "root", None), ctx.sandbox.command_root, ctx.run_dir)
     records = []
     for name in names:
         repo = git.Repo(ctx.repos[name])
@@ -188,9 +190,10 @@ def commit(ctx: ToolContext, args: CommitInput) -> CommitResult:
             repo.git.reset("-q")
             return CommitResult(ok=False, summary=f"refused: the change adds a secret to {holder} (the configured API "
                                                   "key, a task secret or a credential-shaped value)")  # fmt: skip
-        # the message quotes the model and the crash log: what it says of a secret is masked
-        text = ctx.redactor.text(repo_relative(message(args, ctx.run_id, ctx.trial, simulated=ctx.engine_name == "twin"),
-                                               name))  # fmt: skip
+        # the message quotes the model and the crash log: what it says of a secret is masked, and the paths of
+        # this machine (the workspace, the run folder, the home) become the upstream tree's own
+        text = strip_machine_paths(message(args, ctx.run_id, ctx.trial, simulated=ctx.engine_name == "twin"), roots)
+        text = ctx.redactor.text(repo_relative(text, name))
         c = repo.index.commit(text, author=AUTHOR, committer=AUTHOR)
         records.append(CommitRecord(source=name, sha=c.hexsha, branch=branch, files=files))
     if not records:

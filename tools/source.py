@@ -98,6 +98,8 @@ class EditInput(ToolInput):
     path: str = Field(description="path relative to the workspace")
     old: str = Field(description="exact text to replace; must occur exactly once")
     new: str = Field(description="replacement text")
+    fixes_trial: int | None = Field(None, description=(
+        "the trial (its id) whose crash this change answers; the commit quotes that crash as the failure it fixes"))
 
 
 class EditResult(ToolResult):
@@ -140,6 +142,8 @@ def edit_file(ctx: ToolContext, args: EditInput) -> EditResult:
 
 class PatchInput(ToolInput):
     diff: str = Field(description="unified diff; paths relative to the workspace (a/<path>, b/<path>)")
+    fixes_trial: int | None = Field(None, description=(
+        "the trial (its id) whose crash this change answers; the commit quotes that crash as the failure it fixes"))
 
 
 class PatchResult(ToolResult):

@@ -975,6 +975,11 @@ class PlaybookPolicy:
             edit = patchers[category](ctx, diag)
             if edit:
                 call, note = edit
+                crashed = state.current_trial()  # the launch this diagnosis is of: what the fix (and its engine
+                if crashed is not None:          # counterpart, applied later) answers
+                    note["crash_trial"] = crashed.id
+                    if note.get("upstream"):
+                        note["upstream"]["note"]["crash_trial"] = crashed.id
                 cur.setdefault("edited", []).extend(f for f in [call.args.get("path")] if f and f not in cur.get("edited", []))
                 proposal = note.pop("upstream", None)
                 if proposal and proposal["file"] not in memo.setdefault("upstream_done", []):

@@ -130,9 +130,11 @@ def test_summary_pr_lists_every_commit_with_links_and_the_winning_command(review
         assert sha[:12] in text
     for c in summary["commits"]:
         assert c["title"] in text
-    links = re.findall(r"\]\(([^)]+\.(?:PR\.md|patch))\)", text)
-    assert len(links) == 2 * len(collect_patches(reviewed))
-    assert all((reviewed / "review" / link).is_file() for link in links)
+    # the patches table links each PR and patch once, and so does the section on where to send them
+    for section in ("Patches", "Where to send each patch"):
+        links = re.findall(r"\]\(([^)]+\.(?:PR\.md|patch))\)", _section(text, section))
+        assert len(links) == len(set(links)) == 2 * len(collect_patches(reviewed)), section
+        assert all((reviewed / "review" / link).is_file() for link in links)
     for name, t in summary["targets"].items():
         assert re.search(rf"\| {name} \| {t['metric']} \| {t['target']:g} \|", text)
     assert "--port" in _section(text, "Winning launch command")
@@ -267,3 +269,25 @@ def test_push_to_nothing_is_a_review_error(tmp_path):
     run_dir = _tiny_run(tmp_path)
     with pytest.raises(ReviewError, match="cannot reach remote"):
         push(run_dir, str(tmp_path / "absent.git"))
+
+
+def test_an_engine_fix_with_its_unit_test_shows_how_to_run_it(tmp_path):
+    """An engine fix that comes with a test in the engine's own suite: the PR names it and how to run it."""
+    run_dir = _tiny_run(tmp_path)
+    assert "## Unit test" not in write_review(run_dir).pr_files[0].read_text()  # a fix without one
+    with git.Repo(run_dir / "workspace" / "src") as repo:
+        test = Path(repo.working_dir) / "test" / "srt" / "test_kernel_guard.py"
+        test.parent.mkdir(parents=True)
+        test.write_text("def test_guard():\n    assert '#ifndef USE_ROCM' in open('kernel.h').read()\n")
+        repo.index.add(["test/srt/test_kernel_guard.py"])
+        repo.git.commit("--amend", "--no-edit", "-q", env={"GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+        sha = repo.head.commit.hexsha
+    trace = run_dir / "trace.jsonl"  # the trace's commit record names the amended commit
+    lines = trace.read_text().splitlines()
+    lines[-1] = re.sub(r'"sha": "[0-9a-f]+"', f'"sha": "{sha}"', lines[-1])
+    trace.write_text("\n".join(lines) + "\n")
+    result = write_review(run_dir)
+    [p] = [p for t in result.trees for p in t.patches]
+    assert p.unit_tests == ["test/srt/test_kernel_guard.py"]
+    text = result.pr_files[0].read_text()
+    assert "python3 -m pytest test/srt/test_kernel_guard.py" in _section(text, "Unit test")

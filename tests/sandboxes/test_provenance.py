@@ -41,6 +41,24 @@ def test_a_git_checkout_records_its_commit_and_remote(tmp_path):
         "git", sha, "v1.2.3", "https://example.invalid/upstream.git")
 
 
+def test_a_clone_of_a_local_folder_names_no_path_of_this_machine(tmp_path):
+    """A checkout cloned from a folder on this disk: its origin is a path no upstream reviewer can fetch, so the
+    trailers and the pristine commit's subject name the commit, not the path."""
+    src = make_source(tmp_path / "upstream", {"a.py": "A = 1\n"})
+    with git.Repo.init(src) as repo:
+        repo.git.add("--all")
+        repo.git.commit("-m", "upstream", env={"GIT_AUTHOR_NAME": "u", "GIT_AUTHOR_EMAIL": "u@x",
+                                               "GIT_COMMITTER_NAME": "u", "GIT_COMMITTER_EMAIL": "u@x"})  # fmt: skip
+    clone = tmp_path / "clone"
+    git.Repo.clone_from(src, clone).close()
+    found = provenance.detect(clone)
+    assert found.kind == "git" and found.remote is None
+    repos = LocalSandbox(tmp_path / "ws").prepare({"engine": clone})
+    with git.Repo(repos["engine"]) as repo:
+        (only,) = list(repo.iter_commits())
+    assert str(tmp_path) not in only.message and only.summary == f"pristine upstream: engine (clone {found.version})"
+
+
 def test_metadata_pyproject_model_and_nothing(tmp_path):
     sdist = make_source(tmp_path / "sdist", {"PKG-INFO": "Metadata-Version: 2.1\nName: foo\nVersion: 2.0\n\nbody\n"})
     assert provenance.detect(sdist).trailers() == [
@@ -63,7 +81,7 @@ def test_the_pristine_commit_carries_the_trailers(tmp_path):
     repos = LocalSandbox(tmp_path / "ws").prepare({"engine": src})
     with git.Repo(repos["engine"]) as repo:
         (only,) = list(repo.iter_commits())
-    assert only.summary == f"pristine upstream: engine ({src})"
+    assert only.summary == "pristine upstream: engine (pkg 9.9)" and str(tmp_path) not in only.message
     # git itself reads them as trailers (``git log --format=%(trailers)``, ``interpret-trailers``)
     parsed = subprocess.run(["git", "interpret-trailers", "--parse"], input=only.message, text=True,
                             capture_output=True, check=True).stdout.splitlines()  # fmt: skip
