@@ -1337,9 +1337,17 @@ class PlaybookPolicy:
                        f"experts module, re: patterns)" + (f", and the MTP layer's own {', '.join(own)} under "
                        f"{ep.rpartition('.')[0]}" if own else "") + ", so checkpoints need no config fix"),
         }  # fmt: skip
+        files = [model_file]
         if test:
             note["test"] = test
-        return {"file": model_file, "config": config_path, "files": [model_file], "diff": diff, "note": note}
+            # the test goes in with the fix (one commit, one PR): at its place in the engine's repository, which
+            # holds the package under python/ and its unit tests under test/
+            root = model_file.split("/", 1)[0]
+            path = f"{root}/{test['path']}"
+            if ctx.workspace.exists(f"{root}/python") and not ctx.workspace.exists(path):
+                diff += unified_diff(path, "", test["content"])
+                files.append(path)
+        return {"file": model_file, "config": config_path, "files": files, "diff": diff, "note": note}
 
     @staticmethod
     def _draft_prefixes(ctx: PolicyContext, diag: dict, config: dict, names: dict) -> tuple[str, str] | None:

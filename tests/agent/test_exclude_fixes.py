@@ -175,7 +175,12 @@ def test_the_engine_fix_is_in_the_tracebacks_file_and_holds_alone(name: str, edi
     fix = _fix(name, tmp_path_factory, edit)
     up = fix["note"]["upstream"]
     assert up["file"] == fix["diag"]["model_file"] and up["file"].endswith("/" + draft_file)
-    assert up["files"] == [up["file"]] and f"a/{up['file']}" in up["diff"]
+    assert up["files"][0] == up["file"] and f"a/{up['file']}" in up["diff"]
+    # its unit test goes in with it, where the engine's repository keeps its tests (test/ beside python/)
+    test = fix["note"]["upstream"]["note"]["test"]
+    root = up["file"].split("/", 1)[0]
+    assert up["files"][1:] == [f"{root}/{test['path']}"] and test["path"].startswith("test/")
+    assert f"+++ b/{root}/{test['path']}" in up["diff"]
     # with the engine fix and the checkpoint's config as released, the draft loads: eh_proj and a whole-layer
     # pattern included
     sglang = _apply(fix["ws"], up["diff"], tmp_path)
