@@ -548,18 +548,19 @@ def port_identifier(ws: WorkspaceView, path: str, line: int, name: str) -> Port 
                            where=where)  # fmt: skip
     spelled = _spelling_for(name, own)
     declaring = set(declaring_headers(s)) if s else set()
-    # where the header that declares it is hidden: the file's own guard first, then the headers it reaches
-    target = None
+    # where the header that declares it is hidden: the file's own guard, else the most basic header it reaches that
+    # hides it (the last one reached: every other includes it, so one spelling there serves them all)
+    candidates = []
     for p in files:
         t = ws.read_file(p)
         ls = _lines(t)
         for g in guards(t):
             hides = {m.group(2) for ln in g.cuda_side(ls) if (m := _INCLUDE_LINE.match(ln))}
             if any(brought_in(h) & declaring for h in hides) or (not declaring and hides):
-                target = (p, t, ls, g, hides)
+                candidates.append((p, t, ls, g, hides))
                 break
-        if target:
-            break
+    own_file = [c for c in candidates if c[0] == path]
+    target = own_file[0] if own_file else candidates[-1] if candidates else None
     if target is None:
         text = ws.read_file(path)
         ls = _lines(text)
