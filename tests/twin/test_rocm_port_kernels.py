@@ -143,3 +143,49 @@ def test_every_release_kernel_that_fails_on_rocm_is_ported_or_declined_precisely
     # the shared-header case: kernels that first failed inside a header they include now build
     assert any(k in fixed for k in shared_first), (shared_first, fixed)
     assert len(fixed) > len(declined)
+
+
+LATER = "0.5.13"  # the release after the pinned one, which ported sgl_kernel/runtime.cuh to ROCm by hand
+
+
+def test_a_shared_headers_port_spells_what_the_next_release_spelled_by_hand(default_release: ReleaseTree) -> None:
+    """Where the next SGLang release guarded a CUDA include the pinned release leaves unguarded and spelled CUDA
+    names for HIP in the ``#else`` branch (``#define cudaX hipX``), the agent's port of the pinned file spells the
+    same names the same way (what it cannot spell, the maintainers' hand-written shim, it names as unported)."""
+    from agent.fixes import rocm_port
+    from sandboxes.twin.workspace.release import Unavailable, release_tree
+
+    later = release_tree(LATER)
+    if isinstance(later, Unavailable):
+        pytest.skip(f"SGLang {LATER} is not cached and could not be downloaded: {later.reason}")
+    old_root, new_root = default_release.package / "jit_kernel", later.package / "jit_kernel"
+    ws = Dir(old_root)
+    compared = 0
+    for new in sorted(p for p in new_root.rglob("*") if p.suffix in (".cuh", ".h", ".cu", ".hpp")):
+        rel = new.relative_to(new_root).as_posix()
+        old = old_root / rel
+        if not old.is_file():
+            continue
+        new_text, old_text = new.read_text(), old.read_text()
+        new_lines = new_text.splitlines(keepends=True)
+        theirs = set()
+        for g in rocm_port.guards(new_text):
+            theirs |= set(re.findall(r"#\s*define\s+((?:cu|CU|__nv)\w+)\s+(hip\w+)", "".join(g.rocm_side(new_lines))))
+        if not theirs:
+            continue
+        old_lines = old_text.splitlines(keepends=True)
+        unguarded = [m.group(2) for i, ln in enumerate(old_lines) if (m := rocm_port._INCLUDE_LINE.match(ln))
+                     and m.group(2) in rocm_port.hipify_map().headers
+                     and not any(g.start < i < g.end for g in rocm_port.guards(old_text))]  # fmt: skip
+        if not unguarded:
+            continue
+        ours: set[tuple[str, ...]] = set()
+        for header in unguarded:
+            port = rocm_port.port_header(ws, rel, header)
+            assert isinstance(port, rocm_port.Port), (rel, header, port)
+            ours |= {tuple(s.split(" -> ")) for s in port.spelled}
+            shims = {n for n in re.findall(r"#\s*ifndef\s+((?:cu|CU)\w+)", new_text) if n not in dict(theirs)}
+            assert all(any(n in u for u in port.unported) for n in shims), (shims, port.unported)
+        assert ours == theirs, (rel, sorted(ours ^ theirs))
+        compared += 1
+    assert compared, f"no file of {LATER} spells CUDA names for a guard the pinned release lacks"
