@@ -366,7 +366,7 @@ def _style(rocm_side: list[str]) -> dict[str, str]:
     """How the branch spells CUDA names for ROCm, by kind: ``using`` / ``constexpr`` / ``define`` (bare) /
     ``guarded`` (``#ifndef X`` / ``#define X Y`` / ``#endif``, what a branch with none yet gets)."""
     text = "".join(rocm_side)
-    found = {style for style, rx in _ALIASES for m in rx.finditer(text) if hipify_map().spelling(m.group(1))}
+    found = {style for style, rx in _ALIASES if rx.search(text)}
     guarded = any(hipify_map().spelling(m.group(1)) for m in
                   re.finditer(r"#[ \t]*ifndef[ \t]+(\w+)[ \t]*\n[ \t]*#[ \t]*define[ \t]+\1\b", text))
     define = "define" if "define" in found and not guarded else "guarded"

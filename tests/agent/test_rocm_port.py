@@ -191,3 +191,33 @@ def test_what_hip_lacks_is_declined_by_name_and_position(tmp_path: Path) -> None
     diag = _missing(KERNEL, 1, "cutlass/cutlass.h")
     assert policy._guard_fix(ctx, diag) is None  # a CUDA-only library: a guard would only hide the problem
     assert f"<cutlass/cutlass.h> ({KERNEL}:1) has no HIP counterpart" in diag["summary"]
+
+
+def test_the_files_own_pairing_wins_over_hipify(tmp_path: Path) -> None:
+    """A header that pairs an alias both ways (CUDA's type on one side, HIP's on the other) says how this code base
+    spells that CUDA type on ROCm; hipify's own answer (``nv_bfloat16`` -> ``hip_bfloat16``) comes second."""
+    assert rocm_port.hip_spelling("nv_bfloat16") == "hip_bfloat16"
+    pairs = ("#pragma once\n#ifndef USE_ROCM\n#include <cuda_bf16.h>\nusing bf16_t = nv_bfloat16;\n#else\n"
+             "#include <hip/hip_bf16.h>\nusing bf16_t = __hip_bfloat16;\nusing fp8_t = uint8_t;\n#endif\n")  # fmt: skip
+    assert rocm_port.own_spellings(pairs) == {"nv_bfloat16": "__hip_bfloat16"}  # uint8_t is a stand-in, not a pair
+    for rel, text in ((UTILS, pairs), (KERNEL, "#include <sgl_kernel/utils.cuh>\nnv_bfloat16 x;\n")):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    diag = classify(f"{KERNEL}:2:1: error: unknown type name 'nv_bfloat16'\n").model_dump()
+    call, _ = PlaybookPolicy()._guard_fix(Ctx(tmp_path), diag)
+    assert call.args["path"] == UTILS and "using nv_bfloat16 = __hip_bfloat16;\n" in call.args["new"]
+
+
+def test_a_declined_port_abandons_the_configuration_with_the_precise_reason(tmp_path: Path) -> None:
+    from agent.state import Observation
+
+    (tmp_path / KERNEL).parent.mkdir(parents=True)
+    (tmp_path / KERNEL).write_text("__device__ unsigned f(void* p) {\n  return __cvta_generic_to_shared(p);\n}\n")
+    diag = classify(f"{KERNEL}:2:10: error: use of undeclared identifier '__cvta_generic_to_shared'\n").model_dump()
+    obs = Observation(call_id="1", tool="launch_server", args={}, ok=False, result={"diagnosis": diag})
+    memo = {"queue": [], "current": {}}
+    cur = {"label": "speculative decoding 5/1/6", "keep_as": "single", "feature": "speculative decoding",
+           "flags": {}, "seen": [], "fixes": 0}  # fmt: skip
+    PlaybookPolicy()._fix(None, Ctx(tmp_path), memo, cur, obs)  # type: ignore[arg-type]
+    why = memo["blocked"]["speculative decoding"]["why"]
+    assert f"'__cvta_generic_to_shared' ({KERNEL}:2)" in why and "no HIP equivalent" in why
