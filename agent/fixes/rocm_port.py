@@ -31,9 +31,10 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Protocol
 
 from pydantic import BaseModel, Field
+
+from ..policies.base import WorkspaceView
 
 MAP_FILE = Path(__file__).with_name("hipify_map.tsv")
 ROCM_MACROS = ("USE_ROCM", "__HIP_PLATFORM_AMD__", "__HIPCC__", "__HIP__")
@@ -52,12 +53,6 @@ FAMILY_HEADERS = {
 }
 HEADER_BRINGS = {"cuda_runtime.h": ("cuda_runtime_api.h", "device_functions.h", "device_launch_parameters.h"),
                  "cuda_bf16.h": ("cuda_fp16.h",), "cuda_fp8.h": ("cuda_fp16.h", "cuda_bf16.h")}  # fmt: skip
-
-
-class WorkspaceView(Protocol):
-    def read_file(self, path: str) -> str: ...
-
-    def exists(self, path: str) -> bool: ...
 
 
 # --- the mapping ---------------------------------------------------------------------------------------------------
@@ -509,7 +504,7 @@ def port_header(ws: WorkspaceView, path: str, header: str) -> Port | Decline | N
     if g is not None and g.start < at < g.end:  # already inside a guard that ROCm still compiles: not this fix
         return None
     hidden = brought_in(header)
-    lines_wo = lines[:at] + lines[at + 1:]
+    lines_wo = [*lines[:at], "\n", *lines[at + 1:]]  # the include hidden, every other line where it was
     needed = _needed(ws, path, "".join(lines_wo), hidden, files, own)
     rocm_side = g.rocm_side(lines) if g else []
     style = _style(rocm_side)
