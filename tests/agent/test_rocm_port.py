@@ -143,6 +143,8 @@ inline int blocks(const void* k) {
   int n = 0;
   cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, 128, 0);
   cudaDeviceProp prop;
+  size_t smem = 0;
+  cudaOccupancyAvailableDynamicSMemPerBlock(&smem, k, 1, 128);
   return e == cudaSuccess ? n : 0;
 }
 // cudaStreamSynchronize in a comment is not a use
@@ -161,6 +163,10 @@ def test_a_shared_headers_guard_brings_the_hip_spellings_of_what_it_uses(tmp_pat
     # what utils.cuh (which it includes) already spells for ROCm is not spelled twice; comments are not uses
     assert "cudaError_t" not in new and "cudaSuccess" not in new and "cudaStreamSynchronize" not in new
     assert "cudaOccupancyMaxActiveBlocksPerMultiprocessor -> hipOccupancyMaxActiveBlocksPerMultiprocessor" in note["change"]
+    # what HIP lacks is not spelled: it is named, where it is, for a human (a shim, as SGLang's maintainers wrote)
+    assert "cudaOccupancyAvailableDynamicSMemPerBlock" not in new
+    assert note["unported"] == [f"cudaOccupancyAvailableDynamicSMemPerBlock ({RUNTIME}:9): HIP has no "
+                                "hipOccupancyAvailableDynamicSMemPerBlock"]  # fmt: skip
 
 
 def test_an_undeclared_name_is_spelled_in_the_guard_that_hides_its_header_in_that_guards_style(tmp_path: Path) -> None:
