@@ -107,16 +107,21 @@ def propose_exclude_fix(ctx: ToolContext, args: ProposeInput) -> Proposal:
 
 @tool(idempotent=True)
 def propose_include_guard(ctx: ToolContext, args: ProposeInput) -> Proposal:
-    """For a compile error on a CUDA-only header in a ROCm build: propose guarding the include with #ifndef USE_ROCM
-    (and the HIP header that declares the same API), with the rationale and the edit_file call that applies it."""
+    """For a ROCm compile error in a CUDA-born source -- a CUDA-only header not found, or an identifier only a CUDA
+    header declares -- propose the port: the include guarded with #ifndef USE_ROCM (inside the file's existing
+    USE_ROCM block when it has one) with the HIP header, and the HIP spellings of the CUDA names the file uses
+    (hipify's mapping), as one edit_file call with its rationale. What HIP lacks is declined by name and file:line."""
     from agent.policies.playbook import PlaybookPolicy
 
     diag, why = _diagnosis(ctx, args.log_path)
     if diag is None:
         return Proposal(ok=False, summary=why)
-    if diag["category"] != "compile_error" or not diag.get("header"):
-        return _not_this(diag, "a missing CUDA header", "propose_include_guard")
-    return _edit_proposal(PlaybookPolicy()._guard_fix(_View(ctx), diag), diag, "include guard")
+    if diag["category"] != "compile_error" or not (diag.get("header") or diag.get("symbol")):
+        return _not_this(diag, "a missing CUDA header or CUDA-only identifier", "propose_include_guard")
+    edit = PlaybookPolicy()._guard_fix(_View(ctx), diag)
+    if edit is None and diag.get("declined"):
+        return Proposal(ok=False, category="compile_error", summary=diag["summary"])
+    return _edit_proposal(edit, diag, "include guard")
 
 
 class MemoryInput(ProposeInput):

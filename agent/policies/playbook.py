@@ -30,9 +30,11 @@ from tools.loader_names import renamed_prefix, renames
 from tools.source import unified_diff
 
 from ..ablation import explain_best
+from ..fixes import rocm_port
 from ..fixes.engine_modules import EngineSource, ModuleTree
 from ..fixes.excludes import SCALE, engine_test, own_modules
 from ..fixes.excludes import engine_excludes as draft_excludes
+from ..fixes.rocm_port import HIP_COUNTERPARTS, _own_counterparts  # noqa: F401 - the guard's mapping, re-exported
 from ..outcomes import node_hours_left
 from ..search import (
     LAYOUT,
@@ -75,12 +77,6 @@ CONFIRM_TOP = 2
 REFERENCE_LENGTH = 0.25
 KNEE_MEASURES = ("knee", "knee_full", "baseline")  # measurements whose value is a throughput at the knee
 NEAR_GROWTH = 1.1  # a knee search that starts near the knee (a prediction, or the best knee it must beat) steps up by 10 %
-# CUDA headers and the HIP headers that declare the same API (hipify's mapping)
-HIP_COUNTERPARTS = {
-    "cuda_runtime.h": "hip/hip_runtime.h", "cuda_runtime_api.h": "hip/hip_runtime_api.h", "cuda.h": "hip/hip_runtime.h",
-    "cuda_fp16.h": "hip/hip_fp16.h", "cuda_bf16.h": "hip/hip_bf16.h", "cuda_fp8.h": "hip/hip_fp8.h",
-    "cooperative_groups.h": "hip/hip_cooperative_groups.h", "cub/cub.cuh": "hipcub/hipcub.hpp",
-}
 SPEC_KEYS = (SPECULATIVE, *SPEC_DEPENDENT)  # the speculative-decoding flags, as the search layer names them
 # single-stream runs the draft tree's local search may spend after its first tree (``_tree_item``); on the twin's
 # scenarios it reaches the best allowed tree in at most this many (a coordinate search stops sooner when no
@@ -135,23 +131,6 @@ def _split_prefix(checkpoint: str, engine: str) -> tuple[str, str]:
     while n < min(len(cp), len(ep)) and cp[-1 - n] == ep[-1 - n]:
         n += 1
     return ".".join(cp[: len(cp) - n]), ".".join(ep[: len(ep) - n])
-
-
-_GUARDED_PAIR = re.compile(
-    r"^[ \t]*#[ \t]*if(?:ndef[ \t]+USE_ROCM|[ \t]+!defined\(?[ \t]*USE_ROCM[ \t]*\)?)[ \t]*\n"
-    r"((?:[ \t]*#[ \t]*include[ \t]*<[^>]+>[^\n]*\n)+)[ \t]*#[ \t]*else[^\n]*\n"
-    r"((?:[ \t]*#[ \t]*include[ \t]*<[^>]+>[^\n]*\n)+)", re.M)  # fmt: skip
-_INCLUDE = re.compile(r"<([^>]+)>")
-
-
-def _own_counterparts(text: str) -> dict[str, str]:
-    """CUDA header -> HIP header, as the file's own guarded includes pair them (#ifndef USE_ROCM / #else)."""
-    pairs: dict[str, str] = {}
-    for m in _GUARDED_PAIR.finditer(text):
-        cuda, hip = _INCLUDE.findall(m.group(1)), _INCLUDE.findall(m.group(2))
-        if len(cuda) == len(hip):  # one for one, in order
-            pairs.update(zip(cuda, hip, strict=True))
-    return pairs
 
 
 def _layer_module(suffix: str) -> bool:
@@ -1371,28 +1350,49 @@ class PlaybookPolicy:
         return cp, engine[0]
 
     def _guard_fix(self, ctx: PolicyContext, diag: dict) -> tuple[Call, dict] | None:
-        """A CUDA-only header included without a ROCm guard, in a file compiled for ROCm: guard it, with the HIP
-        header that declares the same things on the other side (as hipify maps them)."""
-        header, path = diag.get("header"), diag.get("file")
-        if not header or not path or not ctx.workspace.exists(path):
+        """A ROCm compile error in a CUDA-born source: a CUDA-only header guarded with ``#ifndef USE_ROCM`` (inside
+        the file's own guard when it has one), or an identifier only a CUDA header declared given its HIP spelling,
+        by ``agent.fixes.rocm_port`` (hipify's mapping, the file's own pairings first). What cannot be ported is
+        declined by name and position: the diagnosis' summary says so, for the abandon that follows."""
+        path, header, symbol = diag.get("file"), diag.get("header"), diag.get("symbol")
+        if not path or not (header or symbol):
             return None
-        text = ctx.workspace.read_file(path)
-        m = re.search(rf'^[ \t]*#[ \t]*include[ \t]*[<"]{re.escape(header)}[>"][^\n]*\n', text, re.M)
-        if not m:
+        if header:
+            port = rocm_port.port_header(ctx.workspace, path, header)
+        else:
+            port = rocm_port.port_identifier(ctx.workspace, path, int(diag.get("line") or 0), symbol)
+        if isinstance(port, rocm_port.Decline):
+            diag["summary"] = f"not portable to ROCm by a guard and HIP spellings: {port.reason}"
+            diag["declined"] = port.model_dump()
             return None
-        line = m.group(0)
-        hip = _own_counterparts(text).get(header) or HIP_COUNTERPARTS.get(header)
-        new = f"#ifndef USE_ROCM\n{line}" + (f"#else\n#include <{hip}>\n" if hip else "") + "#endif\n"
+        if port is None:
+            return None
+        where, hip, spelled = port.edit.path, port.hip_include, port.spelled
+        what = (f"{path} includes {header} unconditionally; ROCm builds (-DUSE_ROCM) have no such header"
+                if header else f"{path}:{diag.get('line')} uses {symbol}, which only CUDA's {port.header} declares "
+                               "and nothing declares on ROCm")  # fmt: skip
+        change = (f"wrap '#include <{port.header}>' in {where} in #ifndef USE_ROCM" if header
+                  else f"in {where}'s #ifndef USE_ROCM block around <{port.header}>" if port.extended
+                  else f"in {where}, a #ifdef USE_ROCM block after its includes")  # fmt: skip
+        if port.extended and header:
+            change += " (inside the file's existing USE_ROCM block)"
+        if hip:
+            change += f", including <{hip}> on ROCm"
+        if spelled:
+            change += f"; on ROCm, HIP spellings for {', '.join(spelled)} (hipify's mapping)"
+        if port.unported:
+            change += f"; left for a human: {'; '.join(port.unported)}"
         note = {
             "category": "compile_error",
-            "defect": f"include:{path}:{header}",
-            "title": f"Guard the CUDA-only include of {header} for ROCm builds"[:72],
-            "root_cause": (f"{path} includes {header} unconditionally; ROCm builds (-DUSE_ROCM) have no such header, "
-                           "so the JIT compilation fails and the launch with it"),
-            "change": f"wrap '#include <{header}>' in {path} in #ifndef USE_ROCM"
-                      + (f", including <{hip}> on ROCm" if hip else ""),
+            "defect": port.defect,
+            "title": (f"Guard the CUDA-only include of {port.header} for ROCm builds" if header
+                      else f"Spell {symbol} for ROCm beside the guard of {port.header}")[:72],  # fmt: skip
+            "root_cause": f"{what}, so the JIT compilation fails and the launch with it",
+            "change": change,
         }
-        return Call(tool="edit_file", args={"path": path, "old": line, "new": new}), note
+        if port.unported:
+            note["unported"] = port.unported
+        return Call(tool="edit_file", args=port.edit.model_dump()), note
 
     @staticmethod
     def _engine_scale(flags: dict, diag: dict) -> float | None:

@@ -100,6 +100,9 @@ def test_known_path(runner, tmp_path):
     assert diag["file"].startswith("sglang/") and diag["file"].endswith(".cuh")
     src = call(runner, "read_file", path=diag["file"], start=diag["line"], end=diag["line"])
     assert "#include <cuda_runtime.h>" in src.result["text"]
+    proposal = call(runner, "propose_include_guard")  # the expert's port, as a proposal (not applied here)
+    assert proposal.ok and proposal.result["call"]["args"]["path"] == diag["file"]
+    assert proposal.result["call"]["args"]["new"].startswith("#ifndef USE_ROCM\n#include <cuda_runtime.h>\n#else\n")
     guard = call(runner, "edit_file", path=diag["file"], old="#include <cuda_runtime.h>\n",
                  new="#ifndef USE_ROCM\n#include <cuda_runtime.h>\n#endif\n")  # fmt: skip
     assert guard.ok and "+#ifndef USE_ROCM" in guard.result["diff"]
