@@ -324,7 +324,7 @@ class PlaybookPolicy:
     @staticmethod
     def _base(memo: dict, item: dict) -> dict:
         """The configuration a plan item starts from: the best of its stage so far, else the bring-up one."""
-        return memo["best"].get(item.get("from", "none"), memo.get("base", {"flags": {}, "env": {}}))
+        return memo.get("best", {}).get(item.get("from", "none"), memo.get("base", {"flags": {}, "env": {}}))
 
     def _compose(self, task: TaskSpec, memo: dict, item: dict) -> tuple[dict, dict]:
         """An item's flags and environment: its base with the item's changes (None drops a flag)."""

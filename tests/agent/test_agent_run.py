@@ -53,8 +53,8 @@ def check_finished_run(run_dir: Path) -> dict:
     assert "#ifndef USE_ROCM" in repos["sglang"].git.diff(repos["sglang"].git.rev_list("--max-parents=0", "HEAD"), branch)
     # the same fix in the engine, its own commit, verified with the checkpoint's config as released
     engine_fix = [c for c in repos["sglang"].iter_commits(branch) if "exclude entries" in c.summary]
-    assert len(engine_fix) == 1 and list(engine_fix[0].stats.files) == [
-        "python/sglang/srt/models/deepseek_nextn.py"]  # fmt: skip
+    assert len(engine_fix) == 1 and sorted(engine_fix[0].stats.files) == [
+        "python/sglang/srt/models/deepseek_nextn.py", "test/srt/models/test_deepseek_nextn_mtp_exclude.py"]  # fmt: skip
     assert "launched with model/config.json as released and benchmarked" in " ".join(engine_fix[0].message.split())
     launch = (run_dir / "launch.sh").read_text()
     assert "exec env" in launch and "--tp-size" in launch

@@ -74,7 +74,10 @@ class Dir:
 
 class Ctx:
     def __init__(self, root: Path) -> None:
+        from tasks.spec import load_task
+
         self.workspace = Dir(root)
+        self.task = load_task(Path(__file__).resolve().parents[2] / "tasks" / "glm52_mi355x.yaml")
 
 
 def _apply(root: Path, edit: dict) -> None:
@@ -227,3 +230,5 @@ def test_a_declined_port_abandons_the_configuration_with_the_precise_reason(tmp_
     PlaybookPolicy()._fix(None, Ctx(tmp_path), memo, cur, obs)  # type: ignore[arg-type]
     why = memo["blocked"]["speculative decoding"]["why"]
     assert f"'__cvta_generic_to_shared' ({KERNEL}:2)" in why and "no HIP equivalent" in why
+    # the kernel blocks what builds it, not the feature: a chain no deeper than the crashed one's flags is kept
+    assert memo["blocked"]["speculative decoding"]["kernel"] == KERNEL
