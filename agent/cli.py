@@ -165,6 +165,16 @@ def _print_summary(run_dir: Path) -> int:
         for c in e["changes"]:
             moved = f"{c['effect']:+.1f}" if c["effect"] is not None else "not isolated by a measurement"
             console.print(f"  {escape(c['name'])}: {escape(c['before'])} -> {escape(c['after'])}: {moved}", soft_wrap=True)
+    for feature, b in (summary.get("blocked") or {}).items():  # what could not be brought up, and what it cost
+        what = f"kernel {b['kernel']}" if b.get("kernel") else "its crash"
+        line = f"blocked: {feature} where it builds {what} ({b['why'][:160]})" if b.get("kernel") else \
+            f"blocked: {feature} ({b['why'][:160]}); {what} waits at every other depth"  # fmt: skip
+        if w := b.get("would_give"):
+            m = w["measured"]
+            line += (f"; the deepest allowed chain ({w['steps']} steps) would give at most {w['at_most']:.1f} against "
+                     f"{m['value']:.1f} measured at {m['steps']} (estimated from the measured acceptance "
+                     f"{m['acceptance']:.2f}, not measured)")  # fmt: skip
+        console.print(Text(line), soft_wrap=True)
     hours = summary.get("simulated_node_hours", summary.get("node_hours"))
     console.print(f"branch {summary['branch']} | {'simulated ' if summary['simulated'] else ''}node-hours {hours}")
     if summary.get("best_config"):

@@ -94,6 +94,10 @@ def apply_observations(state: AgentState, run: Run) -> dict[str, Any]:
         elif obs.ok and trials and trials[-1].status == "up":
             if obs.tool in ("run_benchmark", "find_knee"):
                 trials[-1].served = True
+                single = [r for r in obs.result.get("runs") or [] if r.get("max_concurrency") == 1]
+                accepted = [r["accept_length"] for r in single if r.get("accept_length")]
+                if accepted:
+                    trials[-1].accept_length = max(accepted)
             for name, (value, measured) in _metric_updates(run.task, obs).items():
                 trial = trials[-1]
                 trial.metrics[name] = max(value, trial.metrics.get(name, 0.0))

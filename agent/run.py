@@ -16,6 +16,7 @@ swept after every tool call (:class:`~agent.secrets.LogScrubber`).
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import json
 import os
@@ -504,12 +505,33 @@ def summarize(run: Run, state: AgentState) -> dict[str, Any]:
         "llm_tokens": state.budget.llm_tokens,
         "best_config": best,
         # features the policy could not bring up: why, the configuration that showed it, what it did not retry
-        "blocked": dict(state.memo.get("blocked", {})),
+        "blocked": _blocked(run, state),
         "after_targets": _after_targets(run, state),
         "explain": _explain(run, state),
         # what the end means, in words, and the exit code agent run / agent resume end with
         "outcome": classify(state, run.task, run.options.max_trials).model_dump(mode="json"),
     }
+
+
+def _blocked(run: Run, state: AgentState) -> dict[str, Any]:
+    """The features the policy could not bring up; for a kernel that blocked the deeper speculative chains, what
+    the deepest of them would have given, estimated from the final single-stream best (its measured acceptance)."""
+    from .policies.known_failures import KernelBlock, would_give
+
+    out = copy.deepcopy(dict(state.memo.get("blocked", {})))
+    blocks = {b.signature.partition(":")[2]: b for b in map(KernelBlock.model_validate,
+                                                             state.memo.get("kernel_blocks", {}).values())}  # fmt: skip
+    single = next((t for t in run.task.targets if t.metric == "decode_tok_s"), None)
+    best = state.bests.get(single.name) if single else None
+    trial = next((t for t in state.trials if best is not None and t.id == best.trial), None)
+    allowed = run.task.search_space.flags.get("speculative-num-steps", [])
+    for entry in out.values():
+        block = blocks.get(entry.get("kernel", ""))
+        if block is None or best is None or trial is None:
+            continue
+        if would := would_give(block, best.flags, best.value, trial.accept_length, allowed):
+            entry["would_give"] = would
+    return out
 
 
 def _explain(run: Run, state: AgentState) -> dict[str, Any]:

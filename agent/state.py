@@ -45,6 +45,7 @@ class Trial(BaseModel):
     pristine: list[str] = Field(default_factory=list)  # workspace files launched as released (unpatched)
     metrics: dict[str, float] = Field(default_factory=dict)  # target metric name -> value
     served: bool = False  # a benchmark ran to completion on it (whether or not it measured a target)
+    accept_length: float | None = None  # draft tokens accepted per verify step, as its single-stream benchmark said
     serving_failure: str | None = None  # it came up, then died or hung under a benchmark: "<category>: <summary>"
     accuracy: float | None = None
     accuracy_ok: bool | None = None

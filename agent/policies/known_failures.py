@@ -189,3 +189,25 @@ def acceptance_rate(accept_length: float, steps: int) -> float | None:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if accepted_per_step(mid, steps) < accept_length else (lo, mid)
     return (lo + hi) / 2
+
+
+def would_give(block: KernelBlock, flags: dict[str, Any], value: float, accept_length: float | None,
+               allowed_steps: list[Any]) -> dict[str, Any] | None:  # fmt: skip
+    """What the deepest chain ``block`` keeps out would have given, estimated from the best chain measured
+    without it (``flags``, its figure ``value``, its ``accept_length``): the accept length implies the draft's
+    per-token acceptance rate, which gives the deeper chain's accept length; the figure scales by their ratio. An
+    upper bound (the extra draft steps' cost is not counted). None: the best does not speculate with a top-1 chain,
+    nothing deeper is blocked, or the accept length is unknown."""
+    if not flags.get("speculative-algorithm") or int(flags.get("speculative-eagle-topk") or 1) != 1 or not accept_length:
+        return None
+    steps = int(flags.get("speculative-num-steps") or 1)
+    blocked = [int(v) for v in allowed_steps if v and int(v) > steps
+               and block.builds({**flags, "speculative-num-steps": int(v), "speculative-num-draft-tokens": int(v) + 1})]
+    alpha = acceptance_rate(float(accept_length), steps)
+    if not blocked or alpha is None:
+        return None
+    deepest = max(blocked)
+    ratio = accepted_per_step(alpha, deepest) / accepted_per_step(alpha, steps)
+    return {"steps": deepest, "at_most": round(value * ratio, 1), "accept_length": round(accepted_per_step(alpha, deepest), 2),
+            "measured": {"steps": steps, "value": round(value, 1), "accept_length": accept_length,
+                         "acceptance": round(alpha, 3)}}  # fmt: skip

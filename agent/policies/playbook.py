@@ -51,12 +51,11 @@ from ..search import (
 from .base import Decision, PolicyContext
 from .known_failures import (
     KernelBlock,
-    acceptance_rate,
-    accepted_per_step,
     changed_flags,
     fails_again,
     launch_key,
     trigger_at,
+    would_give,
 )
 from .upstream_fixes import (
     _map_mtp_exclude_entry,
@@ -270,7 +269,8 @@ class PlaybookPolicy:
         obs = state.observations[-1] if state.observations else None
         if memo.get("discard"):  # an engine fix that did not hold: put its files back as committed
             files = memo.pop("discard")
-            return [Call(tool="discard_changes", args={"files": files})], f"undo the fix that did not hold in {', '.join(files)}"
+            why = memo.pop("discard_why", "the fix that did not hold")
+            return [Call(tool="discard_changes", args={"files": files})], f"undo {why} in {', '.join(files)}"
         if obs is not None and obs.tool == "run_trials" and memo.pop("layout_trials", None) is not None:
             outcomes = obs.result.get("outcomes", []) if obs.ok else []
             up = [o for o in outcomes if o["status"] == "up" and o["value"] > 0]
@@ -727,6 +727,7 @@ class PlaybookPolicy:
                     memo["queue"] = [q for q in memo["queue"] if q.get("group") != cur["group"]]
             memo["current"] = None
             memo.setdefault("tried", []).append(f"{cur['label']}: {verdict}")
+            self._estimate_blocked(task, memo)  # the run may end on this figure
             proposal = memo.pop("upstream_proposal", None)
             if proposal and value > 0:  # the config fix held: now the same in the engine, checked on its own
                 memo["queue"].insert(0, {"label": f"engine fix in {proposal['file']}", "from": "none",
@@ -925,6 +926,9 @@ class PlaybookPolicy:
             return None
         if cur.get("edited"):  # fixes that did not hold: the workspace goes back to what was verified
             memo["discard"] = list(cur["edited"])
+            if block is not None:  # the fix held, the launch stopped further on: unverified, it is not kept
+                memo["discard_why"] = (f"the fix made for {cur['label']} (it held, but that launch never came up to "
+                                       "verify it; a configuration that does will make it again)")  # fmt: skip
         if cur["keep_as"] == "base":
             memo["phase"] = "done"
             return [], f"bring-up failed and could not be fixed: {why}"
@@ -1067,31 +1071,18 @@ class PlaybookPolicy:
 
     @staticmethod
     def _estimate_blocked(task: TaskSpec, memo: dict) -> None:
-        """What a blocked speculative chain would have given, estimated from the best chain measured without it:
-        its accept length gives the draft's per-token acceptance rate, which gives the accept length of the deepest
-        chain the block kept out; the figure scales by their ratio. An upper bound: the deeper chain's extra draft
-        steps are not counted."""
+        """What each blocked chain would have given, from the best single-stream chain measured without it
+        (``known_failures.would_give``)."""
         best = memo.get("best", {}).get("single") or {}
-        tree = tree_of(best.get("flags", {}))
+        blocks = {b.signature.partition(":")[2]: b for b in PlaybookPolicy._kernel_blocks(memo)}
         for entry in memo.get("blocked", {}).values():
-            if "kernel" not in entry:
+            block = blocks.get(entry.get("kernel", ""))
+            if block is None:
                 continue
             entry.pop("would_give", None)
-            if tree is None or tree[1] != 1 or not best.get("accept_length"):
-                continue
-            steps = tree[0]
-            blocked = [v for v in _allowed(task, "speculative-num-steps") if v and v > steps
-                       and PlaybookPolicy._blocking(memo, {**best["flags"], "speculative-num-steps": v,
-                                                           "speculative-num-draft-tokens": v + 1})]  # fmt: skip
-            alpha = acceptance_rate(float(best["accept_length"]), steps)
-            if not blocked or alpha is None:
-                continue
-            deepest = max(blocked)
-            ratio = accepted_per_step(alpha, deepest) / accepted_per_step(alpha, steps)
-            entry["would_give"] = {"steps": deepest, "at_most": round(best["value"] * ratio, 1),
-                                   "accept_length": round(accepted_per_step(alpha, deepest), 2),
-                                   "measured": {"steps": steps, "value": round(best["value"], 1),
-                                                "accept_length": best["accept_length"], "acceptance": round(alpha, 3)}}  # fmt: skip
+            if best and (would := would_give(block, best.get("flags", {}), best.get("value", 0.0),
+                                             best.get("accept_length"), _allowed(task, "speculative-num-steps"))):
+                entry["would_give"] = would
 
     @staticmethod
     def _skip_blocked(memo: dict, item: dict, block: KernelBlock) -> None:

@@ -186,3 +186,52 @@ def test_a_fraction_the_engine_rescales_moves_past_what_failed_as_the_engine_run
     cur = {"flags": {"tp-size": 8}}
     assert PlaybookPolicy._memory_fix(task, cur, diag, scale=0.85)
     assert cur["flags"]["mem-fraction-static"] == 0.85
+
+
+# --- end to end: a kernel no fix makes build, reached by every chain deeper than one step ----------------------------
+
+
+def test_a_run_keeps_the_chains_that_do_not_build_an_unfixable_kernel(tmp_path: Path) -> None:
+    """The default case with its speculative kernel replaced by one of the release's kernels that has no ROCm port
+    (it includes ``<cooperative_groups/reduce.h>``), built for every chain deeper than one step: the run declines
+    the port, launches the shallower chains until one does not build it, measures it, and reports the block with
+    what the deeper chains would have given."""
+    import json
+
+    import yaml
+
+    from tests.shared_runs import DEFAULT_TASK, NO_PACING, run_agent
+    from tests.twin.conftest import edited_default_scenario
+
+    def edit(data: dict) -> None:
+        data["engine"]["jit_kernels"] = [{
+            "name": "fused_add_rmsnorm", "source": "python/sglang/jit_kernel/csrc/elementwise/fused_add_rmsnorm.cuh",
+            "when": {"flag": "speculative_num_steps", "above": 1}, "includes": ["cooperative_groups/reduce.h"]}]
+
+    scenario = edited_default_scenario(tmp_path, edit)
+    targets = [{"name": "single_stream", "metric": "decode_tok_s", "workload": "single_stream", "min": 80}]
+    task = tmp_path / "task.yaml"
+    task.write_text(f"extends: {DEFAULT_TASK}\n" + yaml.safe_dump({"workspace": {"twin": {"scenario": str(scenario)}},
+                                                                  "targets": targets}, sort_keys=False)
+                    + "budgets:\n  after_targets: {node_hours: 0}\n" + NO_PACING)  # fmt: skip
+    proc = run_agent(tmp_path, "run", str(task), "--policy", "playbook", "--run-id", "blocked")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "runs" / "blocked" / "summary.json").read_text())
+    blocked = summary["blocked"]["speculative decoding"]
+    assert blocked["kernel"].endswith("fused_add_rmsnorm.cuh") and "cooperative_groups/reduce.h" in blocked["why"]
+    spec = [t for t in summary["trials"] if t["flags"].get("speculative-algorithm")]
+    deepest_tried = max(t["flags"]["speculative-num-steps"] for t in spec)
+    # no chain deeper than the first that crashed was launched, and every chain that crashed on the kernel was
+    # launched once after its crash (no fix tried on a kernel known to be unfixable)
+    assert all(t["status"] == "crashed" for t in spec if t["flags"]["speculative-num-steps"] > 1)
+    assert deepest_tried == 3
+    # the one-step chain, which never builds the kernel, was measured and is the single-stream best
+    best = summary["targets"]["single_stream"]
+    assert best["met"] and best["flags"]["speculative-num-steps"] == 1
+    one_step = [t for t in spec if t["flags"]["speculative-num-steps"] == 1 and t["status"] != "crashed"]
+    assert one_step and max(t["metrics"].get("single_stream") or 0 for t in one_step) == pytest.approx(best["achieved"])
+    # what the blocked depths would have given: an estimate from the measured acceptance, above what was reached
+    would = blocked["would_give"]
+    assert would["steps"] == 6 and would["at_most"] > best["achieved"] and would["measured"]["steps"] == 1
+    said = " ".join(proc.stdout.split())
+    assert "blocked: speculative decoding where it builds kernel" in said and "would give at most" in said
