@@ -252,3 +252,7 @@ def test_playbook_fixes_the_new_defect_variants(tmp_path, task):
             diff = c.repo.git.show(c.hexsha, "--format=")
             # the include goes back into the file's own USE_ROCM block, its HIP header beside the others: no new guard
             assert "+#ifndef USE_ROCM" not in diff and f"+#include <{header}>" in diff, diff
+    # the patches of a scenario other than the default pass the reviewer's checklist too
+    from tests.agent.test_review_checklist import check_review
+
+    check_review(run_dir)
