@@ -186,7 +186,7 @@ def test_no_secret_goes_into_the_workspace_or_its_history(tmp_path: Path) -> Non
 
     src = _repo(tmp_path)
     ctx = SimpleNamespace(sandbox=LocalSandbox(tmp_path / "ws"), redactor=Redactor([KEY]), repos={"src": src},
-                          run_id="r", trial=1, engine_name="twin")  # fmt: skip
+                          run_id="r", trial=1, engine_name="twin", run_dir=tmp_path / "run")  # fmt: skip
     edit = edit_file(ctx, EditInput(path="src/config.json", old="[]", new=f'["{KEY}"]'))
     assert not edit.ok and "refused" in edit.summary and KEY not in edit.summary
     diff = f'--- a/src/config.json\n+++ b/src/config.json\n@@ -1 +1 @@\n-{{"exclude": []}}\n+{{"exclude": ["{KEY}"]}}\n'
