@@ -169,3 +169,24 @@ def test_an_unwritable_cache_is_not_used(world, tmp_path, monkeypatch):
     load()
     load()
     assert len(loads) == 2
+
+
+def test_a_load_never_imports_the_packages_its_key_leaves_out() -> None:
+    """The key leaves the performance model out of the twin's code hash; that holds only while no load imports it."""
+    import subprocess
+    import sys
+
+    from sandboxes.twin.engine.loading.weights_cache import NOT_LOADED
+
+    probe = ("import sys, sandboxes.twin.launch_server, sandboxes.twin.engine.loading.weights_cache, "
+             "sandboxes.twin.engine.loading.loader, sandboxes.twin.engine.loading.build, "
+             "sandboxes.twin.workspace.materialize; "
+             "print(sorted(m for m in sys.modules if m.split('.')[:3] in "
+             f"[['sandboxes', 'twin', p] for p in {list(NOT_LOADED)!r}]))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    # launch_server imports the cost model to answer benchmarks; the load path's own modules must not
+    loaded = eval(out.stdout)  # noqa: S307 - our own probe's list of module names
+    assert loaded, "the probe imports the server, which serves from the cost model"
+    probe_load = probe.replace("sandboxes.twin.launch_server, ", "")
+    out = subprocess.run([sys.executable, "-c", probe_load], capture_output=True, text=True, check=True)
+    assert eval(out.stdout) == []  # noqa: S307
