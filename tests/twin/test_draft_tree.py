@@ -9,7 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandboxes.twin.perf.cost_model import expected_accept_length, scored_draft_tokens
+from sandboxes.twin.perf.cost_model import (
+    ALTERNATIVE_HIT,
+    candidate_probabilities,
+    expected_accept_length,
+    scored_draft_tokens,
+)
 
 trees = st.tuples(st.integers(1, 7), st.sampled_from([1, 2, 3, 4]), st.integers(2, 24))
 rates = st.floats(0.3, 0.95)
@@ -17,15 +22,15 @@ decays = st.sampled_from([1.0, 0.9, 0.72])
 
 
 def monte_carlo(alpha: float, decay: float, steps: int, topk: int, draft_tokens: int, n: int = 20_000) -> float:
-    """Accepted tokens per verify step, by drawing what the target writes: at depth i it is the draft's rank-j
-    candidate with probability a (1 - a)**j (a = alpha * decay**i), and the step accepts the longest drafted
-    path that matches. The verified nodes are chosen as SGLang does: beams of the ``topk`` likeliest paths, the
+    """Accepted tokens per verify step, by drawing what the target writes: at depth i it is the draft's best
+    candidate with probability a (a = alpha * decay**i), else its rank-j one (j >= 1) with probability h (1 - h)**(j-1)
+    (h = ALTERNATIVE_HIT), and the step accepts the longest drafted path that matches. The verified nodes are chosen as SGLang does: beams of the ``topk`` likeliest paths, the
     best ``draft_tokens - 1`` of all scored candidates."""
     scored: list[tuple[float, tuple[int, ...]]] = []
     beams: list[tuple[float, tuple[int, ...]]] = [(1.0, ())]
     for i in range(steps):
-        a = alpha * decay**i
-        widened = sorted(((p * a * (1 - a) ** j, path + (j,)) for p, path in beams for j in range(topk)), reverse=True)
+        ranked = candidate_probabilities(alpha * decay**i, topk)
+        widened = sorted(((p * q, path + (j,)) for p, path in beams for j, q in enumerate(ranked)), reverse=True)
         scored += widened
         beams = widened[:topk]
     verified = {path for _, path in sorted(scored, reverse=True)[: draft_tokens - 1]}
@@ -35,10 +40,11 @@ def monte_carlo(alpha: float, decay: float, steps: int, topk: int, draft_tokens:
         path: tuple[int, ...] = ()
         accepted = 1  # the target's own token
         for i in range(steps):
-            a = alpha * decay**i
             rank = 0
-            while rng.random() > a:  # the right token is the draft's rank-th candidate
-                rank += 1
+            if rng.random() > alpha * decay**i:  # the best candidate is wrong: which runner-up is right
+                rank = 1
+                while rng.random() > ALTERNATIVE_HIT:
+                    rank += 1
             path += (rank,)
             if path not in verified:
                 break
@@ -102,7 +108,7 @@ def test_pruning_keeps_the_likeliest_path_deep():
     three levels of both branches (the twin's old reading of a pruned tree)."""
     chain = expected_accept_length(0.82, 1.0, 6, 1, 7)
     pruned = expected_accept_length(0.82, 1.0, 6, 2, 8)
-    assert pruned == pytest.approx(chain + 0.82 * 0.18)
+    assert pruned == pytest.approx(chain + 0.18 * ALTERNATIVE_HIT)  # the runner-up at the first position
 
 
 def _spec(steps: int, topk: int, draft: int) -> list[str]:

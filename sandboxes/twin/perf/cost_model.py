@@ -28,9 +28,36 @@ KV_BYTES = {"auto": 2.0, "bf16": 2.0, "bfloat16": 2.0, "fp8_e4m3": 1.0, "fp8_e5m
 ATTENTION_BACKEND_EFFICIENCY = {"aiter": 1.0, "nsa": 1.0, "triton": 0.6, "torch_native": 0.2, "wave": 0.8}
 MOE_BACKEND_EFFICIENCY = {"auto": 1.0, "aiter": 1.0, "triton": 0.7, "triton_kernel": 0.8}
 SPEC_STEP_OVERHEAD_S = 80e-6  # per draft step: sampling and tree bookkeeping
+# Host time per speculative iteration that spec v1 (no overlap scheduler) pays and spec v2 hides: SGLang PR 11398
+# ("Beta spec-overlap for EAGLE", Llama-3.1-8B, EAGLE 5/1/6, send_one): 273.43 tok/s at accept length 3.01 with
+# spec v2 against 246.80 at 2.99 without, 11.0 against 12.1 ms an iteration. PR 9588 reports 5-10 % for the same
+# host overlap at other batch sizes.
+SPEC_V1_HOST_S = 1.1e-3
+# When the draft's best candidate is wrong, the share of the remaining probability its next-best candidate
+# catches (and so on down the ranks). Medusa (Cai et al. 2024, arXiv 2401.10774, section 2.1.1): a head's top-1
+# accuracy for the next-next token is about 0.6 while its top-5 accuracy exceeds 0.8, so ranks 2-5 catch about half
+# of the 0.4 the best candidate misses: 1 - (1 - h)**4 = 0.5 gives h = 0.16. (Drawing every rank with the best's
+# own rate, as the twin did before, gives a top-5 of 0.99.)
+ALTERNATIVE_HIT = 0.16
+# Kernels a tree draft (top-k above 1) adds per iteration: the tree's mask and positions
+# (build_tree_kernel_efficient), the pruning top-k and gather (organize_draft_results) and the verify's tree
+# sampling (tree_speculative_sampling_target_only), each a few launches
+TREE_KERNELS = 8
 # What the model writes, which decides how often the draft is accepted (``CostModel.accept_length``)
 NATURAL_TEXT = "natural_text"  # a chat answer or a continuation of real text
 TOKEN_NOISE = "token_noise"  # a continuation of raw random token ids, no chat template
+# One MTP layer reused for every draft step: each step's acceptance is this share of the step before's. From the
+# published acceptance of DeepSeek-V3's own MTP layer (one layer, SGLang and vLLM reuse it for every step): 81-82.3 %
+# at the first position (vLLM PR 12755, DeepSeek-R1, one step) and an average accepted length of 3.20 with seven
+# draft tokens at temperature 0 (nebius/MTP-DeepSeek-V3-0324 model card, "Original MTP", MT-bench, HumanEval and
+# GSM8K; "trained primarily for first-token prediction and reused autoregressively for later positions, causing
+# degraded acceptance rates at later draft positions"): 0.82 * d**i over seven positions gives 3.20 at d = 0.886
+# (0.897 to 0.883 over the first position's range). Docs: docs/twin.md, "Speculative decoding".
+MTP_REUSE_DECAY = 0.89
+# Share of the first draft position's misses left when the model continues token noise (its greedy output settles
+# into repetition). Fitted, with MTP_REUSE_DECAY fixed, to the published single-stream figure of the GLM-5.2 case
+# (213 tok/s at MTP 5/1/6, random-ids prompts: tests/twin/test_calibration.py).
+TOKEN_NOISE_MISS_SHARE = 0.3
 
 
 @dataclass(frozen=True)
@@ -318,48 +345,79 @@ class CostModel:
         return tokens, linear_terms, flops, terms
 
     def draft_time(self, batch: int) -> float:
-        """The draft model's steps for one speculative iteration: an MTP draft runs one layer + the LM head per
-        step; a draft that is the target's own class runs every layer; a separate draft checkpoint (EAGLE3) reads
-        its own weights, split over the TP group as the target's are, and runs its own layers."""
+        """The draft model's steps for one speculative iteration, and the host work speculation adds to it.
+
+        An MTP draft runs one layer + the LM head per step; a draft that is the target's own class runs every
+        layer; a separate draft checkpoint (EAGLE3) reads its own weights, split over the TP group as the target's
+        are, and runs its own layers. Every step after the first widens each of the ``topk`` kept paths by its
+        ``topk`` best tokens (``batch * topk`` tokens through the draft, a top-k over ``topk**2`` candidates),
+        and a tree (top-k above 1) is built and pruned to the verify budget before the verify
+        (``build_tree_kernel_efficient``, ``organize_draft_results``): ``TREE_KERNELS`` launches more.
+
+        Spec v2 (the overlap scheduler's speculative worker, top-k 1 only in 0.5.12: ``server_args`` disables
+        overlap for top-k above 1) prepares the next iteration on the host while this one runs; spec v1 waits for
+        the verify's accepted lengths on the host every iteration (``SPEC_V1_HOST_S``)."""
         cfg, s = self.config, self.sizes
+        k = max(cfg.speculative_eagle_topk, 1)
         if cfg.draft_weight_bytes:
             per_step = cfg.draft_weight_bytes / self.g / self.bw
             per_step += self.kernel_overhead(batch, layers=cfg.draft_layers)
-            per_step += self.allreduce_time(batch) * cfg.draft_layers / s.layers + SPEC_STEP_OVERHEAD_S
-            return cfg.speculative_num_steps * per_step
-        layers = s.layers if cfg.draft_is_target else 1
-        experts = layers * self.experts_touched(batch * cfg.speculative_eagle_topk) * self.expert_bytes / self.moe_g
-        per_step = (layers * self.layer_fixed_bytes + self.lm_head_bytes) / self.moe_g / self.bw + experts / self.moe_bw
-        per_step += self.kernel_overhead(batch, layers=layers) + self.allreduce_time(batch) * layers / s.layers
-        per_step += SPEC_STEP_OVERHEAD_S
-        return cfg.speculative_num_steps * per_step
+            per_step += self.allreduce_time(batch * k) * cfg.draft_layers / s.layers + SPEC_STEP_OVERHEAD_S
+            draft = cfg.speculative_num_steps * per_step
+        else:
+            layers = s.layers if cfg.draft_is_target else 1
+            experts = layers * self.experts_touched(batch * k) * self.expert_bytes / self.moe_g
+            per_step = (layers * self.layer_fixed_bytes + self.lm_head_bytes) / self.moe_g / self.bw
+            per_step += experts / self.moe_bw
+            per_step += self.kernel_overhead(batch, layers=layers) + self.allreduce_time(batch * k) * layers / s.layers
+            per_step += SPEC_STEP_OVERHEAD_S
+            draft = cfg.speculative_num_steps * per_step
+        if k > 1:
+            draft += TREE_KERNELS * self.scenario.calibration.kernel_overhead_us * 1e-6
+        if cfg.disable_overlap_schedule:
+            draft += SPEC_V1_HOST_S
+        return draft
 
     # --- speculative decoding ----------------------------------------------------------------------------
 
     def accept_length(self, content: str = NATURAL_TEXT) -> float:
         """Expected tokens per verify step for prompts of this ``content`` (``workload.prompt_content``).
 
-        A chain of draft positions: position *i* is accepted with probability ``acceptance_rate *
-        acceptance_decay**i`` when the model writes natural text (a chat answer, a continuation of real text).
-        Continuing raw token noise (random token ids without a chat template) the greedy output settles into
-        repetition, which the draft predicts as well at every depth: no decay. InferenceX added
-        ``--use-chat-template`` to its MTP benchmarks for this reason ("without this arg, MTP acceptance rates are
-        artificially high", SemiAnalysisAI/InferenceX PR 649)."""
+        A chain of draft positions: position *i* is accepted with probability ``rate * decay**i``
+        (``acceptance_by_depth``). When the model writes natural text (a chat answer, a continuation of real
+        text) ``rate`` and ``decay`` are the drafter's, as measured on chat prompts. Continuing raw token noise
+        (random token ids without a chat template) the greedy output settles into repetition, which removes a
+        share of the first position's misses (``TOKEN_NOISE_MISS_SHARE``) and leaves only the decay of the draft
+        itself: an MTP layer reused for every step (``MTP_REUSE_DECAY``). InferenceX added
+        ``--use-chat-template`` to its MTP benchmarks because "without this arg, MTP acceptance rates are
+        artificially high" (SemiAnalysisAI/InferenceX PR 649)."""
         cfg = self.config
         if not cfg.speculative:
             return 1.0
+        rate, decay = self.acceptance_by_depth(content)
+        return expected_accept_length(
+            rate, decay, cfg.speculative_num_steps, cfg.speculative_eagle_topk, cfg.speculative_num_draft_tokens
+        )
+
+    def acceptance_by_depth(self, content: str = NATURAL_TEXT) -> tuple[float, float]:
+        """``(rate, decay)``: the draft's candidate at depth *i* is right with probability ``rate * decay**i``.
+
+        An MTP head is trained to predict one token ahead from the target's hidden state; SGLang's EAGLE worker
+        reuses that one layer for every further step, fed its own hidden state, so each step's acceptance is
+        lower than the one before even where the content is predictable (``MTP_REUSE_DECAY``). On natural text
+        the content's own uncertainty adds to it: the decay is the drafter's measured one, never above the
+        reuse's. A separate draft checkpoint (EAGLE3, trained over several steps with its own outputs fed back)
+        has no reuse decay of its own."""
+        cfg = self.config
+        if cfg.draft_is_target:  # the model drafting for itself, greedy: it proposes what it will verify
+            return 1.0, 1.0
         drafter = self.scenario.model.draft if cfg.draft_weight_bytes else self.scenario.model.mtp
         rate = drafter.acceptance_rate if drafter else 0.6
         decay = drafter.acceptance_decay if drafter else 0.8
-        if cfg.draft_is_target:  # the model drafting for itself, greedy: it proposes what it will verify
-            rate, decay = 1.0, 1.0
-        return expected_accept_length(
-            rate,
-            1.0 if content == TOKEN_NOISE else decay,
-            cfg.speculative_num_steps,
-            cfg.speculative_eagle_topk,
-            cfg.speculative_num_draft_tokens,
-        )
+        reuse = 1.0 if cfg.draft_weight_bytes else MTP_REUSE_DECAY
+        if content == TOKEN_NOISE:
+            return 1.0 - (1.0 - rate) * TOKEN_NOISE_MISS_SHARE, reuse
+        return rate, min(decay, reuse)
 
     def tokens_per_verify(self) -> int:
         return max(1, self.config.speculative_num_draft_tokens) if self.config.speculative else 1
@@ -378,12 +436,14 @@ def expected_accept_length(alpha: float, decay: float, steps: int, topk: int, dr
     """Tokens one verify step yields on average: the root's token plus, for every draft token verified, the
     probability that the path to it is what the target model writes.
 
-    The draft's candidate of rank ``j`` (0-based) at depth ``i`` is the right token with probability
-    ``a * (1 - a)**j``, ``a = alpha * decay**i``; a path's probability is the product along it. The draft keeps
-    the ``topk`` most likely paths at every step and scores their ``topk`` next tokens; the verify step checks the
-    best ``draft_tokens - 1`` of everything scored (``scored_draft_tokens``), which always includes a kept
-    node's parent (a path is never likelier than its prefix). A top-1 draft is a chain of ``steps`` tokens; a
-    wider tree pruned to a small budget stays deep along its likeliest path, as SGLang's does.
+    At depth ``i`` (0-based) the draft's best candidate is the right token with probability ``a = alpha *
+    decay**i``; when it is not, its rank-``j`` candidate (``j`` >= 1) is with probability ``(1 - a) *
+    candidate_hit(j)`` (``ALTERNATIVE_HIT``: the runners-up are right far less often than the best). A path's
+    probability is the product along it. The draft keeps the ``topk`` most likely paths at every step and scores
+    their ``topk`` next tokens; the verify step checks the best ``draft_tokens - 1`` of everything scored
+    (``scored_draft_tokens``), which always includes a kept node's parent (a path is never likelier than its
+    prefix). A top-1 draft is a chain of ``steps`` tokens; a wider tree pruned to a small budget stays deep along
+    its likeliest path, as SGLang's does.
     """
     k = max(topk, 1)
     budget = (draft_tokens - 1) if draft_tokens else scored_draft_tokens(steps, k)
@@ -392,12 +452,18 @@ def expected_accept_length(alpha: float, decay: float, steps: int, topk: int, dr
     scored: list[float] = []
     paths = [1.0]
     for i in range(steps):
-        a = min(alpha * decay**i, 1.0)
-        ranked = [a * (1.0 - a) ** j for j in range(k)]
+        ranked = candidate_probabilities(min(alpha * decay**i, 1.0), k)
         widened = sorted((p * q for p in paths for q in ranked), reverse=True)
         scored += widened
         paths = widened[:k]
     return 1.0 + sum(sorted(scored, reverse=True)[:budget])
+
+
+def candidate_probabilities(a: float, k: int) -> list[float]:
+    """How likely the draft's ``k`` best candidates at one depth are the right token, best first: ``a`` for the
+    best, then ``(1 - a) * h * (1 - h)**(j - 1)`` for rank ``j`` >= 1 (``h`` = ``ALTERNATIVE_HIT``)."""
+    h = ALTERNATIVE_HIT
+    return [a] + [(1.0 - a) * h * (1.0 - h) ** (j - 1) for j in range(1, k)]
 
 
 def single_stream_tpot(model: CostModel, context: int) -> float:
