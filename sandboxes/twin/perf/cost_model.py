@@ -10,6 +10,7 @@ Units: seconds, bytes, FLOPs. "Rank" means one DP rank: one scheduler with ``gpu
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Mapping
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from ..engine.pools import kv_cell_bytes
 from ..models.catalogue import ModelDims, checkpoint_modules, layer_entries, tensor_bytes
 from ..scenario import ModelSpec, QuantSpec, Scenario, expand_ranges
+from . import release_profile
 from .attention import layer_groups, state_traffic
 from .serving_config import ServingConfig
 
@@ -150,6 +152,11 @@ class CostModel:
     sizes: ModelSizes = field(init=False)
 
     def __post_init__(self) -> None:
+        # what the pinned release changes against the calibrated one (data/releases/<version>.yaml)
+        self.release = release_profile.load(str(self.scenario.engine.version))
+        calibration = self.release.calibrate(self.scenario.calibration)
+        if calibration is not self.scenario.calibration:
+            self.scenario = dataclasses.replace(self.scenario, calibration=calibration)
         self._decode_fixed: dict[tuple[int, int], tuple] = {}  # decode's batch-only terms, per (batch, tokens)
         self.sizes = model_sizes(self.scenario.model)
         self.arch = self.scenario.model.arch  # every layer's kind (models.arch.ModelArch)
@@ -354,9 +361,10 @@ class CostModel:
         and a tree (top-k above 1) is built and pruned to the verify budget before the verify
         (``build_tree_kernel_efficient``, ``organize_draft_results``): ``TREE_KERNELS`` launches more.
 
-        Spec v2 (the overlap scheduler's speculative worker, top-k 1 only in 0.5.12: ``server_args`` disables
-        overlap for top-k above 1) prepares the next iteration on the host while this one runs; spec v1 waits for
-        the verify's accepted lengths on the host every iteration (``SPEC_V1_HOST_S``)."""
+        Spec v2 (the overlap scheduler's speculative worker) prepares the next iteration on the host while this one
+        runs; without it (spec v1, or a release's synchronous path) the host waits for the verify's accepted lengths
+        every iteration (``SPEC_V1_HOST_S``). Which configurations keep the overlap is the release's
+        (``release_profile``: 0.5.12 runs trees, top-k above 1, on spec v1; 0.5.13 on spec v2)."""
         cfg, s = self.config, self.sizes
         k = max(cfg.speculative_eagle_topk, 1)
         if cfg.draft_weight_bytes:
@@ -374,7 +382,7 @@ class CostModel:
             draft = cfg.speculative_num_steps * per_step
         if k > 1:
             draft += TREE_KERNELS * self.scenario.calibration.kernel_overhead_us * 1e-6
-        if cfg.disable_overlap_schedule:
+        if not self.release.overlaps_speculation(cfg.disable_overlap_schedule, k):
             draft += SPEC_V1_HOST_S
         return draft
 
