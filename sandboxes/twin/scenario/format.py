@@ -159,13 +159,18 @@ class QuantSpec:
 
 @dataclass(frozen=True)
 class HardwareSpec:
-    name: str
-    gfx_arch: str
-    num_gpus: int
-    memory_gb: float
-    memory_bandwidth_tbs: float
-    peak_tflops: dict[str, float]
-    interconnect_gbs: float = 150.0
+    """One GPU of the node and how many. ``spec_sheet`` names an AMD data sheet (``data/hardware/<key>.yaml``,
+    ``scenario.hardware``) that supplies every field the scenario does not write itself."""
+
+    name: str = ""
+    gfx_arch: str = ""
+    num_gpus: int = 8
+    memory_gb: float = 0.0
+    memory_bandwidth_tbs: float = 0.0
+    peak_tflops: dict[str, float] = field(default_factory=dict)
+    interconnect_gbs: float = 150.0  # one Infinity Fabric (xGMI) link, GB/s
+    spec_sheet: str = ""
+    cu_count: int = 0
 
 
 @dataclass(frozen=True)

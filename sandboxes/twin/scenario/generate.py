@@ -30,29 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .hardware import known as known_sheets
+from .hardware import preset
 from .loader import SCENARIO_DIR
 
 # --- hardware presets -----------------------------------------------------------------------------------------
 
-HARDWARE: dict[str, dict[str, Any]] = {
-    # the default scenario's node (scenarios/glm52_mi355x.yaml)
-    "mi355x": {
-        "name": "MI355X", "gfx_arch": "gfx950", "num_gpus": 8, "memory_gb": 288, "memory_bandwidth_tbs": 8.0,
-        "peak_tflops": {"bf16": 2500, "fp8": 5000, "mxfp4": 10000}, "interconnect_gbs": 153,
-        "image": "lmsysorg/sglang:v{version}-rocm700-mi35x",
-        "source": "scenarios/glm52_mi355x.yaml (the default scenario's MI355X node)",
-    },
-    # AMD Instinct MI300X data sheet: 192 GB HBM3, 5.3 TB/s peak memory bandwidth, dense matrix peaks 1307.4
-    # TFLOPS BF16 and 2614.9 TFLOPS FP8 (without sparsity), 128 GB/s per Infinity Fabric link
-    "mi300x": {
-        "name": "MI300X", "gfx_arch": "gfx942", "num_gpus": 8, "memory_gb": 192, "memory_bandwidth_tbs": 5.3,
-        "peak_tflops": {"bf16": 1307, "fp8": 2615, "mxfp4": 2615}, "interconnect_gbs": 128,
-        "image": "lmsysorg/sglang:v{version}-rocm700-mi30x",
-        "source": "AMD Instinct MI300X data sheet (192 GB HBM3, 5.3 TB/s, dense BF16 1307.4 / FP8 2614.9 TFLOPS)",
-        "note": "gfx942 has no MXFP4 matrix cores: an MXFP4 checkpoint is dequantized to FP8 in the kernels, so its "
-                "peak is the FP8 peak (the mxfp4 entry repeats fp8)",
-    },
-}  # fmt: skip
+# AMD's data sheets (data/hardware/<key>.yaml, ``hardware.preset``): MI300X, MI325X, MI355X
+HARDWARE: dict[str, dict[str, Any]] = {key: preset(key) for key in known_sheets()}
 
 
 class GenerateError(ValueError):
@@ -524,6 +509,7 @@ def _write(result: Generated, out: Path, *, config_path: Path, index_path: Path 
         L.append("  weight_format: bf16                # config.json has no quantization_config")
     L.append("")
     L.append("hardware:")
+    L.append(f"  spec_sheet: {hardware}               # data/hardware/{hardware}.yaml, AMD's data sheet")
     for k in ("name", "gfx_arch", "num_gpus", "memory_gb", "memory_bandwidth_tbs"):
         L.append(f"  {k}: {_yaml_value(hw[k])}")
     L.append(f"  peak_tflops: {_yaml_value(hw['peak_tflops'])}" + (f"   # {hw['note']}" if hw.get("note") else ""))

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from ..safe_input import InputFileError, MiB, compose_yaml, construct_yaml, plain, read_text, shown
+from . import hardware
 from .format import ATTENTION_KINDS, DefectSpec, MTPSpec, Scenario, ScenarioError
 
 SCENARIO_DIR = Path(__file__).resolve().parents[1] / "scenarios"
@@ -65,6 +66,7 @@ def load(name_or_path: str | Path = DEFAULT_SCENARIO) -> Scenario:
     scenario = _build(Scenario, node, str(path), "", lines)
     scenario = dataclasses.replace(scenario, path=str(path), lines=lines)
     scenario = _read_configs(scenario)
+    scenario = _fill_hardware(scenario)
     _check(scenario)
     return scenario
 
@@ -130,6 +132,18 @@ def _read_configs(sc: Scenario) -> Scenario:
     return dataclasses.replace(sc, model=m, quantization=q)
 
 
+def _fill_hardware(sc: Scenario) -> Scenario:
+    """The GPU's fields the scenario does not write, from the spec sheet it names (``hardware.spec_sheet``)."""
+    hw = sc.hardware
+    if not hw.spec_sheet:
+        return sc
+    given = {k.split(".", 1)[1] for k in sc.lines if k.startswith("hardware.") and k.count(".") == 1}
+    try:
+        return dataclasses.replace(sc, hardware=hardware.fill(hw, given))
+    except KeyError as exc:
+        raise ScenarioError(f"{sc.where('hardware.spec_sheet')}: {exc.args[0]}") from None
+
+
 # --- what a scenario must not say: checked after parsing, each problem one located line ------------------
 
 WEIGHT_FORMATS = ("mxfp4", "fp8", "bf16")
@@ -142,6 +156,10 @@ def _check(sc: Scenario) -> None:
 
     if sc.model.config is None:
         _check_hand_written(sc.model, fail)
+    for name in ("name", "gfx_arch", "memory_gb", "memory_bandwidth_tbs"):
+        if not getattr(sc.hardware, name):
+            fail(f"hardware.{name}", "required field is missing (or name a spec_sheet: "
+                 f"{', '.join(hardware.known())})")
     fmt = sc.quantization.weight_format
     if fmt not in WEIGHT_FORMATS:
         fail("quantization.weight_format", f"unknown format {shown(fmt)} (expected one of {', '.join(WEIGHT_FORMATS)})")
