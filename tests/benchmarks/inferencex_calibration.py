@@ -137,7 +137,9 @@ def decode_step(rec: dict, concurrency: int) -> dict[str, float]:
     t = model.decode_terms(batch, batch * context, model.tokens_per_verify())
     terms = {"memory": t["weight_reads"] + t["kv_reads"] + t["state_reads"], **{k: t[k] for k in TERMS[1:]}}
     paid = max(terms["memory"], terms["compute"])
-    step = paid + sum(terms[k] for k in TERMS[2:])
+    gpu = paid + sum(terms[k] for k in TERMS[2:] if k != "scheduler")
+    terms["scheduler"] = model.cpu_exposed(gpu, terms["scheduler"])  # what the overlap scheduler leaves of it
+    step = gpu + terms["scheduler"]
     return {**terms, "step": step, "batch": batch, "paid": paid}
 
 

@@ -31,7 +31,7 @@ from sandboxes.twin.engine.memory import NotEnoughMemory, plan_memory
 from sandboxes.twin.models.arch import MLA, ModelArch
 from sandboxes.twin.models.config_reader import read_arch
 from sandboxes.twin.perf import attention
-from sandboxes.twin.perf.cost_model import CostModel
+from sandboxes.twin.perf.cost_model import ATTENTION_HALF_KEYS, CostModel
 from sandboxes.twin.perf.serving_config import ServingConfig
 from sandboxes.twin.perf.simulator import simulate
 from sandboxes.twin.perf.workload import DatasetSpec, build_requests
@@ -599,27 +599,53 @@ def test_dsa_reads_its_capped_keys_and_every_indexer_key():
     assert kv(1000) == pytest.approx(2 * 78 * 1000 * (576 * 2 + 132))
 
 
+def _dense_rate(model: CostModel, keys_per_query: float) -> float:
+    """One GPU's FLOP rate for dense attention over ``keys_per_query`` keys (its kernel class, below its peak over
+    few keys: ``cost_model.ATTENTION_HALF_KEYS``)."""
+    return model.g * model.dense_attn_flops * keys_per_query / (keys_per_query + ATTENTION_HALF_KEYS)
+
+
 def test_prefill_charges_the_linear_scan_per_token_and_full_attention_per_key():
     """Qwen3-Next prefill of N new tokens: 36 linear layers x N x the chunked scan's FLOPs (32 value heads,
     Dk = Dv = 128, chunks of 64, and the 4-tap convolution over 8192 channels), plus 12 GQA layers x N x N/2 keys
-    x 2 x 16 heads x 2 x 256."""
+    x 2 x 16 heads x 2 x 256, each at its kernel class's rate."""
     model = CostModel(with_arch("Qwen--Qwen3-Next-80B-A3B-Instruct"), ServingConfig(tp_size=8))
     scan = 32 * (6 * 64 * 128 + 4 * 64 * 128 + 6 * 128 * 128) + 2 * 8192 * 4
     per_key = 2 * 16 * 2 * 256
     for n in (1000, 8000):
-        flops = 36 * n * scan + 12 * n * (n / 2) * per_key
-        got = model.prefill(n, [(0, n)]).prefill_attention * model.g * model.attn_flops
-        assert got == pytest.approx(flops)
+        want = 36 * n * scan / (model.g * model.attn_flops) + 12 * n * (n / 2) * per_key / _dense_rate(model, n / 2)
+        assert model.prefill(n, [(0, n)]).prefill_attention == pytest.approx(want)
     # a prefix: the scan continues from the stored state (new tokens only), attention reads the prefix too
-    got = model.prefill(1000, [(7000, 1000)]).prefill_attention * model.g * model.attn_flops
-    assert got == pytest.approx(36 * 1000 * scan + 12 * 1000 * 7500 * per_key)
+    want = 36 * 1000 * scan / (model.g * model.attn_flops) + 12 * 1000 * 7500 * per_key / _dense_rate(model, 7500)
+    assert model.prefill(1000, [(7000, 1000)]).prefill_attention == pytest.approx(want)
 
 
 def test_a_sliding_window_prefill_attends_at_most_the_window():
     model = CostModel(with_arch("openai--gpt-oss-120b"), ServingConfig(tp_size=8))
     per_key = 2 * 64 * 2 * 64  # 64 heads, head_dim 64, QK and PV
-    got = model.prefill(4000, [(10_000, 4000)]).prefill_attention * model.g * model.attn_flops
-    assert got == pytest.approx((18 * 4000 * 12_000 + 18 * 4000 * 128) * per_key)
+    keys = 18 * 4000 * 12_000 + 18 * 4000 * 128
+    got = model.prefill(4000, [(10_000, 4000)]).prefill_attention
+    assert got == pytest.approx(keys * per_key / _dense_rate(model, keys / 36 / 4000))
+
+
+def test_dense_mla_prefill_runs_in_mha_form_and_decode_absorbed():
+    """DeepSeek-R1 (dense MLA, 128 heads): an extend batch costs ``2 H (qk_nope + qk_rope + v)`` = 81,920 FLOPs
+    per key (SGLang's aiter backend runs extends in MHA form), 3.4x less than the absorbed form's ``2 H (2
+    kv_lora_rank + qk_rope)`` = 278,528 a decode step pays per key; a cached prefix is up-projected once per
+    extend (``2 kv_lora_rank H (qk_nope + v)`` per key). GLM-5's sparse MLA stays absorbed in both phases."""
+    dense = next(g for g in attention.layer_groups(arch("deepseek-ai--DeepSeek-R1"), ServingConfig(tp_size=8), 1.0))
+    assert (dense.prefill_flops_per_key, dense.flops_per_key) == (81_920, 278_528)
+    assert dense.flops_per_key / dense.prefill_flops_per_key == pytest.approx(3.4)
+    assert dense.prefix_flops_per_key == 2 * 512 * 128 * 256 and not dense.sparse
+    sparse = next(g for g in attention.layer_groups(arch("zai-org--GLM-5"), ServingConfig(tp_size=8), 1.0))
+    assert sparse.sparse and sparse.prefill_flops_per_key == sparse.flops_per_key and sparse.prefix_flops_per_key == 0
+    model = CostModel(with_arch("deepseek-ai--DeepSeek-R1"), ServingConfig(tp_size=8))
+    n = 8192
+    want = 61 * n * (n / 2) * 81_920 / _dense_rate(model, n / 2)
+    assert model.prefill(n, [(0, n)]).prefill_attention == pytest.approx(want)
+    with_prefix = model.prefill(1000, [(7000, 1000)]).prefill_attention
+    up = 61 * 7000 * dense.prefix_flops_per_key
+    assert with_prefix == pytest.approx((61 * 1000 * 7500 * 81_920 + up) / _dense_rate(model, 7500))
 
 
 def test_layer_groups_follow_the_configs_layers():

@@ -5,11 +5,27 @@ query reads and what one key costs, or, for linear attention, what its recurrent
 
 | kind | decode: bytes one GPU reads per sequence and layer | FLOPs per query token (all heads) | prefill |
 |---|---|---|---|
-| MLA | every key's latent and rope key, ``(kv_lora_rank + qk_rope_head_dim)`` x KV dtype (replicated) | ``2 H (2 kv_lora_rank + qk_rope_head_dim)`` per key (absorbed) | the same per key of each new token's context |
-| MLA + DSA | ``min(context, index_topk)`` keys' latent, and the indexer's key of every earlier token (``index_head_dim`` fp8 + fp32 scales) | as MLA over the capped keys | + ``2 index_heads index_head_dim`` per context key (the indexer, at the fp8 peak) |
+| MLA | every key's latent and rope key, ``(kv_lora_rank + qk_rope_head_dim)`` x KV dtype (replicated) | ``2 H (2 kv_lora_rank + qk_rope_head_dim)`` per key (absorbed) | MHA form: ``2 H (qk_nope + qk_rope + v_head_dim)`` per key, + ``2 kv_lora_rank H (qk_nope + v_head_dim)`` per cached prefix key and chunk (its up-projection) |
+| MLA + DSA | ``min(context, index_topk)`` keys' latent, and the indexer's key of every earlier token (``index_head_dim`` fp8 + fp32 scales) | as MLA over the capped keys | absorbed over the capped keys + ``2 index_heads index_head_dim`` per context key (the indexer, at the fp8 peak) |
 | GQA | every key's K and V of the GPU's KV heads (``max(1, kv_heads // attn_tp)``) | ``2 H 2 head_dim`` per key | the same |
 | GQA, sliding window | the last ``min(context, sliding_window)`` keys | over ``min(context, sliding_window)`` keys | the same |
 | linear (Gated DeltaNet) | no KV: its state (convolution + SSM, ``pools.linear_state``) read and written back every step | ``7 Hv Dk Dv`` (decay, two state products, the rank-1 update) + ``2 conv_dim K`` | chunked scan, ``Hv (6 C Dk + 4 C Dv + 6 Dk Dv) + 2 conv_dim K`` per new token, ``C`` = 64 |
+
+Why MLA's prefill is charged in another form than its decode: SGLang's DeepSeek attention picks, per forward,
+between the absorbed form (queries multiplied into the latent space: ``2 kv_lora_rank + qk_rope_head_dim`` per key
+and head) and the MHA form (the latent up-projected into per-head keys and values: ``qk_nope + qk_rope +
+v_head_dim`` per key and head). With the aiter backend (ROCm's default) decode and speculative verify run absorbed
+(one query, many keys: the latent is read once for every head), and every other extend batch runs MHA
+(``models/deepseek_common/attention_backend_handler.py`` ``handle_attention_aiter``, 0.5.12), the cached prefix
+up-projected through ``kv_b_proj`` for the batch. For DeepSeek-R1 (``kv_lora_rank`` 512, ``qk_nope`` 128,
+``qk_rope`` 64, ``v_head_dim`` 128) that is 2176 against 640 FLOPs per key and head: 3.4x fewer in MHA form. DSA
+models (GLM-5, DeepSeek-V3.2) run the sparse kernel absorbed over the top-k keys in both phases
+(``handle_attention_nsa``: MHA only for sequences within the top-k, where both forms read every key).
+
+Each group names its **kernel class** (``sparse``: the sparse-MLA and indexer kernels; else the dense
+FlashAttention-style kernels), whose efficiency the cost model takes from the calibration
+(``attention_efficiency`` for sparse, ``dense_attention_efficiency`` for dense): the hardware's kernels, not the
+model's.
 
 Sinks (one logit per head), q/k norms and the output gate cost nothing here: they are per token, not per key, and
 their projections are the layer's linear weights. A verify step of ``T`` draft tokens reads each sequence's KV
@@ -46,6 +62,9 @@ class LayerGroup:
     key_cap: float = math.inf  # keys a query reads at most: the DSA cap, the window; inf: the whole context
     kv_bytes_per_key: float = 0.0  # cache bytes one GPU reads per key a query attends to
     flops_per_key: float = 0.0  # per query token and attended key, every head (the group's GPUs split them)
+    prefill_flops_per_key: float = 0.0  # the same in an extend batch (MLA: the MHA form)
+    prefix_flops_per_key: float = 0.0  # per cached prefix key and extend batch (MLA MHA form: the up-projection)
+    sparse: bool = False  # the sparse-MLA kernel class (DSA); else dense FlashAttention-style kernels
     indexer_bytes_per_key: float = 0.0  # DSA: the indexer's key of every earlier token
     indexer_flops_per_key: float = 0.0
     state_bytes: float = 0.0  # linear: one sequence's convolution and SSM state on one GPU
@@ -74,10 +93,15 @@ def group(attention: Attention, count: int, kv_bytes: float, cfg: ServingConfig)
     g = cfg.gpus_per_rank
     if isinstance(attention, MLA):
         a = attention
+        absorbed = 2 * a.num_heads * (2 * a.kv_lora_rank + a.qk_rope_head_dim)
+        mha = 2 * a.num_heads * (a.qk_head_dim + a.v_head_dim)  # QK^T over nope + rope, then PV
         return LayerGroup(
             a, count, key_cap=a.index_topk if a.sparse else math.inf,
             kv_bytes_per_key=(a.kv_lora_rank + a.qk_rope_head_dim) * kv_bytes,
-            flops_per_key=2 * a.num_heads * (2 * a.kv_lora_rank + a.qk_rope_head_dim),  # absorbed
+            flops_per_key=absorbed,
+            prefill_flops_per_key=absorbed if a.sparse else mha,
+            prefix_flops_per_key=0 if a.sparse else 2 * a.kv_lora_rank * a.num_heads * (a.qk_nope_head_dim + a.v_head_dim),
+            sparse=a.sparse,
             indexer_bytes_per_key=indexer_key_bytes(a),
             indexer_flops_per_key=2 * a.index_heads * a.index_head_dim if a.sparse else 0,
         )  # fmt: skip
@@ -87,6 +111,7 @@ def group(attention: Attention, count: int, kv_bytes: float, cfg: ServingConfig)
             a, count, key_cap=a.sliding_window or math.inf,
             kv_bytes_per_key=kv_heads_per_gpu(a, g) * 2 * a.head_dim * kv_bytes,
             flops_per_key=2 * a.num_heads * 2 * a.head_dim,  # QK^T and PV
+            prefill_flops_per_key=2 * a.num_heads * 2 * a.head_dim,
         )  # fmt: skip
     a = attention
     dk, dv, hv = a.key_head_dim, a.value_head_dim, a.num_value_heads

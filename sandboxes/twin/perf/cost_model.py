@@ -20,7 +20,8 @@ from ..engine.pools import kv_cell_bytes
 from ..models.catalogue import ModelDims, checkpoint_modules, layer_entries, tensor_bytes
 from ..scenario import ModelSpec, QuantSpec, Scenario, expand_ranges
 from . import release_profile
-from .attention import layer_groups, state_traffic
+from .attention import LayerGroup, layer_groups, state_traffic
+from .kernels import draft_layer_kernels, model_kernels
 from .serving_config import ServingConfig
 
 KV_BYTES = {"auto": 2.0, "bf16": 2.0, "bfloat16": 2.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
@@ -45,6 +46,11 @@ ALTERNATIVE_HIT = 0.16
 # (build_tree_kernel_efficient), the pruning top-k and gather (organize_draft_results) and the verify's tree
 # sampling (tree_speculative_sampling_target_only), each a few launches
 TREE_KERNELS = 8
+# A FlashAttention-style kernel reaches its peak rate only over enough keys per query: at ``c`` keys it runs at
+# ``c / (c + ATTENTION_HALF_KEYS)`` of it. aiter's forward-attention benchmark (op_tests/cpp/mha/README.md, ROCm/aiter
+# PR 1270: batch 1, 64 query / 4 KV heads, head dim 128) runs 1017 TFLOPS at 1k keys and 1406 at 8k: a half point
+# of ~480 keys.
+ATTENTION_HALF_KEYS = 512
 # What the model writes, which decides how often the draft is accepted (``CostModel.accept_length``)
 NATURAL_TEXT = "natural_text"  # a chat answer or a continuation of real text
 TOKEN_NOISE = "token_noise"  # a continuation of raw random token ids, no chat template
@@ -176,7 +182,11 @@ class CostModel:
         self.linear_flops = hw.peak_tflops[fmt] * 1e12 * cal.gemm_efficiency[fmt] * shard
         attn_eff = ATTENTION_BACKEND_EFFICIENCY.get(cfg.attention_backend, 0.5)
         attn_shard = cal.tp_doubling_efficiency ** math.log2(max(self.g, 1))
-        self.attn_flops = hw.peak_tflops["bf16"] * 1e12 * cal.attention_efficiency * attn_eff * attn_shard
+        bf16 = hw.peak_tflops["bf16"] * 1e12 * attn_eff * attn_shard
+        # attention kernels by class (attention.LayerGroup.sparse): the sparse-MLA kernels and the DSA indexer
+        # (calibrated on GLM-5's), and the dense FlashAttention-style kernels (from their public benchmarks)
+        self.attn_flops = bf16 * cal.attention_efficiency
+        self.dense_attn_flops = bf16 * cal.dense_attention_efficiency
         self.idx_flops = (
             hw.peak_tflops.get("fp8", hw.peak_tflops["bf16"]) * 1e12 * cal.attention_efficiency * attn_shard
         )
@@ -207,6 +217,11 @@ class CostModel:
         # each GPU of an attention group holds all of MLA's latent, only its own share of GQA's KV heads, no KV
         # for linear attention, and a hybrid sliding-window model's sliding layers in a smaller pool of their own
         self.kv_token_bytes = kv_cell_bytes(self.arch, cfg)
+        self.model_kernels = model_kernels(self.arch)
+        # the sparse-attention kernels' latency floor per decode step (calibration.sparse_attention_latency_us)
+        sparse_layers = sum(g.count for g in self.attention if g.sparse)
+        self.sparse_latency = sparse_layers * cal.sparse_attention_latency_us * 1e-6
+        self.draft_layer_kernels = draft_layer_kernels(self.arch)
 
     # --- building blocks -------------------------------------------------------------------------------
 
@@ -233,12 +248,22 @@ class CostModel:
         return t
 
     def kernel_overhead(self, batch: int, layers: int | None = None) -> float:
+        """The kernels' fixed cost of one forward: ``kernel_overhead_us`` per kernel, the kernels counted from the
+        model's own layers (``kernels.py``). ``layers``: a draft's forward of that many layers (its MTP layer's
+        kinds), or the whole model when it is the model's depth."""
         cal = self.scenario.calibration
-        n = (layers if layers is not None else self.sizes.layers) * cal.kernels_per_layer
+        if layers is None or layers >= self.sizes.layers:
+            n = self.model_kernels
+        else:
+            n = layers * self.draft_layer_kernels
         t = n * cal.kernel_overhead_us * 1e-6
         if self.config.disable_cuda_graph or batch > self.config.cuda_graph_max_bs:
             t *= cal.eager_overhead_factor
         return t
+
+    def attention_flops(self, grp: LayerGroup) -> float:
+        """The FLOP rate of ``grp``'s attention kernels on one GPU (its kernel class's efficiency)."""
+        return self.attn_flops if grp.sparse else self.dense_attn_flops
 
     def request_latency(self, input_tokens: int) -> float:
         """Tokenization and HTTP handling of one request before it reaches the scheduler."""
@@ -258,14 +283,19 @@ class CostModel:
                     g * self.attn_flops
                 )
                 continue
-            keys = idx_keys = 0.0
+            keys = idx_keys = prefix_keys = 0.0
             for prefix, new in contexts:
                 # each new token attends to its prefix and the new tokens before it (at most the group's cap)
                 mean_ctx = prefix + new / 2
                 keys += new * grp.keys(mean_ctx)
                 idx_keys += new * mean_ctx
+                prefix_keys += prefix
+            flops = self.attention_flops(grp)
+            if not grp.sparse:  # a dense kernel runs below its peak over few keys per query
+                per_query = keys / max(new_tokens, 1)
+                flops *= per_query / (per_query + ATTENTION_HALF_KEYS)
             attention += grp.count * (
-                keys * grp.flops_per_key / (g * self.attn_flops)
+                (keys * grp.prefill_flops_per_key + prefix_keys * grp.prefix_flops_per_key) / (g * flops)
                 + idx_keys * grp.indexer_flops_per_key / (g * self.idx_flops)
             )
         c.prefill_attention = attention
@@ -288,10 +318,20 @@ class CostModel:
         c = StepCost()
         c.decode = max(t["weight_reads"] + t["kv_reads"] + t["state_reads"], t["compute"])
         c.communication = t["communication"]
-        c.overhead = t["kernel_launch"] + t["scheduler"]
-        if self.config.speculative:
-            c.overhead += t["draft"]
+        c.overhead = t["kernel_launch"] + (t["draft"] if self.config.speculative else 0.0)
+        c.overhead += self.cpu_exposed(c.total, t["scheduler"])
         return c
+
+    def cpu_exposed(self, gpu: float, cpu: float) -> float:
+        """What of a step's CPU work (``scheduler``: scheduling, sampling's bookkeeping, output processing, graph
+        launch) the step pays on top of its GPU time. SGLang's overlap scheduler (``event_loop_overlap``, on by
+        default; spec v2 keeps it for top-k 1 drafts in 0.5.12) prepares the next batch and processes the last
+        one's output while the GPU runs this one, so only CPU work longer than the GPU's shows; without it
+        (``--disable-overlap-schedule``, top-k > 1 drafts) the two run one after the other. The same for every
+        model: a small model steps at its GPU time, not at the CPU's fixed cost plus it."""
+        if self.config.disable_overlap_schedule:
+            return cpu
+        return max(cpu - gpu, 0.0)
 
     def decode_terms(self, batch: int, sum_context: float, tokens_per_seq: int = 1) -> dict[str, float]:
         """The terms of one decode (verify) step before ``decode`` combines them, in seconds: streaming the
@@ -316,7 +356,7 @@ class CostModel:
             per_seq_kv += grp.count * (
                 grp.keys(mean_ctx) * grp.kv_bytes_per_key + mean_ctx * grp.indexer_bytes_per_key
             )
-            attention += tokens * grp.count * grp.keys(mean_ctx) * grp.flops_per_key / (self.g * self.attn_flops)
+            attention += tokens * grp.count * grp.keys(mean_ctx) * grp.flops_per_key / (self.g * self.attention_flops(grp))
         kv_bytes = batch * tokens_per_seq**0.5 * per_seq_kv
         out = dict(terms)
         out["kv_reads"] = kv_bytes / self.bw
@@ -345,7 +385,7 @@ class CostModel:
             "state_reads": state_bytes / self.bw,
             "compute": 0.0,
             "communication": self.allreduce_time(tokens),
-            "kernel_launch": self.kernel_overhead(batch),
+            "kernel_launch": self.kernel_overhead(batch) + self.sparse_latency,
             "scheduler": (cal.scheduler_overhead_ms + cal.decode_step_overhead_ms) * 1e-3,
             "draft": self.draft_time(batch) if self.config.speculative else 0.0,
         }

@@ -262,8 +262,7 @@ class Calibration:
     gemm_efficiency: dict[str, float]
     attention_efficiency: float
     moe_fallback_efficiency: float
-    kernel_overhead_us: float
-    kernels_per_layer: int
+    kernel_overhead_us: float  # per kernel of a forward, the kernels counted from the model's layers (perf/kernels.py)
     eager_overhead_factor: float
     allreduce_latency_us: float
     allreduce_fusion_saving: float
@@ -276,6 +275,15 @@ class Calibration:
     decode_step_overhead_ms: float = 2.5  # per decode (verify) step, on top of the scheduler's; not shrinking with TP
     moe_bandwidth_efficiency: float = 0.8  # routed experts stream at this share of hbm_efficiency
     tokenize_us_per_token: float = 1.0
+    # issue 28: the dense FlashAttention-style kernels (MHA/GQA prefill, MLA prefill in MHA form, dense decode), of
+    # the bf16 peak; ``attention_efficiency`` stays the sparse-MLA and indexer kernels'. Not fitted: aiter's causal
+    # forward attention on MI355X peaks near 1.1 PFLOPS (FlyDSL PR 225's table: 928 TFLOPS at 84 % of aiter asm)
+    dense_attention_efficiency: float = 0.45
+    # per DSA layer and decode (verify) step: the sparse-MLA and indexer kernels' latency floor beyond their
+    # launches (the indexer's top-k, the TileLang sparse kernels at a few tokens). GLM-5's decode fixed cost that its
+    # counted kernels do not explain: fitted on InferenceX's GLM-5 points (the only sparse-attention data), the
+    # 4.0 ms a step the calibration charged as CPU time before the overlap scheduler hid it (78 layers x 51.3 us)
+    sparse_attention_latency_us: float = 51.3
 
 
 @dataclass(frozen=True)
