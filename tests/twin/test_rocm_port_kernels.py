@@ -41,7 +41,9 @@ def release_kernels(jit_dir: Path) -> list[str]:
     """The csrc-relative sources the release's loaders pass to ``load_jit`` as ``cuda_files``."""
     found: set[str] = set()
     csrc = jit_dir / "csrc"
-    for py in sorted(jit_dir.glob("*.py")):
+    for py in sorted(jit_dir.rglob("*.py")):  # loaders of sub-packages too (dsv4/, diffusion/, ...)
+        if {"tests", "benchmark"} & set(py.relative_to(jit_dir).parts):
+            continue
         for call in ast.walk(ast.parse(py.read_text())):
             if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "load_jit"):
                 continue
@@ -155,7 +157,7 @@ def test_every_release_kernel_that_fails_on_rocm_is_ported_or_declined_precisely
         assert (m["name"] or m["header"]) in line, (k, why, line)
     # the shared-header case: kernels that first failed inside a header they include now build
     assert any(k in fixed for k in shared_first), (shared_first, fixed)
-    assert fixed  # (0.5.12: 32 fixed, 15 declined; 0.5.13: 14 and 14 -- every decline checked above)
+    assert fixed  # (0.5.12: 34 fixed, 15 declined; 0.5.13: 23 and 15 -- every decline checked above)
 
 
 LATER = "0.5.13"  # the release after the pinned one, which ported sgl_kernel/runtime.cuh to ROCm by hand
