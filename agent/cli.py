@@ -223,7 +223,8 @@ def run(
                                     "its folder) whose measurements warm-start the search; repeatable"),
 ) -> None:
     """Bring the task's model up, fix what breaks, tune to the targets; everything lands in runs/<run-id>/.
-    Everything the run needs is checked first (task, scenario, policy, replay trace, API key, Docker, free disk):
+    Everything the run needs is checked first (task, scenario, policy, replay trace, the LLM endpoint and its key,
+    Docker, free disk):
     a problem is one line and creates nothing."""
     from sandboxes.base import SandboxError
     from tasks.spec import TaskError, load_task

@@ -9,6 +9,7 @@ import socket
 import subprocess
 from pathlib import Path
 
+from tests.agent.llm_server import ScriptedLLM
 from tests.shared_runs import run_agent
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,12 +66,24 @@ def test_an_engine_that_cannot_start_is_an_infrastructure_failure(tmp_path):
     assert "winning launch command" not in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
 
 
-def test_an_unreachable_llm_endpoint_is_an_infrastructure_failure(tmp_path):
+def test_an_unreachable_llm_endpoint_is_refused_before_the_run(tmp_path):
+    """The endpoint is asked once before anything exists: one line, exit 5, no run folder to resume."""
     with socket.socket() as held:  # bound, never listening: connections are refused, and no one else can take it
         held.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{held.getsockname()[1]}/v1"
         proc = run_agent(tmp_path, "run", str(TASK), "--policy", "llm", "--llm-model", "m", "--llm-base-url", url,
                          "--run-id", "nollm")  # fmt: skip
+    assert proc.returncode == 5, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stdout.strip() == f"error: cannot reach the LLM endpoint {url}/: Connection refused", proc.stdout
+    assert not (tmp_path / "runs").exists() and "Traceback" not in proc.stderr
+
+
+def test_an_llm_endpoint_failing_during_the_run_is_an_infrastructure_failure(tmp_path):
+    """It answered the check, then refuses every chat request (a 400, which the SDK does not retry: a quick
+    failure): the run stops as an infrastructure failure."""
+    with ScriptedLLM([{"status": 400}] * 20) as llm:
+        proc = run_agent(tmp_path, "run", str(TASK), "--policy", "llm", "--llm-model", "m", "--llm-base-url",
+                         llm.base_url, "--run-id", "nollm")  # fmt: skip
     assert proc.returncode == 5, proc.stdout[-2000:] + proc.stderr[-2000:]
     o = outcome(tmp_path, "nollm")
     assert o["kind"] == "infrastructure" and "the LLM endpoint failed" in o["words"]
