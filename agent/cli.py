@@ -396,7 +396,8 @@ def review(
                              "path) as dayzero/<run-id>/<tree>"),
 ) -> None:
     """PR material for the run's patches: git format-patch series per source tree, a PR.md per patch, the
-    run's summary PR.md and report; optionally push the run branches."""
+    run's summary PR.md and report; optionally push the run branches. Exits 0 when the run met every target;
+    otherwise with the run's own exit code (3 for a run not finished), its summary PR saying so."""
     from .review import ReviewError, write_review
     from .review import push as push_branches
 
@@ -420,6 +421,10 @@ def review(
             console.print(f"pushed {b.tree} {b.sha[:10]} -> {pushed.remote} {b.remote_ref}", soft_wrap=True)
         for tree in pushed.skipped:
             console.print(f"not pushed: {tree} (no patches)", soft_wrap=True)
+    if not result.verdict.met:  # the review is written (its patches stand alone); the run is no deployment
+        console.print(Text(f"run {result.run_id} did not meet its targets: {result.verdict.words}; its summary PR "
+                           "says so and names no configuration as the winner", style="yellow"), soft_wrap=True)
+        raise typer.Exit(result.verdict.exit_code)
 
 
 @app.command("runs")

@@ -41,6 +41,17 @@ def test_budget_exhausted_then_targets_missed(tmp_path):
     launch = subprocess.run(["bash", str(tmp_path / "runs" / "short" / "launch.sh")], capture_output=True, text=True)
     assert launch.returncode == 1 and "no configuration reached a measured best" in launch.stderr
 
+    # agent review of it: says so, exits with the run's code, and names nothing to launch nor an empty figure
+    review = run_agent(tmp_path, "review", "short")
+    assert review.returncode == 4, review.stdout[-2000:] + review.stderr[-2000:]
+    assert "run short did not meet its targets: " + o["words"] in " ".join(review.stdout.split())
+    pr = (tmp_path / "runs" / "short" / "review" / "PR.md").read_text()
+    assert "Not a deployment to merge: the run did not meet its targets" in pr and "Winning launch" not in pr
+    assert "```sh" not in pr and "launch.sh" not in pr and "nothing to launch" in pr
+    written = {p.name for p in (tmp_path / "runs" / "short" / "review").iterdir()}
+    assert {"PR.md", "report.md", "report.html"} <= written and not any(n.endswith(".png") for n in written)
+    assert ".png" not in (tmp_path / "runs" / "short" / "review" / "report.md").read_text()
+
     replay = run_agent(tmp_path, "run", str(TASK), "--policy", "replay", "--replay", "runs/short/trace.jsonl",
                        "--run-id", "replayed")  # fmt: skip
     assert replay.returncode == 3, replay.stdout[-2000:] + replay.stderr[-2000:]
