@@ -147,6 +147,33 @@ def _outcome(summary: dict) -> tuple[int, str]:
     return (0, "every target met") if met else (3, f"targets missed: {summary['finish_reason']}")
 
 
+def _explain_lines(target: str, e: dict) -> list[str]:
+    """A target's bring-up-to-best explanation (``summary["explain"]``, :mod:`agent.ablation`) in words. Each
+    effect is measured alone, between two configurations that differ by that one change (mostly the best and
+    the best without it); the changes interact, so the effects are not shares of the gain and need not add up
+    to it: the lines say so, with both sums, rather than list them as if they did."""
+    gain = None if e.get("bring_up") is None else e["best"] - e["bring_up"]
+    start = "not measured" if e.get("bring_up") is None else f"{e['bring_up']:.1f}"
+    lines = [f"{target}: {start} at bring-up -> {e['best']:.1f}" + (f" ({gain:+.1f})" if gain is not None else "")]
+    measured = [c["effect"] for c in e["changes"] if c.get("effect") is not None]
+    if len(measured) > 1:
+        total = sum(measured)
+        against = f" against a gain of {gain:+.1f}" if gain is not None else ""
+        lines.append(f"  each change measured alone (with it and without it, all else equal): the effects sum to "
+                     f"{total:+.1f}{against}; the changes interact, so these do not add up")  # fmt: skip
+    for c in e["changes"]:
+        if c.get("effect") is None:
+            moved = "not isolated by a measurement"
+        else:
+            moved = f"{c['effect']:+.1f}"
+            if pair := c.get("measured_between"):
+                without, with_ = pair
+                moved += (f" (the best without it: {without:.1f})" if abs(with_ - e["best"]) < 1e-9
+                          else f" (measured {without:.1f} without it -> {with_:.1f} with it)")  # fmt: skip
+        lines.append(f"  {c['name']}: {c['before']} -> {c['after']}: {moved}")
+    return lines
+
+
 def _print_summary(run_dir: Path) -> int:
     """Print a finished run's summary; returns its exit code."""
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -160,11 +187,8 @@ def _print_summary(run_dir: Path) -> int:
     for c in summary["commits"]:
         console.print(Text(f"commit {', '.join(s[:10] for s in c['commits'])}  {c['title']}"), soft_wrap=True)
     for name, e in (summary.get("explain") or {}).items():  # what each change from the bring-up bought
-        start = "not measured" if e["bring_up"] is None else f"{e['bring_up']:.1f}"
-        console.print(f"{name}: {start} at bring-up -> {e['best']:.1f}", soft_wrap=True)
-        for c in e["changes"]:
-            moved = f"{c['effect']:+.1f}" if c["effect"] is not None else "not isolated by a measurement"
-            console.print(f"  {escape(c['name'])}: {escape(c['before'])} -> {escape(c['after'])}: {moved}", soft_wrap=True)
+        for line in _explain_lines(name, e):
+            console.print(Text(line), soft_wrap=True)
     for feature, b in (summary.get("blocked") or {}).items():  # what could not be brought up, and what it cost
         what = f"kernel {b['kernel']}" if b.get("kernel") else "its crash"
         line = f"blocked: {feature} where it builds {what} ({b['why'][:160]})" if b.get("kernel") else \
@@ -312,8 +336,12 @@ def _existing_run(run_id: str, needs: str) -> Path:
 
 
 @app.command()
-def show(run_id: str = typer.Argument(..., help="a run under runs/")) -> None:
-    """Print a run's timeline from its trace: step, stage, decision, tool, result, cost. Runs nothing."""
+def show(
+    run_id: str = typer.Argument(..., help="a run under runs/"),
+    full: bool = typer.Option(False, "--full", help="every call on its own rows, with its input and whole result"),
+) -> None:
+    """Print a run's timeline from its trace, one line a step: stage, decision, calls, outcome, cost (--full:
+    everything). Runs nothing."""
     from .timeline import read_timeline, render_timeline
 
     trace = _existing_run(run_id, "trace.jsonl") / "trace.jsonl"
@@ -322,7 +350,7 @@ def show(run_id: str = typer.Argument(..., help="a run under runs/")) -> None:
     except ValueError as exc:
         _error(str(exc))
         raise typer.Exit(2) from None
-    console.print(render_timeline(timeline))
+    console.print(render_timeline(timeline, full=full))
 
 
 @app.command()
