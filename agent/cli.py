@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import os
 import signal
@@ -457,24 +458,29 @@ def review(
 
 @app.command("runs")
 def list_runs() -> None:
-    """List the runs under runs/ with their outcome."""
-    table = Table()
-    for col in ("run", "task", "finished", "targets met"):
-        table.add_column(col)
-    for d in sorted(p for p in RUNS.glob("*") if (p / "run.json").exists()):
-        summary = d / "summary.json"
-        if summary.exists():
-            s = json.loads(summary.read_text())
-            met = sum(t["met"] for t in s["targets"].values())
-            table.add_row(escape(d.name), escape(s["task"]), escape(s["finish_reason"]), f"{met}/{len(s['targets'])}")
+    """List the runs under runs/, newest first: when each started and how long it took, how it ended, the
+    figures it reached against its goals (met in green, missed in red), its node-hours."""
+    from .run_list import duration_text, figure_text, list_rows
+
+    rows = list_rows(RUNS)
+    simulated = any(r.simulated for r in rows)
+    table = Table(caption="node-hours simulated on the digital twin" if simulated else None)
+    table.add_column("run\ntask", overflow="fold")
+    table.add_column("started", no_wrap=True)
+    table.add_column("outcome", ratio=1, min_width=12)
+    table.add_column("achieved/goal", overflow="fold")
+    table.add_column("node-h", justify="right")
+    for r in rows:
+        started = r.started.astimezone(dt.UTC).strftime("%Y-%m-%d\n%H:%M UTC") if r.started else "-"
+        if r.state == "finished":
+            outcome = Text(r.finish_reason, style="green" if r.exit_code == 0 else None)
+        elif r.state == "unfinished":
+            outcome = Text("not finished (agent resume)", style="yellow")
         else:
-            try:
-                task = Path(json.loads((d / "run.json").read_text())["task_path"]).stem
-            except (OSError, ValueError, KeyError, TypeError):
-                task = "?"
-            state = ("[yellow]not finished (agent resume)[/]" if (d / "checkpoints.sqlite").exists()
-                     else "[red]never started (nothing to resume)[/]")  # fmt: skip
-            table.add_row(escape(d.name), escape(task), state, "-")
+            outcome = Text("never started (nothing to resume)", style="red")
+        figures = Text("\n").join(Text(figure_text(f), style="green" if f.met else "red") for f in r.figures)
+        table.add_row(Text.assemble(r.run_id, "\n", (r.task, "dim")), f"{started}\ntook {duration_text(r.seconds)}",
+                      outcome, figures or "-", "-" if r.node_hours is None else f"{r.node_hours:.2f}")  # fmt: skip
     console.print(table)
 
 

@@ -1,14 +1,17 @@
-"""What the terminal shows of a run: the end summary's account of what each change bought."""
+"""What the terminal shows: the end summary's account of what each change bought, the list of runs."""
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
+import os
 from pathlib import Path
 
 from rich.console import Console
 
 from agent import cli
+from tests.shared_runs import run_agent
 
 
 def _summary(run_dir: Path) -> None:
@@ -42,3 +45,47 @@ def test_the_summary_says_one_at_a_time_effects_do_not_add_up(tmp_path, monkeypa
     assert "the effects sum to +4000.0 against a gain of +2000.0" in text
     assert "layout: (unset) -> tp-size=4, dp-size=2: +1100.0 (the best without it: 1900.0)" in text
     assert "chunked-prefill-size: (unset) -> 4096: not isolated by a measurement" in text
+
+
+def _run_folder(runs: Path, run_id: str, created: str, minutes: float | None, summary: dict | None = None,
+                checkpoint: bool = True) -> None:  # fmt: skip
+    d = runs / run_id
+    d.mkdir(parents=True)
+    (d / "run.json").write_text(json.dumps({"run_id": run_id, "task_path": "/x/tasks/glm.yaml", "created": created}))
+    if minutes is not None:
+        start = dt.datetime.fromisoformat(created)
+        ts = [(start + dt.timedelta(minutes=m)).isoformat().replace("+00:00", "Z") for m in (0, minutes / 2, minutes)]
+        (d / "trace.jsonl").write_text("".join(json.dumps({"kind": k, "ts": t, "engine": "twin"}) + "\n"
+                                               for k, t in zip(("run_started", "note", "note"), ts, strict=True)))  # fmt: skip
+    if checkpoint:
+        (d / "checkpoints.sqlite").write_bytes(b"")
+    if summary is not None:
+        (d / "summary.json").write_text(json.dumps(summary))
+
+
+def test_agent_runs_lists_newest_first_with_date_duration_figures_and_node_hours(tmp_path):
+    runs = tmp_path / "runs"
+    met = {"task": "glm", "simulated": True, "finish_reason": "all targets met", "simulated_node_hours": 5.2771,
+           "outcome": {"exit_code": 0}, "targets": {"throughput": {"target": 2626, "achieved": 3260.36, "met": True},
+                                                    "single_stream": {"target": 213, "achieved": 230.8, "met": True}}}
+    missed = {**met, "finish_reason": "trial budget spent (1 of 1)", "simulated_node_hours": 0.0316,
+              "outcome": {"exit_code": 4}, "targets": {"throughput": {"target": 2626, "achieved": None, "met": False}}}
+    _run_folder(runs, "a-old", "2026-11-01T09:00:00+00:00", 42, met)
+    _run_folder(runs, "z-new", "2026-12-03T14:57:00+00:00", 150, missed)
+    _run_folder(runs, "m-live", "2026-12-02T10:00:00+00:00", 3)
+    _run_folder(runs, "b-never", "2026-11-20T10:00:00+00:00", None, checkpoint=False)
+    proc = run_agent(tmp_path, "runs", timeout=60, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("│ ") and line[2:3].strip()
+              and line.split("│")[2].strip()[:4].isdigit()]  # a row's first line: its run id and start date
+    rows = [" ".join(lines[a:b]) for a, b in zip(starts, starts[1:] + [len(lines)], strict=True)]
+    assert [r.split("│")[1].strip() for r in rows] == ["z-new", "m-live", "b-never", "a-old"]  # newest first
+    new, live, never, old = rows
+    assert "2026-12-03" in new and "14:57 UTC" in new and "took 2.5 h" in new and "trial budget spent" in new
+    assert "throughput -/2626" in new and "0.03" in new
+    assert "2026-11-01" in old and "took 42 min" in old and "all targets met" in old and "5.28" in old
+    assert "throughput 3260/2626" in old and "single_stream 230.8/213" in old
+    assert "not finished (agent resume)" in live and "took 3 min" in live
+    assert "never started (nothing to resume)" in never
+    assert "node-hours simulated on the digital twin" in proc.stdout
