@@ -40,22 +40,6 @@ API key: nothing was created); 3 the targets were missed within the budget (the 
 docs/reliability.md."""
 
 
-def _progress_table(state, task, elapsed: float, redactor=None) -> Table:
-    table = Table(title=f"{task.name} - stage: {state.stage} - step {state.step} - {elapsed:.0f} s", expand=False)
-    table.add_column("target")
-    table.add_column("goal", justify="right")
-    table.add_column("best (verified)", justify="right")
-    table.add_column("candidate", justify="right")
-    for t in task.targets:
-        best, cand = state.bests.get(t.name), state.candidates.get(t.name)
-        mark = "[green]met[/]" if best and best.verified and best.value >= t.min else ""
-        table.add_row(t.name, f"{t.min:g}", f"{best.value:.3f} {mark}" if best else "-", f"{cand.value:.3f}" if cand else "-")
-    b = state.budget
-    table.caption = (f"trials {b.trials} | patches {len(state.patches)} | node-hours {b.node_hours:.2f} | "
-                     f"{(redactor.text(state.rationale) if redactor else state.rationale)[:100]}")  # fmt: skip
-    return table
-
-
 class Stopped(KeyboardInterrupt):
     """SIGTERM or SIGHUP, taken as Ctrl-C is: the run stops where it is, its servers reaped, resumable."""
 
@@ -107,15 +91,17 @@ def _execute(run, resume: bool) -> None:
     from sandboxes.base import SandboxError, SandboxUnavailable
 
     from .graph import execute
+    from .live_panel import LiveView
     from .outcomes import ExitCode
 
     console.print(f"[bold]{escape(run.choice.reason)}[/]", soft_wrap=True)
     console.print(f"run [cyan]{run.run_id}[/] -> {escape(str(run.run_dir))}  (policy: {run.policy.name})", soft_wrap=True)
     _keep_secrets_from_the_engine(run)
+    view = LiveView(run.task, run.options.max_trials, run.redactor.text)
     try:
         with _stop_signals(), Live(console=console, refresh_per_second=4, transient=True) as live:
             execute(run, resume=resume,
-                            on_step=lambda s, t: live.update(_progress_table(s, run.task, t, run.redactor)))  # fmt: skip
+                    on_step=lambda s, t: live.update(view.update(s, t, live.console.print)))  # fmt: skip
     except KeyboardInterrupt as exc:
         signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
         with _stop_signals(signal.SIG_IGN):  # a second SIGTERM does not cut the reaping short (SIGKILL would)

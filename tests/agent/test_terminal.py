@@ -89,3 +89,70 @@ def test_agent_runs_lists_newest_first_with_date_duration_figures_and_node_hours
     assert "not finished (agent resume)" in live and "took 3 min" in live
     assert "never started (nothing to resume)" in never
     assert "node-hours simulated on the digital twin" in proc.stdout
+
+
+def _states() -> list:
+    """A run's states as the graph reports them: a bring-up measured, a crash, its fix applied then committed, a
+    new best, and a redraw with nothing new."""
+    from agent.state import AgentState, Best, Patch, Trial
+
+    s = AgentState(run_id="r", task_path="t", stage="bringup", step=2, rationale="measure bring-up at TP8")
+    up = Trial(id=1, flags={"tp-size": 8}, status="up", metrics={"single_stream": 58.4}, accuracy=0.97)
+    s.trials = [up]
+    s.bests = {"single_stream": Best(target="single_stream", value=58.4, trial=1, flags={"tp-size": 8},
+                                    verified=True)}  # fmt: skip
+    states = [s.model_copy(deep=True)]
+    crash = Trial(id=2, flags={"tp-size": 8, "speculative-algorithm": "EAGLE"}, status="crashed",
+                  diagnosis="weight loading failed for the draft model")  # fmt: skip
+    s.trials.append(crash)
+    s.stage, s.step = "single", 4
+    states.append(s.model_copy(deep=True))
+    s.patches = [Patch(id=1, files=["model/config.json"], diff="", reason="r", title="Exclude 2 modules",
+                       crash_trial=2)]  # fmt: skip
+    states.append(s.model_copy(deep=True))
+    s.patches[0].status, s.patches[0].commits = "committed", ["41f715fec5aa"]
+    fixed = Trial(id=3, flags={"tp-size": 8, "speculative-algorithm": "EAGLE"}, env={"AITER_TUNED": "/t.csv"},
+                  status="up", metrics={"single_stream": 162.7})  # fmt: skip
+    s.trials.append(fixed)
+    s.bests["single_stream"] = Best(target="single_stream", value=162.7, trial=3, flags=fixed.flags, env=fixed.env)
+    s.rationale = "try layout {'tp-size': 4, 'dp-size': 2}"
+    states.append(s.model_copy(deep=True))
+    states.append(s.model_copy(deep=True))  # a redraw: nothing new
+    return states
+
+
+def test_the_live_view_tells_crashes_fixes_and_new_bests_once_each():
+    from agent.live_panel import LiveView
+    from tasks.spec import load_task
+    from tests.shared_runs import DEFAULT_TASK
+
+    view = LiveView(load_task(DEFAULT_TASK), trials_budget=60)
+    told = [[line.plain for line in view.events(s)] for s in _states()]
+    assert told[0] == ["★ new best single_stream 58.4 (goal 213), trial 1 (--tp-size 8)"]
+    assert len(told[1]) == 1 and told[1][0].startswith("✗ trial 2 crashed: weight loading failed for the draft")
+    assert "--speculative-algorithm EAGLE" in told[1][0]
+    assert told[2] == ["⚒ fix applied (trial 2's crash): Exclude 2 modules [model/config.json]"]
+    assert told[3] == ["⚒ fix verified and committed 41f715fec5 (trial 2's crash): Exclude 2 modules "
+                       "[model/config.json]",
+                       "★ new best single_stream 162.7 (goal 213), trial 3, accuracy not checked yet "
+                       "(--tp-size 8 --speculative-algorithm EAGLE with AITER_TUNED=/t.csv)"]  # fmt: skip
+    assert told[4] == []
+
+
+def test_the_live_panel_fills_the_terminal_and_shows_the_last_figure_measured():
+    from agent.live_panel import LiveView
+    from tasks.spec import load_task
+    from tests.shared_runs import DEFAULT_TASK
+
+    state, task = _states()[-1], load_task(DEFAULT_TASK)
+    for width in (120, 200):
+        out = io.StringIO()
+        Console(file=out, width=width, color_system=None).print(LiveView(task).panel(state, 42))
+        lines = out.getvalue().splitlines()
+        table = [line for line in lines if line[:1] in "┏┃┡│└"]
+        assert table and all(len(line) == width for line in table), (width, [len(line) for line in table])
+        text = out.getvalue()
+        assert "162.700 unchecked" in text and "162.700 (trial 3)" in text and "accuracy 0.970 (trial 1)" in text
+        assert "--tp-size 8 --speculative-algorithm EAGLE" in text
+        assert f"trials 0/{task.budgets.trials} (1 crashed) | fixes: 1 committed" in text
+        assert "now: try layout --tp-size 4 --dp-size 2" in text and "{" not in text
