@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import os
 import signal
@@ -37,22 +38,6 @@ API key: nothing was created); 3 the targets were missed within the budget (the 
 (the engine could not run, Docker, the LLM endpoint, the runs folder: unwritable, full); 130 interrupted,
 143 terminated (SIGTERM), 129 hung up (SIGHUP): agent resume continues. 1 is an internal error (a bug). The summary says the same in words; see
 docs/reliability.md."""
-
-
-def _progress_table(state, task, elapsed: float, redactor=None) -> Table:
-    table = Table(title=f"{task.name} - stage: {state.stage} - step {state.step} - {elapsed:.0f} s", expand=False)
-    table.add_column("target")
-    table.add_column("goal", justify="right")
-    table.add_column("best (verified)", justify="right")
-    table.add_column("candidate", justify="right")
-    for t in task.targets:
-        best, cand = state.bests.get(t.name), state.candidates.get(t.name)
-        mark = "[green]met[/]" if best and best.verified and best.value >= t.min else ""
-        table.add_row(t.name, f"{t.min:g}", f"{best.value:.3f} {mark}" if best else "-", f"{cand.value:.3f}" if cand else "-")
-    b = state.budget
-    table.caption = (f"trials {b.trials} | patches {len(state.patches)} | node-hours {b.node_hours:.2f} | "
-                     f"{(redactor.text(state.rationale) if redactor else state.rationale)[:100]}")  # fmt: skip
-    return table
 
 
 class Stopped(KeyboardInterrupt):
@@ -106,15 +91,17 @@ def _execute(run, resume: bool) -> None:
     from sandboxes.base import SandboxError, SandboxUnavailable
 
     from .graph import execute
+    from .live_panel import LiveView
     from .outcomes import ExitCode
 
     console.print(f"[bold]{escape(run.choice.reason)}[/]", soft_wrap=True)
     console.print(f"run [cyan]{run.run_id}[/] -> {escape(str(run.run_dir))}  (policy: {run.policy.name})", soft_wrap=True)
     _keep_secrets_from_the_engine(run)
+    view = LiveView(run.task, run.options.max_trials, run.redactor.text)
     try:
         with _stop_signals(), Live(console=console, refresh_per_second=4, transient=True) as live:
             execute(run, resume=resume,
-                            on_step=lambda s, t: live.update(_progress_table(s, run.task, t, run.redactor)))  # fmt: skip
+                    on_step=lambda s, t: live.update(view.update(s, t, live.console.print)))  # fmt: skip
     except KeyboardInterrupt as exc:
         signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
         with _stop_signals(signal.SIG_IGN):  # a second SIGTERM does not cut the reaping short (SIGKILL would)
@@ -147,6 +134,33 @@ def _outcome(summary: dict) -> tuple[int, str]:
     return (0, "every target met") if met else (3, f"targets missed: {summary['finish_reason']}")
 
 
+def _explain_lines(target: str, e: dict) -> list[str]:
+    """A target's bring-up-to-best explanation (``summary["explain"]``, :mod:`agent.ablation`) in words. Each
+    effect is measured alone, between two configurations that differ by that one change (mostly the best and
+    the best without it); the changes interact, so the effects are not shares of the gain and need not add up
+    to it: the lines say so, with both sums, rather than list them as if they did."""
+    gain = None if e.get("bring_up") is None else e["best"] - e["bring_up"]
+    start = "not measured" if e.get("bring_up") is None else f"{e['bring_up']:.1f}"
+    lines = [f"{target}: {start} at bring-up -> {e['best']:.1f}" + (f" ({gain:+.1f})" if gain is not None else "")]
+    measured = [c["effect"] for c in e["changes"] if c.get("effect") is not None]
+    if len(measured) > 1:
+        total = sum(measured)
+        against = f" against a gain of {gain:+.1f}" if gain is not None else ""
+        lines.append(f"  each change measured alone (with it and without it, all else equal): the effects sum to "
+                     f"{total:+.1f}{against}; the changes interact, so these do not add up")  # fmt: skip
+    for c in e["changes"]:
+        if c.get("effect") is None:
+            moved = "not isolated by a measurement"
+        else:
+            moved = f"{c['effect']:+.1f}"
+            if pair := c.get("measured_between"):
+                without, with_ = pair
+                moved += (f" (the best without it: {without:.1f})" if abs(with_ - e["best"]) < 1e-9
+                          else f" (measured {without:.1f} without it -> {with_:.1f} with it)")  # fmt: skip
+        lines.append(f"  {c['name']}: {c['before']} -> {c['after']}: {moved}")
+    return lines
+
+
 def _print_summary(run_dir: Path) -> int:
     """Print a finished run's summary; returns its exit code."""
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -160,11 +174,8 @@ def _print_summary(run_dir: Path) -> int:
     for c in summary["commits"]:
         console.print(Text(f"commit {', '.join(s[:10] for s in c['commits'])}  {c['title']}"), soft_wrap=True)
     for name, e in (summary.get("explain") or {}).items():  # what each change from the bring-up bought
-        start = "not measured" if e["bring_up"] is None else f"{e['bring_up']:.1f}"
-        console.print(f"{name}: {start} at bring-up -> {e['best']:.1f}", soft_wrap=True)
-        for c in e["changes"]:
-            moved = f"{c['effect']:+.1f}" if c["effect"] is not None else "not isolated by a measurement"
-            console.print(f"  {escape(c['name'])}: {escape(c['before'])} -> {escape(c['after'])}: {moved}", soft_wrap=True)
+        for line in _explain_lines(name, e):
+            console.print(Text(line), soft_wrap=True)
     for feature, b in (summary.get("blocked") or {}).items():  # what could not be brought up, and what it cost
         what = f"kernel {b['kernel']}" if b.get("kernel") else "its crash"
         line = f"blocked: {feature} where it builds {what} ({b['why'][:160]})" if b.get("kernel") else \
@@ -223,7 +234,8 @@ def run(
                                     "its folder) whose measurements warm-start the search; repeatable"),
 ) -> None:
     """Bring the task's model up, fix what breaks, tune to the targets; everything lands in runs/<run-id>/.
-    Everything the run needs is checked first (task, scenario, policy, replay trace, API key, Docker, free disk):
+    Everything the run needs is checked first (task, scenario, policy, replay trace, the LLM endpoint and its key,
+    Docker, free disk):
     a problem is one line and creates nothing."""
     from sandboxes.base import SandboxError
     from tasks.spec import TaskError, load_task
@@ -311,8 +323,12 @@ def _existing_run(run_id: str, needs: str) -> Path:
 
 
 @app.command()
-def show(run_id: str = typer.Argument(..., help="a run under runs/")) -> None:
-    """Print a run's timeline from its trace: step, stage, decision, tool, result, cost. Runs nothing."""
+def show(
+    run_id: str = typer.Argument(..., help="a run under runs/"),
+    full: bool = typer.Option(False, "--full", help="every call on its own rows, with its input and whole result"),
+) -> None:
+    """Print a run's timeline from its trace, one line a step: stage, decision, calls, outcome, cost (--full:
+    everything). Runs nothing."""
     from .timeline import read_timeline, render_timeline
 
     trace = _existing_run(run_id, "trace.jsonl") / "trace.jsonl"
@@ -321,7 +337,7 @@ def show(run_id: str = typer.Argument(..., help="a run under runs/")) -> None:
     except ValueError as exc:
         _error(str(exc))
         raise typer.Exit(2) from None
-    console.print(render_timeline(timeline))
+    console.print(render_timeline(timeline, full=full))
 
 
 @app.command()
@@ -395,7 +411,8 @@ def review(
                              "path) as dayzero/<run-id>/<tree>"),
 ) -> None:
     """PR material for the run's patches: git format-patch series per source tree, a PR.md per patch, the
-    run's summary PR.md and report; optionally push the run branches."""
+    run's summary PR.md and report; optionally push the run branches. Exits 0 when the run met every target;
+    otherwise with the run's own exit code (3 for a run not finished), its summary PR saying so."""
     from .review import ReviewError, write_review
     from .review import push as push_branches
 
@@ -419,28 +436,37 @@ def review(
             console.print(f"pushed {b.tree} {b.sha[:10]} -> {pushed.remote} {b.remote_ref}", soft_wrap=True)
         for tree in pushed.skipped:
             console.print(f"not pushed: {tree} (no patches)", soft_wrap=True)
+    if not result.verdict.met:  # the review is written (its patches stand alone); the run is no deployment
+        console.print(Text(f"run {result.run_id} did not meet its targets: {result.verdict.words}; its summary PR "
+                           "says so and names no configuration as the winner", style="yellow"), soft_wrap=True)
+        raise typer.Exit(result.verdict.exit_code)
 
 
 @app.command("runs")
 def list_runs() -> None:
-    """List the runs under runs/ with their outcome."""
-    table = Table()
-    for col in ("run", "task", "finished", "targets met"):
-        table.add_column(col)
-    for d in sorted(p for p in RUNS.glob("*") if (p / "run.json").exists()):
-        summary = d / "summary.json"
-        if summary.exists():
-            s = json.loads(summary.read_text())
-            met = sum(t["met"] for t in s["targets"].values())
-            table.add_row(escape(d.name), escape(s["task"]), escape(s["finish_reason"]), f"{met}/{len(s['targets'])}")
+    """List the runs under runs/, newest first: when each started and how long it took, how it ended, the
+    figures it reached against its goals (met in green, missed in red), its node-hours."""
+    from .run_list import duration_text, figure_text, list_rows
+
+    rows = list_rows(RUNS)
+    simulated = any(r.simulated for r in rows)
+    table = Table(caption="node-hours simulated on the digital twin" if simulated else None)
+    table.add_column("run\ntask", overflow="fold")
+    table.add_column("started", no_wrap=True)
+    table.add_column("outcome", ratio=1, min_width=12)
+    table.add_column("achieved/goal", overflow="fold")
+    table.add_column("node-h", justify="right")
+    for r in rows:
+        started = r.started.astimezone(dt.UTC).strftime("%Y-%m-%d\n%H:%M UTC") if r.started else "-"
+        if r.state == "finished":
+            outcome = Text(r.finish_reason, style="green" if r.exit_code == 0 else None)
+        elif r.state == "unfinished":
+            outcome = Text("not finished (agent resume)", style="yellow")
         else:
-            try:
-                task = Path(json.loads((d / "run.json").read_text())["task_path"]).stem
-            except (OSError, ValueError, KeyError, TypeError):
-                task = "?"
-            state = ("[yellow]not finished (agent resume)[/]" if (d / "checkpoints.sqlite").exists()
-                     else "[red]never started (nothing to resume)[/]")  # fmt: skip
-            table.add_row(escape(d.name), escape(task), state, "-")
+            outcome = Text("never started (nothing to resume)", style="red")
+        figures = Text("\n").join(Text(figure_text(f), style="green" if f.met else "red") for f in r.figures)
+        table.add_row(Text.assemble(r.run_id, "\n", (r.task, "dim")), f"{started}\ntook {duration_text(r.seconds)}",
+                      outcome, figures or "-", "-" if r.node_hours is None else f"{r.node_hours:.2f}")  # fmt: skip
     console.print(table)
 
 

@@ -4,7 +4,7 @@ threads) from a :class:`~agent.report.RunReport`, as PNG bytes.
 ``render_plots(report)`` returns ``{file name: PNG}``: ``throughput_vs_rate.png`` and ``ttft_vs_rate.png`` (the
 baseline's and the winner's rate runs, knee and TTFT limit marked), ``best_so_far.png`` (each target's best after
 each benchmark run) and ``time_breakdown.png`` (the winner's GPU time at its deciding run). A figure without
-data says so rather than being left out. Every figure of a run on the twin carries the simulated label.
+data says so (the web view shows it), or is left out (``with_data_only``: the written report). Every figure of a run on the twin carries the simulated label.
 """
 
 from __future__ import annotations
@@ -206,6 +206,15 @@ PLOTS = {
 }
 
 
-def render_plots(report: RunReport) -> dict[str, bytes]:
-    """Every figure of the report: file name -> PNG bytes."""
-    return {name: draw(report) for name, draw in PLOTS.items()}
+HAS_DATA = {  # what each figure draws from: without it, the figure only says it has nothing to show
+    "throughput_vs_rate.png": lambda r: bool(r.curves),
+    "ttft_vs_rate.png": lambda r: bool(r.curves),
+    "best_so_far.png": lambda r: any(s.points for s in r.best_so_far),
+    "time_breakdown.png": lambda r: r.breakdown is not None,
+}
+
+
+def render_plots(report: RunReport, with_data_only: bool = False) -> dict[str, bytes]:
+    """The report's figures: file name -> PNG bytes; every one, or (``with_data_only``) those with something to
+    draw: a written report says in words why a figure is missing instead of shipping an empty one."""
+    return {name: draw(report) for name, draw in PLOTS.items() if not with_data_only or HAS_DATA[name](report)}

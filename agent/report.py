@@ -862,7 +862,7 @@ def write_report(run_dir: Path, out_dir: Path, redactor: Redactor | None = None)
 
     redactor = redactor if redactor is not None else run_redactor(Path(run_dir))
     report = redactor(build_report(Path(run_dir)))  # and the rendered text again below (what a template adds)
-    plots = render_plots(report)
+    plots = render_plots(report, with_data_only=True)  # the templates say why a figure is missing
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [out_dir / "report.md", out_dir / "report.html"]

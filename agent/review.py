@@ -35,6 +35,7 @@ from tools.context import ENGINE_LOCALE, fill_placeholders, flags_to_argv
 from tools.git_ops import run_branch
 from tools.machine_paths import roots_of, strip_machine_paths
 
+from .outcomes import ExitCode
 from .pr_routing import Defect, Destination, defects, destination
 from .report import UNITS, ReportError, TargetResult, write_report
 from .reproduce import EngineCommands, Reference, real_engine, workload_args
@@ -115,10 +116,36 @@ class TreeReview(BaseModel):
     destination: Destination | None = None
 
 
+class Verdict(BaseModel):
+    """Whether the reviewed run met its targets, in words, and the exit code ``agent review`` ends with: the run's
+    own (0 only when every target was met; a run not finished yet is 3, its targets missed so far)."""
+
+    met: bool
+    words: str
+    exit_code: int
+
+
+def verdict(summary: dict[str, Any]) -> Verdict:
+    """The verdict of a run from its ``summary.json`` (``{}``: not finished)."""
+    if not summary:
+        return Verdict(met=False, words="the run has not finished (no summary.json): no target is met yet",
+                       exit_code=ExitCode.TARGETS_MISSED)  # fmt: skip
+    targets = summary.get("targets") or {}
+    met = bool(targets) and all(t.get("met") for t in targets.values())
+    if outcome := summary.get("outcome"):
+        code = int(outcome.get("exit_code", 0 if met else ExitCode.TARGETS_MISSED))
+        return Verdict(met=met and code == 0, words=str(outcome.get("words", "")), exit_code=code)
+    if met:
+        return Verdict(met=True, words="every target met", exit_code=ExitCode.TARGETS_MET)
+    return Verdict(met=False, words=f"targets missed: {summary.get('finish_reason') or 'no reason recorded'}",
+                   exit_code=ExitCode.TARGETS_MISSED)  # fmt: skip
+
+
 class ReviewResult(BaseModel):
     """What ``write_review`` wrote."""
 
     run_id: str
+    verdict: Verdict
     out_dir: Path
     summary_pr: Path
     patch_files: list[Path] = Field(default_factory=list)
@@ -707,7 +734,8 @@ def write_review(run_dir: Path, out_dir: Path | None = None) -> ReviewResult:
     def clean(text: str) -> str:  # nor a path of this machine
         return strip_machine_paths(redactor.text(text), roots)
 
-    result = ReviewResult(run_id=record.run_id, out_dir=out_dir, summary_pr=out_dir / "PR.md", trees=trees)
+    result = ReviewResult(run_id=record.run_id, verdict=verdict(record.summary), out_dir=out_dir,
+                          summary_pr=out_dir / "PR.md", trees=trees)  # fmt: skip
     written: list[tuple[PatchReview, TreeReview, Path]] = []
     for tree in trees:
         if not tree.patches:
@@ -751,7 +779,7 @@ def write_review(run_dir: Path, out_dir: Path | None = None) -> ReviewResult:
         run_id=record.run_id, branch=run_branch(record.run_id), task=summary.get("task", record.task.name if record.task else "?"),
         finished=summary.get("finish_reason") or "not finished (no summary.json)", targets=_targets(summary),
         trees=trees, defects=result.defects, simulated=record.simulated, simulated_label=SIMULATED_LABEL,
-        winners=winners, layout=layout, real=real,
+        winners=winners, layout=layout, real=real, verdict=result.verdict, finished_run=bool(summary),
         reports=[p.relative_to(out_dir) if p.is_relative_to(out_dir) else p for p in result.report_files],
         report_error=result.report_error)))  # fmt: skip
     return result
@@ -792,6 +820,7 @@ def _winners(record: _RunRecord, summary: dict[str, Any], trees: list[TreeReview
             continue
         seen.add(trial.id)
         out.append({"target": name, "trial": trial.id, "achieved": t.get("achieved"), "metric": t.get("metric", ""),
+                    "met": bool(t.get("met")), "goal": t.get("target"),
                     "command": "\n".join(x for x in (trees_at(record, trees, trial.id), _reproduce(record, trial)) if x)})  # fmt: skip
     return out
 

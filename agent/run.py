@@ -2,8 +2,8 @@
 
 ``Run.create`` starts a run from a task file; ``Run.open`` rebuilds the same objects for ``agent resume``.
 Both check everything a run needs first (:func:`preflight`: the run id, the task, its scenario, eval datasets
-and prior runs, the policy and its replay trace or API key, the Docker engine and image, a writable runs folder
-with free space): a problem is a :class:`RunError` of one line and nothing is created. The graph's state lives
+and prior runs, the policy and its replay trace or API key (an LLM's endpoint asked once), the Docker engine
+and image, a writable runs folder with free space): a problem is a :class:`RunError` of one line and nothing is created. The graph's state lives
 in ``checkpoints.sqlite``; this module holds what cannot be checkpointed (the sandbox, the tools, the policy, the
 trace writer) and writes the end-of-run reports, the outcome among them (``summary.json``'s ``outcome``: words
 and the exit code).
@@ -313,8 +313,9 @@ class Run:
 def preflight(options: RunOptions, runs_dir: Path = RUNS_DIR, fresh: bool = True) -> TaskSpec:
     """Everything a run needs, checked before anything is created: the run id, the task file, the sandbox
     and executor asked for, the twin scenario (or the sources on a real node), the eval datasets, the prior runs
-    (``--prior``), the policy with its replay trace or API key, the Docker engine and image, and a runs folder
-    that is writable with free space. Every file is read with bounds and never quoted (``tasks/limits.py``,
+    (``--prior``), the policy with its replay trace or API key, the Docker engine and image, a runs folder that
+    is writable with free space, and last an LLM policy's endpoint (one request: it answers and takes the key,
+    :mod:`agent.llm_endpoint`). Every file is read with bounds and never quoted (``tasks/limits.py``,
     ``sandboxes/twin/safe_input.py``). Returns the task; raises :class:`RunError` (one line) otherwise."""
     check_run_id(options.run_id)
     if fresh and (runs_dir / options.run_id).exists():
@@ -378,10 +379,18 @@ def preflight(options: RunOptions, runs_dir: Path = RUNS_DIR, fresh: bool = True
     from .policies.factory import PolicyError, make_policy
 
     try:
-        make_policy(options, task)
+        policy = make_policy(options, task)
     except PolicyError as exc:
         raise RunError(str(exc)) from None
     check_runs_folder(runs_dir)
+    if policy.name == "llm":  # last (the one check over the network): a run that cannot ask its LLM never begins
+        from .llm_endpoint import CHECK_TIMEOUT_S, EndpointError, check_endpoint
+
+        try:
+            check_endpoint(policy.client, policy.base_url, policy.model, policy.secret_values(),
+                           timeout_s=min(policy.timeout_s, CHECK_TIMEOUT_S))  # fmt: skip
+        except EndpointError as exc:
+            raise RunError(str(exc), exc.exit_code) from None
     return task
 
 

@@ -1,12 +1,15 @@
 """A run's timeline read from its trace: each decision with the tool calls it led to, their results and cost.
 
-``agent show RUN`` and ``agent replay RUN`` print it (:func:`render_timeline`); it reads only ``trace.jsonl``
-and runs nothing.
+``agent show RUN`` and ``agent replay RUN`` print it (:func:`render_timeline`): one line a step by default (what
+was decided, which calls it made, what came of it, what it cost), every call with its input and whole result with
+``--full``; configurations always as flags (``--tp-size 4``), never as dicts. It reads only ``trace.jsonl`` and
+runs nothing.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 from rich.console import Group
@@ -14,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from .flag_text import dicts_as_flags, input_text
 from .trace import DecisionEvent, NoteEvent, RunFinishedEvent, ToolCallEvent, read_trace
 
 
@@ -25,6 +29,7 @@ class TimelineCall(BaseModel):
     result: str  # the tool's one-line summary, or its error
     wall_seconds: float
     node_hours: float = 0.0
+    input: dict[str, Any] = {}
 
 
 class TimelineStep(BaseModel):
@@ -35,6 +40,19 @@ class TimelineStep(BaseModel):
     decision: str
     calls: list[TimelineCall] = []
     notes: list[str] = []
+
+
+    @property
+    def node_hours(self) -> float:
+        return sum(c.node_hours for c in self.calls)
+
+    @property
+    def outcome(self) -> str:
+        """What came of the step, in one cell: the first failed call's error, else the first call's summary (what
+        the step was for: a launch, a measurement; the checks and commits after it are in --full)."""
+        failed = next((c for c in self.calls if not c.ok), None)
+        first = failed or (self.calls[0] if self.calls else None)
+        return first.result if first else ""
 
 
 class Timeline(BaseModel):
@@ -71,7 +89,7 @@ def read_timeline(trace_path: Path) -> Timeline:
         elif isinstance(e, ToolCallEvent):
             summary = str(e.result.get("summary") or "") if e.ok else f"error: {e.error or e.result.get('summary')}"
             current.calls.append(TimelineCall(tool=e.tool, ok=e.ok, result=summary, wall_seconds=e.wall_seconds,
-                                              node_hours=e.node_hours or 0.0))  # fmt: skip
+                                              node_hours=e.node_hours or 0.0, input=e.input))  # fmt: skip
         elif isinstance(e, NoteEvent) and e.level != "debug":
             current.notes.append(f"{e.level}: {e.message}")
         elif isinstance(e, RunFinishedEvent):
@@ -84,24 +102,68 @@ def read_timeline(trace_path: Path) -> Timeline:
 SIMULATED_LABEL = "simulated: dayzero digital twin, not a real node"
 
 
-def render_timeline(timeline: Timeline) -> Group:
-    """The timeline as a table (step, stage, decision, tool, result, cost) and a line of totals, for rich."""
-    title = f"{timeline.run_id}: {timeline.task}, policy {timeline.policy}, {timeline.finished or 'not finished'}"
+def _totals(timeline: Timeline) -> Text:
+    sim = "simulated " if timeline.simulated else ""
+    return Text(f"total: {timeline.wall_seconds:.1f} s in tools, {timeline.node_hours:.3f} {sim}node-hours"
+                + (f" ({SIMULATED_LABEL})" if timeline.simulated else ""))  # fmt: skip
+
+
+def _calls_cell(st: TimelineStep) -> Text:
+    """The step's first call by tool, then how many more (a failed call in red with a cross, first)."""
+    if not st.calls:
+        return Text("")
+    failed = next((c for c in st.calls if not c.ok), None)
+    shown = failed or st.calls[0]
+    cell = Text(shown.tool if shown.ok else f"{shown.tool} ✗", style=None if shown.ok else "red")
+    if len(st.calls) > 1:
+        cell.append(f" +{len(st.calls) - 1}", style="dim")
+    return cell
+
+
+def render_timeline(timeline: Timeline, full: bool = False) -> Group:
+    """The timeline for rich, then a line of totals. By default one line a step (step, stage, decision, calls,
+    outcome, node-hours; a cell too long for the terminal ends in an ellipsis); ``full``: every call on its own
+    rows with its input and its whole result, and the cost of each."""
+    if full:
+        return _render_full(timeline)
+    title = f"{timeline.run_id}: {timeline.task}, policy {timeline.policy}, {timeline.finished or 'unfinished'}"
+    table = Table(title=escape(title), caption="one line a step; every call, its input and whole result: --full",
+                  expand=True)  # fmt: skip
+    for col, style, ratio in (("step", "dim", None), ("stage", "cyan", None), ("decision", "", 5),
+                              ("calls", "bold", None), ("outcome", "", 5), ("node-h", "dim", None)):  # fmt: skip
+        table.add_column(col, style=style or None, no_wrap=True, overflow="ellipsis", ratio=ratio,
+                         justify="right" if col in ("step", "node-h") else "left")  # fmt: skip
+    for st in timeline.steps:
+        outcome = Text(st.outcome, style="red" if any(not c.ok for c in st.calls) else None)
+        table.add_row(str(st.step) if st.step is not None else "", st.stage or "", Text(dicts_as_flags(st.decision)),
+                      _calls_cell(st), outcome, f"{st.node_hours:.3f}" if st.calls else "")  # fmt: skip
+        for n in st.notes:
+            if not n.startswith("info:"):  # warnings and errors keep a line of their own
+                table.add_row("", "", Text(dicts_as_flags(n), style="yellow"), "", "", "")
+    return Group(table, _totals(timeline))
+
+
+def _render_full(timeline: Timeline) -> Group:
+    title = f"{timeline.run_id}: {timeline.task}, policy {timeline.policy}, {timeline.finished or 'unfinished'}"
     table = Table(title=escape(title), show_lines=False)
-    for col, style in (("step", "dim"), ("stage", "cyan"), ("decision", ""), ("tool", "bold"), ("result", ""),
-                       ("wall s", "dim"), ("node-h", "dim")):  # fmt: skip
+    for col, style in (("step", "dim"), ("stage", "cyan"), ("decision", ""), ("tool and input", "bold"),
+                       ("result", ""), ("wall s", "dim"), ("node-h", "dim")):  # fmt: skip
         table.add_column(col, style=style or None, overflow="fold")
     for st in timeline.steps:
         first = True
         for c in st.calls or [None]:
-            head = (str(st.step) if st.step is not None else "", st.stage or "", escape(st.decision)) if first else ("", "", "")
-            call = (c.tool, escape(c.result) if c.ok else f"[red]{escape(c.result)}[/]", f"{c.wall_seconds:.1f}",
-                    f"{c.node_hours:.3f}") if c else ("", "", "", "")  # fmt: skip
+            head = (str(st.step) if st.step is not None else "", st.stage or "",
+                    Text(dicts_as_flags(st.decision))) if first else ("", "", "")  # fmt: skip
+            if c is None:
+                call = ("", "", "", "")
+            else:
+                tool = Text(c.tool)
+                if args := input_text(c.input, limit=None):
+                    tool.append("\n" + args, style="not bold")
+                call = (tool, Text(dicts_as_flags(c.result), style=None if c.ok else "red"), f"{c.wall_seconds:.1f}",
+                        f"{c.node_hours:.3f}")  # fmt: skip
             table.add_row(*head, *call)
             first = False
         for n in st.notes:
-            table.add_row("", "", f"[yellow]{escape(n)}[/]", "", "", "", "")
-    sim = "simulated " if timeline.simulated else ""
-    total = (f"total: {timeline.wall_seconds:.1f} s in tools, {timeline.node_hours:.3f} {sim}node-hours"
-             + (f" ({SIMULATED_LABEL})" if timeline.simulated else ""))  # fmt: skip
-    return Group(table, Text(total))
+            table.add_row("", "", Text(dicts_as_flags(n), style="yellow"), "", "", "", "")
+    return Group(table, _totals(timeline))

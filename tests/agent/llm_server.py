@@ -15,7 +15,10 @@ message whose ``content`` is not a string (HTTP 500 ``content: Input should be a
 ``hide_tool_results=True`` drops the content of ``role: "tool"`` messages before a step sees the request (as a chat
 format that leaves them out of the prompt does), so a callable step answers as a model that never saw them.
 
-Every request consumes one step, error steps included; once the script is exhausted the server answers
+``GET /v1/models`` lists ``model`` (it consumes no step: the run's check of its endpoint asks it first);
+``api_key="k"`` refuses, with a 401 as OpenAI does, every request whose ``Authorization`` is not ``Bearer k``.
+
+Every chat request consumes one step, error steps included; once the script is exhausted the server answers
 with a ``finish`` tool call. ``.requests`` holds every request body (decoded JSON), ``.headers`` their
 headers. Use it as a context manager; ``.base_url`` ends in ``/v1``.
 """
@@ -35,7 +38,9 @@ Step = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
 
 class ScriptedLLM:
     def __init__(self, script: list[Step] | None = None, model: str = "scripted-model", strict: bool = False,
-                 hide_tool_results: bool = False) -> None:  # fmt: skip
+                 hide_tool_results: bool = False, api_key: str | None = None) -> None:  # fmt: skip
+        self.api_key = api_key  # when set, a request without it is refused (401)
+        self.model_lists = 0  # GET /models requests (the run's check of the endpoint), not in .requests
         self.script: list[Step] = list(script or [])
         self.strict = strict
         self.hide_tool_results = hide_tool_results
@@ -56,9 +61,28 @@ class ScriptedLLM:
             def log_message(self, *args: Any) -> None:  # quiet
                 pass
 
+            def _refused(self) -> bool:
+                """Whether the request lacks the key the server was given (401, as OpenAI answers)."""
+                if owner.api_key is None or self.headers.get("Authorization") == f"Bearer {owner.api_key}":
+                    return False
+                self._send(401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error",
+                                           "code": "invalid_api_key"}})  # fmt: skip
+                return True
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                with owner._lock:
+                    owner.model_lists += 1
+                if self.path.rstrip("/") != "/v1/models":
+                    self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+                elif not self._refused():
+                    self._send(200, {"object": "list", "data": [{"id": owner.model, "object": "model",
+                                                                 "created": 0, "owned_by": "tests"}]})  # fmt: skip
+
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
+                if self._refused():
+                    return
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
                     return

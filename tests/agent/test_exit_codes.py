@@ -9,6 +9,7 @@ import socket
 import subprocess
 from pathlib import Path
 
+from tests.agent.llm_server import ScriptedLLM
 from tests.shared_runs import run_agent
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,6 +41,17 @@ def test_budget_exhausted_then_targets_missed(tmp_path):
     launch = subprocess.run(["bash", str(tmp_path / "runs" / "short" / "launch.sh")], capture_output=True, text=True)
     assert launch.returncode == 1 and "no configuration reached a measured best" in launch.stderr
 
+    # agent review of it: says so, exits with the run's code, and names nothing to launch nor an empty figure
+    review = run_agent(tmp_path, "review", "short")
+    assert review.returncode == 4, review.stdout[-2000:] + review.stderr[-2000:]
+    assert "run short did not meet its targets: " + o["words"] in " ".join(review.stdout.split())
+    pr = (tmp_path / "runs" / "short" / "review" / "PR.md").read_text()
+    assert "Not a deployment to merge: the run did not meet its targets" in pr and "Winning launch" not in pr
+    assert "```sh" not in pr and "launch.sh" not in pr and "nothing to launch" in pr
+    written = {p.name for p in (tmp_path / "runs" / "short" / "review").iterdir()}
+    assert {"PR.md", "report.md", "report.html"} <= written and not any(n.endswith(".png") for n in written)
+    assert ".png" not in (tmp_path / "runs" / "short" / "review" / "report.md").read_text()
+
     replay = run_agent(tmp_path, "run", str(TASK), "--policy", "replay", "--replay", "runs/short/trace.jsonl",
                        "--run-id", "replayed")  # fmt: skip
     assert replay.returncode == 3, replay.stdout[-2000:] + replay.stderr[-2000:]
@@ -65,12 +77,24 @@ def test_an_engine_that_cannot_start_is_an_infrastructure_failure(tmp_path):
     assert "winning launch command" not in proc.stdout and "Traceback" not in proc.stdout + proc.stderr
 
 
-def test_an_unreachable_llm_endpoint_is_an_infrastructure_failure(tmp_path):
+def test_an_unreachable_llm_endpoint_is_refused_before_the_run(tmp_path):
+    """The endpoint is asked once before anything exists: one line, exit 5, no run folder to resume."""
     with socket.socket() as held:  # bound, never listening: connections are refused, and no one else can take it
         held.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{held.getsockname()[1]}/v1"
         proc = run_agent(tmp_path, "run", str(TASK), "--policy", "llm", "--llm-model", "m", "--llm-base-url", url,
                          "--run-id", "nollm")  # fmt: skip
+    assert proc.returncode == 5, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stdout.strip() == f"error: cannot reach the LLM endpoint {url}/: Connection refused", proc.stdout
+    assert not (tmp_path / "runs").exists() and "Traceback" not in proc.stderr
+
+
+def test_an_llm_endpoint_failing_during_the_run_is_an_infrastructure_failure(tmp_path):
+    """It answered the check, then refuses every chat request (a 400, which the SDK does not retry: a quick
+    failure): the run stops as an infrastructure failure."""
+    with ScriptedLLM([{"status": 400}] * 20) as llm:
+        proc = run_agent(tmp_path, "run", str(TASK), "--policy", "llm", "--llm-model", "m", "--llm-base-url",
+                         llm.base_url, "--run-id", "nollm")  # fmt: skip
     assert proc.returncode == 5, proc.stdout[-2000:] + proc.stderr[-2000:]
     o = outcome(tmp_path, "nollm")
     assert o["kind"] == "infrastructure" and "the LLM endpoint failed" in o["words"]

@@ -164,7 +164,7 @@ def test_a_canary_secret_reaches_no_file_of_the_run(tmp_path: Path) -> None:
     assert run.returncode == 3, run.stdout[-3000:] + run.stderr[-3000:]  # the model finished, the target missed
     assert remaining == 0
     review = run_agent(tmp_path, "review", "canary", env=env)
-    assert review.returncode == 0, review.stdout[-2000:] + review.stderr[-2000:]
+    assert review.returncode == 3, review.stdout[-2000:] + review.stderr[-2000:]  # written; the target missed
 
     run_dir = tmp_path / "runs" / "canary"
     # the run did what was planted: the key went to the endpoint, the engine got the task secret, the patch (whose

@@ -143,7 +143,8 @@ def test_resume_says_in_one_line_why_a_run_cannot_continue(tmp_path):
     (legacy / "run.json").write_text(json.dumps({"run_id": "legacy", "task_path": str(TASK)}))
     line = one_error_line(proc := run_agent(tmp_path, "resume", "legacy"))
     assert proc.returncode == 2 and "cannot resume: it never started" in line
-    assert "never started (nothing to resume)" in run_agent(tmp_path, "runs").stdout
+    listing = run_agent(tmp_path, "runs", env={**os.environ, "COLUMNS": "200"}).stdout  # the words on one line
+    assert "never started (nothing to resume)" in listing
     # an interrupted run (its summary not written yet) whose task file was edited, then removed
     task = variant(tmp_path, "t.yaml", "")
     made = run_agent(tmp_path, "run", str(task), "--policy", "playbook", "--max-trials", "1", "--run-id", "cut")
