@@ -237,11 +237,11 @@ def test_a_disk_filled_anywhere_stops_the_run_and_resume_ends_as_an_uninterrupte
 
 
 def single_stream_stage(path: Path, **extra) -> Path:
-    """The default task cut to its single-stream stage, unpaced: its target (170 tok/s) is met after the stage's
+    """The default task cut to its single-stream stage, unpaced: its target (185 tok/s: the three-step chain serves 178, the four-step one 193) is met after the stage's
     three fixes, each a crash, a patch and a relaunch."""
     path.write_text(yaml.safe_dump({
         "extends": str(TASK),
-        "targets": [{"name": "single_stream", "metric": "decode_tok_s", "workload": "single_stream", "min": 170}],
+        "targets": [{"name": "single_stream", "metric": "decode_tok_s", "workload": "single_stream", "min": 185}],
         "budgets": {"after_targets": {"node_hours": 0}}, **yaml.safe_load(NO_PACING), **extra,
     }))  # fmt: skip
     return path
