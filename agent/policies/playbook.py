@@ -34,6 +34,7 @@ from ..fixes import rocm_port
 from ..fixes.engine_modules import EngineSource, ModuleTree
 from ..fixes.excludes import SCALE, engine_test, own_modules
 from ..fixes.excludes import engine_excludes as draft_excludes
+from ..fixes.excludes import excluded as _excluded  # Quark's matching rule, one definition
 from ..fixes.rocm_port import HIP_COUNTERPARTS, _own_counterparts  # noqa: F401 - the guard's mapping, re-exported
 from ..outcomes import node_hours_left
 from ..search import (
@@ -107,20 +108,6 @@ def _engine_granularity(name: str) -> str:
     a whole; every other module by its own name."""
     m = re.match(r"(.*\.experts)\.\d+\.[^.]+$", name)
     return m.group(1) if m else name
-
-
-def _excluded(name: str, entries: list[str]) -> bool:
-    """Quark's rule: an exact name, or a ``re:`` pattern matched at the start of the name."""
-    for e in entries:
-        if e.startswith("re:"):
-            try:
-                if re.match(e[3:], name):
-                    return True
-            except re.error:
-                continue
-        elif e == name:
-            return True
-    return False
 
 
 def _split_prefix(checkpoint: str, engine: str) -> tuple[str, str]:

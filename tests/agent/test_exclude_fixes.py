@@ -31,6 +31,7 @@ from sandboxes.twin.engine.loading.executor import Executor
 from sandboxes.twin.engine.loading.loader import WeightLoadError, load_weights
 from sandboxes.twin.workspace import release
 from sandboxes.twin.workspace.materialize import materialize
+from tests.workspace_dir import DirWorkspace
 from tools.diagnose import Diagnosis, classify
 from tools.weight_suspects import suspects_in_workspace
 
@@ -40,18 +41,6 @@ EXCLUDE_DEFECTS = ("glm52_mi355x", "orion_mi300x", "vega_mi355x", "lyra_mi355x",
                    "deepseek_r1_mxfp4_mi355x", "qwen35_397b_mxfp4_mi355x", "glm47_mxfp4_mi355x")  # fmt: skip
 
 
-class _Workspace:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    def read_file(self, path: str) -> str:
-        return (self.root / path).read_text()
-
-    def exists(self, path: str) -> bool:
-        return (self.root / path).exists()
-
-    def glob(self, pattern: str) -> list[str]:
-        return [str(p.relative_to(self.root)) for p in self.root.glob(pattern) if p.is_file()]
 
 
 def _crash(model: Path, sglang: Path) -> WeightLoadError | None:
@@ -90,7 +79,7 @@ def _fix(name: str, tmp_path_factory: pytest.TempPathFactory, edit=None) -> dict
         err = _crash(ws / "model", ws / "sglang")
         assert err is not None and err.draft
         diag = _diagnosis(ws, err)
-        ctx = SimpleNamespace(workspace=_Workspace(ws))
+        ctx = SimpleNamespace(workspace=DirWorkspace(ws))
         out = PlaybookPolicy()._exclude_fix(ctx, diag)
         assert out is not None
         call, note = out

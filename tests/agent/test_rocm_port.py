@@ -9,6 +9,7 @@ import pytest
 
 from agent.fixes import rocm_port
 from agent.policies.playbook import PlaybookPolicy
+from tests.workspace_dir import DirWorkspace
 from tools.diagnose import classify
 
 
@@ -56,27 +57,13 @@ def test_the_mapping_covers_the_names_the_twins_cuda_headers_declare() -> None:
                        "atomicAdd_block"}, sorted(missing)  # fmt: skip
 
 
-class Dir:
-    """A workspace over a directory (the WorkspaceView the policy reads through)."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    def read_file(self, path: str) -> str:
-        return (self.root / path).read_text()
-
-    def exists(self, path: str) -> bool:
-        return (self.root / path).is_file()
-
-    def glob(self, pattern: str) -> list[str]:
-        return [p.relative_to(self.root).as_posix() for p in self.root.glob(pattern)]
 
 
 class Ctx:
     def __init__(self, root: Path) -> None:
         from tasks.spec import load_task
 
-        self.workspace = Dir(root)
+        self.workspace = DirWorkspace(root)
         self.task = load_task(Path(__file__).resolve().parents[2] / "tasks" / "glm52_mi355x.yaml")
 
 

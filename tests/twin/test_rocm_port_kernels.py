@@ -22,6 +22,7 @@ from sandboxes.twin.engine.jit import compile_kernel, plan_build
 from sandboxes.twin.scenario import load
 from sandboxes.twin.scenario.format import JitKernel, JitTrigger
 from sandboxes.twin.workspace.release import ReleaseTree
+from tests.workspace_dir import DirWorkspace
 from tools.diagnose import classify
 
 pytestmark = pytest.mark.skipif(shutil.which("cpp") is None, reason="the twin's JIT needs cpp")
@@ -59,23 +60,11 @@ def release_kernels(jit_dir: Path) -> list[str]:
     return sorted(s for s in found if (csrc / s).is_file())
 
 
-class Dir:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    def read_file(self, path: str) -> str:
-        return (self.root / path).read_text()
-
-    def exists(self, path: str) -> bool:
-        return (self.root / path).is_file()
-
-    def glob(self, pattern: str) -> list[str]:
-        return [p.relative_to(self.root).as_posix() for p in self.root.glob(pattern)]
 
 
 class Ctx:
     def __init__(self, root: Path) -> None:
-        self.workspace = Dir(root)
+        self.workspace = DirWorkspace(root)
 
 
 def _relative(path: str, ws: Path) -> str:
@@ -174,7 +163,7 @@ def test_a_shared_headers_port_spells_what_the_next_release_spelled_by_hand(defa
     if isinstance(later, Unavailable):
         pytest.skip(f"SGLang {LATER} is not cached and could not be downloaded: {later.reason}")
     old_root, new_root = default_release.package / "jit_kernel", later.package / "jit_kernel"
-    ws = Dir(old_root)
+    ws = DirWorkspace(old_root)
     compared = 0
     for new in sorted(p for p in new_root.rglob("*") if p.suffix in (".cuh", ".h", ".cu", ".hpp")):
         rel = new.relative_to(new_root).as_posix()
