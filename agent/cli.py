@@ -135,7 +135,7 @@ def _outcome(summary: dict) -> tuple[int, str]:
 
 
 def _explain_lines(target: str, e: dict) -> list[str]:
-    """A target's bring-up-to-best explanation (``summary["explain"]``, :mod:`agent.ablation`) in words. Each
+    """A target's bring-up-to-best explanation (``summary["explain"]``, :mod:`agent.inspector.ablation`) in words. Each
     effect is measured alone, between two configurations that differ by that one change (mostly the best and
     the best without it); the changes interact, so the effects are not shares of the gain and need not add up
     to it: the lines say so, with both sums, rather than list them as if they did."""
@@ -329,7 +329,7 @@ def show(
 ) -> None:
     """Print a run's timeline from its trace, one line a step: stage, decision, calls, outcome, cost (--full:
     everything). Runs nothing."""
-    from .timeline import read_timeline, render_timeline
+    from .inspector.timeline import read_timeline, render_timeline
 
     trace = _existing_run(run_id, "trace.jsonl") / "trace.jsonl"
     try:
@@ -357,9 +357,9 @@ def replay(
 ) -> None:
     """Audit a run from its records (default; runs nothing), re-execute it (--execute), or fork it from a step
     (--from-step N --policy P). Prints the run's timeline, as agent show does."""
-    from .audit import audit_run, render_audit
-    from .replay import ReplayError, describe_execute, execute_recorded, fork_run
-    from .timeline import read_timeline, render_timeline
+    from .inspector.audit import audit_run, render_audit
+    from .inspector.replay import ReplayError, describe_execute, execute_recorded, fork_run
+    from .inspector.timeline import read_timeline, render_timeline
 
     run_dir = _existing_run(run_id, "trace.jsonl")
     if run_id_new is not None:
@@ -413,8 +413,8 @@ def review(
     """PR material for the run's patches: git format-patch series per source tree, a PR.md per patch, the
     run's summary PR.md and report; optionally push the run branches. Exits 0 when the run met every target;
     otherwise with the run's own exit code (3 for a run not finished), its summary PR saying so."""
-    from .review import ReviewError, write_review
-    from .review import push as push_branches
+    from .inspector.review import ReviewError, write_review
+    from .inspector.review import push as push_branches
 
     run_dir = _existing_run(run_id, "run.json")
     try:
@@ -446,7 +446,7 @@ def review(
 def list_runs() -> None:
     """List the runs under runs/, newest first: when each started and how long it took, how it ended, the
     figures it reached against its goals (met in green, missed in red), its node-hours."""
-    from .run_list import duration_text, figure_text, list_rows
+    from .inspector.run_list import duration_text, figure_text, list_rows
 
     rows = list_rows(RUNS)
     simulated = any(r.simulated for r in rows)
@@ -477,7 +477,7 @@ def ui(
     runs: Path = typer.Option(RUNS, "--runs", help="the runs folder to show"),
 ) -> None:
     """A local, read-only web view of the runs: list, timeline, patches with diff and evidence, plots."""
-    from .ui import serve
+    from .inspector.ui import serve
 
     if not runs.is_dir():
         _error(f"no runs folder {runs} (start a run with: agent run TASK)")

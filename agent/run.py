@@ -40,6 +40,7 @@ from tools.runner import ToolCallRecord, ToolRunner
 
 from .outcomes import ExitCode, classify
 from .policies.base import Policy, PolicyContext
+from .policies.expert import PlaybookExpert
 from .secrets import LogScrubber, Redactor, configured_secrets, secret_references
 from .state import AgentState, Best, Budget, Call
 from .trace import TraceWriter, iter_trace, read_trace
@@ -199,7 +200,7 @@ class Run:
             scrubber.sweep()
         ctx = ToolContext(task=task, engine_name=choice.engine, engine=engine, sandbox=sandbox, run_id=options.run_id,
                           run_dir=run_dir, repos=repos, task_path=str(task_path.resolve()), executor=executor,
-                          redactor=redactor)  # fmt: skip
+                          redactor=redactor, expert=PlaybookExpert())  # fmt: skip
         trace = TraceWriter(run_dir / "trace.jsonl", options.run_id, redactor=redactor)
         recorded = {}
         if not fresh:
@@ -545,7 +546,7 @@ def _blocked(run: Run, state: AgentState) -> dict[str, Any]:
 
 def _explain(run: Run, state: AgentState) -> dict[str, Any]:
     """Per target with a best: each change from the bring-up configuration and what it moved, where measured."""
-    from .ablation import explain_best
+    from .inspector.ablation import explain_best
 
     out = {}
     for t in run.task.targets:

@@ -263,7 +263,7 @@ class Budgets(Strict):
 
 
 class ReportSpec(Strict):
-    """Settings of the run report (``agent/report.py``); none changes what the agent does."""
+    """Settings of the run report (``agent/inspector/report.py``); none changes what the agent does."""
 
     gpu_hour_usd: float | None = Field(
         None, gt=0, le=L.USD, description="price of one GPU-hour in US dollars, for the report's cost per million "

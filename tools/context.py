@@ -39,6 +39,7 @@ class ToolContext:
     trial: int = 0
     task_path: str = ""
     executor: Any = field(default_factory=lambda: InlineExecutor())  # runs independent trials (run_trials)
+    expert: Any = None  # the reasoning behind the propose_* tools (tools.expert.Expert), supplied by the agent
     redactor: Redactor | None = None  # what the tools' own files mask (agent/secrets.py); default: the task's
     _counter: itertools.count | None = None
 

@@ -1,10 +1,10 @@
 """The expert's fixes as tools: each reads the last crash the way the playbook does and proposes the fix, with
 its rationale, without applying it.
 
-A model gets the reasoning the playbook has (``agent/policies/playbook.py``), so it does not have to rediscover
-it: the exclude entries an engine's module names need (a checkpoint that names a layer one way, an engine that
-builds it under another), the ROCm guard a CUDA-only include needs, and the way the memory flags must move for the
-memory that ran out. A proposal is data: the call to make (``edit_file`` with path, old and new; or the flags to
+A model gets the reasoning the agent's expert has (the playbook's, given to the tools as ``ToolContext.expert`` by
+the agent: tools never import the agent), so it does not have to rediscover it: the exclude entries an engine's
+module names need (a checkpoint that names a layer one way, an engine that builds it under another), the ROCm
+guard a CUDA-only include needs, and the way the memory flags must move for the memory that ran out. A proposal is data: the call to make (``edit_file`` with path, old and new; or the flags to
 relaunch with) and why. The model checks it and acts; nothing here changes the workspace or the server.
 
 The crash is read from the last server log (or ``log_path``), classified by ``tools.diagnose`` and, for a weight
@@ -13,7 +13,7 @@ mismatch the log does not name, narrowed by ``tools.weight_suspects``, as ``laun
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import Field
 
@@ -21,6 +21,30 @@ from .base import ToolInput, ToolResult, tool
 from .context import ToolContext
 from .diagnose import classify, workspace_relative
 from .server import _suspects
+
+
+class Expert(Protocol):
+    """The reasoning behind the ``propose_*`` tools, supplied by the agent (``agent/policies/expert.py`` adapts the
+    playbook's). ``view`` has ``task`` and a read-only ``workspace`` (``read_file``, ``exists``, ``glob``); ``diag``
+    is a diagnosis as :func:`tools.diagnose.classify` reports it; ``cur`` holds the launch's ``flags``, moved in
+    place by the memory fixes."""
+
+    def exclude_fix(self, view: Any, diag: dict) -> tuple[Any, dict] | None: ...
+
+    def guard_fix(self, view: Any, diag: dict) -> tuple[Any, dict] | None: ...
+
+    def memory_fix(self, task: Any, cur: dict, diag: dict) -> bool: ...
+
+    def serving_memory_fix(self, task: Any, cur: dict, diag: dict) -> str | None: ...
+
+    def allreduce_fix(self, cur: dict, diag: dict) -> str | None: ...
+
+
+def _expert(ctx: ToolContext) -> Expert:
+    if ctx.expert is None:
+        raise RuntimeError("this run's tools were given no expert reasoning (ToolContext.expert): the agent supplies "
+                           "it; a caller building its own context passes agent.policies.expert.PlaybookExpert()")
+    return ctx.expert
 
 
 class _Workspace:
@@ -95,14 +119,13 @@ def propose_exclude_fix(ctx: ToolContext, args: ProposeInput) -> Proposal:
     """For a weight shape mismatch at load time: propose the quantization exclude entries under the engine's module
     names (the checkpoint names a layer one way, the engine builds it under another), with the rationale and the
     edit_file call that applies it."""
-    from agent.policies.playbook import PlaybookPolicy  # the playbook's own reasoning, not a copy
 
     diag, why = _diagnosis(ctx, args.log_path)
     if diag is None:
         return Proposal(ok=False, summary=why)
     if diag["category"] != "weight_shape_mismatch":
         return _not_this(diag, "a weight shape mismatch", "propose_exclude_fix")
-    return _edit_proposal(PlaybookPolicy()._exclude_fix(_View(ctx), diag), diag, "exclude-list fix")
+    return _edit_proposal(_expert(ctx).exclude_fix(_View(ctx), diag), diag, "exclude-list fix")
 
 
 @tool(idempotent=True)
@@ -111,14 +134,13 @@ def propose_include_guard(ctx: ToolContext, args: ProposeInput) -> Proposal:
     header declares -- propose the port: the include guarded with #ifndef USE_ROCM (inside the file's existing
     USE_ROCM block when it has one) with the HIP header, and the HIP spellings of the CUDA names the file uses
     (hipify's mapping), as one edit_file call with its rationale. What HIP lacks is declined by name and file:line."""
-    from agent.policies.playbook import PlaybookPolicy
 
     diag, why = _diagnosis(ctx, args.log_path)
     if diag is None:
         return Proposal(ok=False, summary=why)
     if diag["category"] != "compile_error" or not (diag.get("header") or diag.get("symbol")):
         return _not_this(diag, "a missing CUDA header or CUDA-only identifier", "propose_include_guard")
-    edit = PlaybookPolicy()._guard_fix(_View(ctx), diag)
+    edit = _expert(ctx).guard_fix(_View(ctx), diag)
     if edit is None and diag.get("declined"):
         return Proposal(ok=False, category="compile_error", summary=diag["summary"])
     return _edit_proposal(edit, diag, "include guard")
@@ -133,7 +155,6 @@ def propose_memory_fix(ctx: ToolContext, args: MemoryInput) -> Proposal:
     """For an out-of-memory crash: propose the flags to relaunch with, moved the way the memory that ran out says
     (more static memory when the KV cache had no room, less then smaller graph batches for a runtime allocation,
     fewer running requests when the engine's pools ran dry, more GPUs per rank when the weights do not fit)."""
-    from agent.policies.playbook import PlaybookPolicy
 
     diag, why = _diagnosis(ctx, args.log_path)
     if diag is None:
@@ -143,7 +164,7 @@ def propose_memory_fix(ctx: ToolContext, args: MemoryInput) -> Proposal:
     cur = {"flags": dict(args.flags)}
     phase = diag.get("memory_phase") or "unknown"
     if phase == "serving":  # a forward pass under load: from the engine's own figures
-        why = PlaybookPolicy._serving_memory_fix(ctx.task, cur, diag)
+        why = _expert(ctx).serving_memory_fix(ctx.task, cur, diag)
         if why is None:
             return Proposal(ok=False, category="out_of_memory",
                             summary="out of memory while serving, and no allowed value of --mem-fraction-static or "
@@ -152,7 +173,7 @@ def propose_memory_fix(ctx: ToolContext, args: MemoryInput) -> Proposal:
         return Proposal(summary=f"proposed: relaunch with {why}", category="out_of_memory",
                         title="Leave room for the steps under load", rationale=diag["summary"], change=why,
                         call={"tool": "launch_server", "args": {"flags": cur["flags"]}})  # fmt: skip
-    if PlaybookPolicy._memory_fix(ctx.task, cur, diag):
+    if _expert(ctx).memory_fix(ctx.task, cur, diag):
         changed = {k: v for k, v in cur["flags"].items() if args.flags.get(k) != v}
         change = ", ".join(f"{k} {args.flags.get(k, '(default)')} -> {v}" for k, v in changed.items())
         return Proposal(summary=f"proposed: relaunch with {change}", category="out_of_memory",
@@ -181,7 +202,6 @@ def propose_allreduce_fix(ctx: ToolContext, args: AllReduceInput) -> Proposal:
     """For a collective that failed or hung while serving (an RCCL error or a ProcessGroupNCCL timeout, or the
     scheduler watchdog ending a forward that stopped): propose the flags that move the all-reduce to another path of
     the engine's dispatch (no aiter fusion, --disable-custom-all-reduce, or the custom all-reduce again)."""
-    from agent.policies.playbook import PlaybookPolicy
 
     diag, why = _diagnosis(ctx, args.log_path)
     if diag is None:
@@ -189,7 +209,7 @@ def propose_allreduce_fix(ctx: ToolContext, args: AllReduceInput) -> Proposal:
     if diag["category"] not in ("collective_error", "hang_timeout"):
         return _not_this(diag, "a collective failure or hang", "propose_allreduce_fix")
     cur: dict[str, Any] = {"flags": dict(args.flags)}
-    change = PlaybookPolicy._allreduce_fix(cur, diag)
+    change = _expert(ctx).allreduce_fix(cur, diag)
     if change is None:
         return Proposal(ok=False, category=diag["category"],
                         summary="no other all-reduce path is left for these flags (or the TP group has one GPU): "

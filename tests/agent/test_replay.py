@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.audit import audit_run
-from agent.replay import compare_traces
+from agent.inspector.audit import audit_run
+from agent.inspector.replay import compare_traces
 from agent.trace import read_trace
 from tests.agent.conftest import FINISHED_RUN_ID, SHORT_RUN_ID
 

@@ -1,4 +1,4 @@
-"""The run report (agent/report.py, agent/plots.py) on the shared finished run of the default task: what
+"""The run report (agent/inspector/report.py, agent/inspector/plots.py) on the shared finished run of the default task: what
 report.md and report.html hold, that the HTML needs no network, that the plots are real PNGs, that the curves
 are the benchmark records themselves, and the cost with and without a GPU-hour price."""
 
@@ -13,8 +13,8 @@ import matplotlib.image
 import pytest
 import yaml
 
-from agent.plots import render_plots
-from agent.report import SIMULATED_BANNER, ReportError, build_report, write_report
+from agent.inspector.plots import render_plots
+from agent.inspector.report import SIMULATED_BANNER, ReportError, build_report, write_report
 from agent.trace import read_trace
 from tasks.spec import TaskError, load_task
 from tests.agent.conftest import DEFAULT_TASK, FINISHED_RUN_ID, run_agent

@@ -12,7 +12,7 @@ from pathlib import Path
 import git
 import pytest
 
-from agent.review import (
+from agent.inspector.review import (
     CHECK_PORT,
     MARKER,
     SIMULATED_LABEL,
@@ -138,7 +138,7 @@ def test_summary_pr_lists_every_commit_with_links_and_the_winning_command(review
     for name, t in summary["targets"].items():
         assert re.search(rf"\| {name} \| {t['metric']} \| {t['target']:g} \|", text)
     assert "--port" in _section(text, "Winning launch command")
-    # the run report sits beside it, written by agent.report, and the summary links it
+    # the run report sits beside it, written by agent.inspector.report, and the summary links it
     for name in ("report.md", "report.html"):
         assert (reviewed / "review" / name).is_file()
         assert f"[{name}]({name})" in _section(text, "Report")

@@ -18,7 +18,7 @@ import git
 import pytest
 
 from agent.graph import saved_state
-from agent.review import collect_trees, write_review
+from agent.inspector.review import collect_trees, write_review
 from tests.shared_runs import DEFAULT_TASK, NO_PACING, run_agent
 from tools.git_ops import repo_relative
 

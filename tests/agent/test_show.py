@@ -6,7 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from agent.timeline import read_timeline
+from agent.inspector.timeline import read_timeline
 from agent.trace import TraceWriter
 from tests.shared_runs import run_agent
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from agent.inspector.ui import SIMULATED_LABEL, UiServer, serve
 from agent.trace import TraceWriter
-from agent.ui import SIMULATED_LABEL, UiServer, serve
 from tests.agent.conftest import FINISHED_RUN_ID
 
 
@@ -242,7 +242,7 @@ def _words(text: str) -> str:
 
 
 def test_in_a_browser_list_run_patch_evidence_and_plot(chromium, finished_site, finished_run_root):
-    from agent.review import collect_patches
+    from agent.inspector.review import collect_patches
 
     patches = collect_patches(finished_run_root / "runs" / FINISHED_RUN_ID)
     assert patches, "the default run commits patches"

@@ -14,6 +14,7 @@ from pathlib import Path
 import git
 import pytest
 
+from agent.policies.expert import PlaybookExpert
 from agent.trace import TraceWriter, read_trace
 from sandboxes.select import choose, open_workspace
 from tasks.spec import load_task
@@ -33,7 +34,7 @@ def runner(tmp_path):
     run_dir = tmp_path / "run"
     sandbox, repos = open_workspace(task, choice, run_dir / "workspace", "test-run")
     ctx = ToolContext(task=task, engine_name=choice.engine, engine=task.engines.twin, sandbox=sandbox,
-                      run_id="test-run", run_dir=run_dir, repos=repos)  # fmt: skip
+                      run_id="test-run", run_dir=run_dir, repos=repos, expert=PlaybookExpert())  # fmt: skip
     with TraceWriter(run_dir / "trace.jsonl", "test-run") as trace:
         r = ToolRunner(ctx, on_call=lambda rec: trace.emit("tool_call", **rec.trace_fields()))
         yield r

@@ -1,5 +1,5 @@
 """The report's figures, drawn with matplotlib's Agg canvas (no display, no pyplot state: safe in a web server's
-threads) from a :class:`~agent.report.RunReport`, as PNG bytes.
+threads) from a :class:`~agent.inspector.report.RunReport`, as PNG bytes.
 
 ``render_plots(report)`` returns ``{file name: PNG}``: ``throughput_vs_rate.png`` and ``ttft_vs_rate.png`` (the
 baseline's and the winner's rate runs, knee and TTFT limit marked), ``best_so_far.png`` (each target's best after

@@ -58,7 +58,7 @@ class Defect(BaseModel):
     fixes: list[Fix] = Field(default_factory=list)
 
 
-class _Patch(Protocol):  # agent.review.PatchReview, as far as routing reads it
+class _Patch(Protocol):  # agent.inspector.review.PatchReview, as far as routing reads it
     tree: str
     index: int
     title: str
@@ -70,7 +70,7 @@ class _Patch(Protocol):  # agent.review.PatchReview, as far as routing reads it
     patch_file: str | None
 
 
-class _Tree(Protocol):  # agent.review.TreeReview
+class _Tree(Protocol):  # agent.inspector.review.TreeReview
     tree: str
     upstream: list[str]
     patches: Sequence[_Patch]

@@ -3,7 +3,7 @@
 ``/`` lists the runs; ``/runs/<id>`` shows one: targets against results, the patches (each collapsed, with its
 crash excerpt, diff and evidence), the plots, the trials and the timeline; ``/runs/<id>/plots/<name>.png``
 serves a plot rendered from the run (cached per run). Pages come from the Jinja templates
-``agent/templates/ui_*.html.j2`` with HTML autoescaping on (everything shown comes from the runs), carry their
+``agent/inspector/templates/ui_*.html.j2`` with HTML autoescaping on (everything shown comes from the runs), carry their
 CSS inline and reference nothing outside this server; the Content-Security-Policy header says so to the
 browser as well. Nothing here writes anywhere or needs the network.
 
@@ -264,7 +264,7 @@ class RunsSite:
 
 
 def render_run_plots(run_dir: Path) -> tuple[dict[str, bytes], str | None]:
-    """The run report's plots (:func:`agent.plots.render_plots` of :func:`agent.report.build_report`), or none
+    """The run report's plots (:func:`agent.inspector.plots.render_plots` of :func:`agent.inspector.report.build_report`), or none
     and the reason (a run the report cannot read)."""
     try:
         return render_plots(build_report(run_dir)), None
@@ -275,7 +275,7 @@ def render_run_plots(run_dir: Path) -> tuple[dict[str, bytes], str | None]:
 
 
 def read_patches(run_dir: Path) -> tuple[list[PatchReview], str | None]:
-    """The run's committed patches (:func:`agent.review.collect_patches`), or none and the reason."""
+    """The run's committed patches (:func:`agent.inspector.review.collect_patches`), or none and the reason."""
     try:
         return collect_patches(run_dir), None
     except ReviewError as exc:

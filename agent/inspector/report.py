@@ -3,8 +3,8 @@ behind the figures, every trial, accuracy and cost, as ``report.md`` and a self-
 
 ``build_report(run_dir)`` reads only the run's files (``summary.json``, ``run.json``, ``trace.jsonl``, the
 ``bench_serving`` records under ``bench/`` and ``trials/*/bench/``, and the task file) into a :class:`RunReport`;
-``agent/plots.py`` draws its figures; :func:`write_report` renders both documents from the Jinja templates in
-``agent/templates/``. Nothing here runs a tool or changes the run.
+``agent/inspector/plots.py`` draws its figures; :func:`write_report` renders both documents from the Jinja templates in
+``agent/inspector/templates/``. Nothing here runs a tool or changes the run.
 
 Which trial a benchmark record measured is read from the trace: a main-process benchmark's record is the file
 its command's ``--output-file`` named (``bench/NNN-<workload>.jsonl``); a sweep trial's records are the files
@@ -25,8 +25,8 @@ from pydantic import BaseModel, Field
 
 from tasks.spec import TaskError, TaskSpec, load_task
 
-from .secrets import Redactor, run_redactor
-from .trace import ToolCallEvent, TraceError, read_trace
+from ..secrets import Redactor, run_redactor
+from ..trace import ToolCallEvent, TraceError, read_trace
 
 SIMULATED_BANNER = "simulated: dayzero digital twin, not a real node"
 TEMPLATES = Path(__file__).parent / "templates"
@@ -223,7 +223,7 @@ class CommitRow(BaseModel):
 
 
 class ExplainRow(BaseModel):
-    """One change from the bring-up configuration to a target's best, and what it moved (``agent/ablation.py``)."""
+    """One change from the bring-up configuration to a target's best, and what it moved (``agent/inspector/ablation.py``)."""
 
     target: str
     change: str

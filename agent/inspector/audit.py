@@ -26,9 +26,9 @@ from rich.text import Text
 
 from tasks.spec import TaskSpec, load_task
 
-from .outcomes import apply_observations
-from .state import AgentState, Observation
-from .trace import (
+from ..outcomes import apply_observations
+from ..state import AgentState, Observation
+from ..trace import (
     DecisionEvent,
     RunFinishedEvent,
     RunStartedEvent,
@@ -570,7 +570,7 @@ class _Auditor:
             return None
 
     def final_state(self, events: list[TraceEvent]) -> AgentState | None:
-        from .graph import saved_state
+        from ..graph import saved_state
 
         self.ran("final checkpointed state read")
         run_id = next(e for e in events if isinstance(e, RunStartedEvent)).run_id

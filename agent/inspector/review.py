@@ -11,7 +11,7 @@ launched what, and which benchmark measured it) and writes, under ``runs/<id>/re
   most two sentences, the diff, evidence before and after (labelled simulated when the twin measured it), and
   the exact launch + benchmark commands that reproduce the check, fully rendered;
 - ``PR.md``: the run's summary pull request (targets against results, every patch with links, the winning
-  launch command), then the run report (:func:`agent.report.write_report`) beside it.
+  launch command), then the run report (:func:`agent.inspector.report.write_report`) beside it.
 
 :func:`push` pushes each tree's run branch to one git remote as ``dayzero/<run-id>/<tree>``.
 """
@@ -35,12 +35,12 @@ from tools.context import ENGINE_LOCALE, fill_placeholders, flags_to_argv
 from tools.git_ops import run_branch
 from tools.machine_paths import roots_of, strip_machine_paths
 
-from .outcomes import ExitCode
+from ..outcomes import ExitCode
+from ..secrets import Redactor, configured_secrets, secret_references
+from ..trace import ToolCallEvent, TraceError, read_trace
 from .pr_routing import Defect, Destination, defects, destination
 from .report import UNITS, ReportError, TargetResult, write_report
 from .reproduce import EngineCommands, Reference, real_engine, workload_args
-from .secrets import Redactor, configured_secrets, secret_references
-from .trace import ToolCallEvent, TraceError, read_trace
 
 TEMPLATES = Path(__file__).parent / "templates"
 SIMULATED_LABEL = "simulated: dayzero digital twin, not a real node"
@@ -150,7 +150,7 @@ class ReviewResult(BaseModel):
     summary_pr: Path
     patch_files: list[Path] = Field(default_factory=list)
     pr_files: list[Path] = Field(default_factory=list)
-    report_files: list[Path] = Field(default_factory=list, description="what agent.report.write_report wrote")
+    report_files: list[Path] = Field(default_factory=list, description="what agent.inspector.report.write_report wrote")
     report_error: str | None = Field(None, description="why the run report was not written")
     trees: list[TreeReview] = Field(default_factory=list)
     defects: list[Defect] = Field(default_factory=list, description="each crash, its fixes in sending order")
@@ -208,7 +208,9 @@ class _RunRecord(BaseModel):
 def _steps(run_dir: Path, run_id: str) -> tuple[dict[str, int], dict[int, int]]:
     """From the run's last checkpoint: when each committed patch was applied and each trial launched (what a
     trial ran with is every patch applied before it); empty for a run without checkpoints."""
-    from .graph import saved_state  # the graph's own reader of its checkpoints (imports LangGraph: only here)
+    from ..graph import (
+        saved_state,  # the graph's own reader of its checkpoints (imports LangGraph: only here)
+    )
 
     try:
         state = saved_state(run_dir, run_id)
@@ -394,7 +396,7 @@ def _bench_argv(record: _RunRecord, command: list[str]) -> list[str]:
 
 def _reproduce(record: _RunRecord, trial: _Trial | None) -> str:
     """Shell lines that relaunch ``trial``'s configuration on port 30000 and run the benchmark that measured
-    it: with the task's real engine in its image when the task names one (:mod:`agent.reproduce`), else as the run
+    it: with the task's real engine in its image when the task names one (:mod:`agent.inspector.reproduce`), else as the run
     launched it; from a folder laid out like the run's workspace, with no path of this machine."""
     if trial is None:
         return "# the check trial is not in the run's trace: nothing to reproduce"
@@ -625,7 +627,7 @@ def _with_tree_states(record: _RunRecord, trees: list[TreeReview]) -> None:
 
 
 def _route(record: _RunRecord, trees: list[TreeReview]) -> list[Defect]:
-    """Where each tree's patches go and, crash by crash, in which order (:mod:`agent.pr_routing`)."""
+    """Where each tree's patches go and, crash by crash, in which order (:mod:`agent.inspector.pr_routing`)."""
     model = record.task.model.name if record.task else None
     for t in trees:
         t.destination = destination(t, model)

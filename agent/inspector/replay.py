@@ -17,11 +17,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from ..policies.replay import check_replay_trace
+from ..run import ParentRef, Run, RunOptions
+from ..state import AgentState
+from ..trace import DecisionEvent, ToolCallEvent, read_trace
 from .audit import StepCall, step_calls
-from .policies.replay import check_replay_trace
-from .run import ParentRef, Run, RunOptions
-from .state import AgentState
-from .trace import DecisionEvent, ToolCallEvent, read_trace
 
 DEFAULT_TOLERANCE = 0.02  # relative: the noise allowed on a measured figure before it counts as a divergence
 # Fields of a result that differ between two executions of the same call by nature: timing, ports, log tails,
@@ -131,7 +131,7 @@ def _new_run_id(runs_dir: Path, run_id: str | None, parent: str, suffix: str) ->
 
 
 def _run_to_end(run: Run, on_step: OnStep | None) -> AgentState:
-    from .graph import execute
+    from ..graph import execute
 
     try:
         return execute(run, resume=False, on_step=on_step)
@@ -308,7 +308,7 @@ def fork_run(
 ) -> ForkReport:
     """A new run that replays the recorded run's decisions 1..``step`` in its own sandbox, then continues with
     ``policy`` from the state the recorded run had after ``step``; its run.json names the parent and step."""
-    from .graph import saved_state
+    from ..graph import saved_state
 
     recorded = recorded_options(run_dir)
     decisions = [e for e in read_trace(run_dir / "trace.jsonl") if isinstance(e, DecisionEvent)]

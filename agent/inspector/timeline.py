@@ -17,8 +17,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from .flag_text import dicts_as_flags, input_text
-from .trace import DecisionEvent, NoteEvent, RunFinishedEvent, ToolCallEvent, read_trace
+from ..flag_text import dicts_as_flags, input_text
+from ..trace import DecisionEvent, NoteEvent, RunFinishedEvent, ToolCallEvent, read_trace
 
 
 class TimelineCall(BaseModel):
