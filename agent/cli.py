@@ -135,7 +135,7 @@ def _outcome(summary: dict) -> tuple[int, str]:
 
 
 def _explain_lines(target: str, e: dict) -> list[str]:
-    """A target's bring-up-to-best explanation (``summary["explain"]``, :mod:`agent.inspector.ablation`) in words. Each
+    """A target's bring-up-to-best explanation (``summary["explain"]``, :mod:`agent.ablation`) in words. Each
     effect is measured alone, between two configurations that differ by that one change (mostly the best and
     the best without it); the changes interact, so the effects are not shares of the gain and need not add up
     to it: the lines say so, with both sums, rather than list them as if they did."""

@@ -546,7 +546,7 @@ def _blocked(run: Run, state: AgentState) -> dict[str, Any]:
 
 def _explain(run: Run, state: AgentState) -> dict[str, Any]:
     """Per target with a best: each change from the bring-up configuration and what it moved, where measured."""
-    from .inspector.ablation import explain_best
+    from .ablation import explain_best
 
     out = {}
     for t in run.task.targets:

@@ -4,6 +4,7 @@ into the agent's loop, its policies or the inspector (which reads runs afterward
 from __future__ import annotations
 
 import ast
+import importlib.util
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,3 +45,20 @@ def test_the_loop_does_not_read_runs_through_the_inspector_except_at_its_ends():
             if isinstance(node, ast.ImportFrom) and node.module and "inspector" in node.module.split("."):
                 reaching.append(f"{path.relative_to(REPO)}: {node.module}")
     assert not reaching, reaching
+
+
+def test_every_module_of_the_product_imports():
+    # a module moved between packages leaves no relative import pointing at where it was (a lazy import inside a
+    # function included: each is resolved against the package it sits in)
+    missing = []
+    for package in ("agent", "tools", "sandboxes", "tasks"):
+        for path in (REPO / package).rglob("*.py"):
+            module = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.ImportFrom) and node.level:
+                    base = module.split(".")[: len(module.split(".")) - node.level + (path.name == "__init__.py")]
+                    target = ".".join([*base, node.module] if node.module else base)
+                    if importlib.util.find_spec(target) is None:
+                        missing.append(f"{path.relative_to(REPO)}:{node.lineno} from {'.' * node.level}"
+                                       f"{node.module or ''} ({target})")  # fmt: skip
+    assert not missing, missing

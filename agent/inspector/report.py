@@ -223,7 +223,7 @@ class CommitRow(BaseModel):
 
 
 class ExplainRow(BaseModel):
-    """One change from the bring-up configuration to a target's best, and what it moved (``agent/inspector/ablation.py``)."""
+    """One change from the bring-up configuration to a target's best, and what it moved (``agent/ablation.py``)."""
 
     target: str
     change: str

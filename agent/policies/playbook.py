@@ -522,7 +522,7 @@ class PlaybookPolicy:
     @staticmethod
     def _ablation_items(state: AgentState, task: TaskSpec, item: dict) -> list[dict]:
         """Plan items measuring the best without each change from the bring-up configuration that no measured
-        pair isolates yet (``agent/inspector/ablation.py``); a knee at reference precision, or one single-stream run."""
+        pair isolates yet (``agent/ablation.py``); a knee at reference precision, or one single-stream run."""
         knee = item["ablate"] == "throughput"
         metric = "throughput_at_knee" if knee else "decode_tok_s"
         target = next((t for t in task.targets if t.metric == metric), None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.inspector.ablation import changes_from, explain, explain_best
+from agent.ablation import changes_from, explain, explain_best
 from agent.search import Candidate, Measured
 from agent.state import AgentState, Best, Trial
 from tasks.spec import load_task

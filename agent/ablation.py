@@ -12,8 +12,8 @@ from pydantic import BaseModel
 
 from tasks.spec import TaskSpec
 
-from ..search import LAYOUT, SPEC_DEPENDENT, SPECULATIVE, Candidate, Measured, SearchSpace, measured_on
-from ..state import AgentState
+from .search import LAYOUT, SPEC_DEPENDENT, SPECULATIVE, Candidate, Measured, SearchSpace, measured_on
+from .state import AgentState
 
 GROUPS = {"layout": LAYOUT, "speculative decoding": (SPECULATIVE, *SPEC_DEPENDENT)}
 
