@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
@@ -52,6 +53,38 @@ CONTROL_NAMES = frozenset({".twin"})
 # Readable, but written only by the engine's own commands: the benchmark's records are evidence.
 READ_ONLY_NAMES = frozenset({".bench"})
 RUN_LOCK = ".dayzero-run.lock"
+# ``claim`` tries the lock this many times, this far apart, before it calls the holder live: a reader's probe
+# (``run_lock_holder``) holds it for microseconds, a live run for as long as it lives
+_CLAIM_TRIES = 5
+_CLAIM_PAUSE_S = 0.02
+
+
+def _recorded_pid(fd: int) -> int | None:
+    """The pid the holder of the run lock wrote into it (``claim`` writes its own), None before it did."""
+    text = os.pread(fd, 64, 0).decode(errors="replace").strip()
+    return int(text) if text.isdigit() else None
+
+
+def run_lock_holder(root: Path) -> int | None:
+    """Whether a live process holds the run lock of the workspace ``root`` (the lock ``claim`` takes, the one that
+    keeps a second ``agent resume`` off a live run), and its pid: the pid, 0 when it holds the lock but has not
+    written its pid yet, None when no live process holds it (the run finished, was killed, or never claimed it).
+    The kernel drops the lock with the process, so a killed run reads as not held whatever pid the file still
+    names. Reading takes a shared lock for one non-blocking try and drops it at once (``claim`` retries past it),
+    so viewers (``agent ui``) may ask as often as they like."""
+    try:
+        fd = os.open(root / RUN_LOCK, os.O_RDONLY)
+    except OSError:  # no lock file: the workspace was never claimed
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _recorded_pid(fd) or 0
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
 
 
 def is_control(name: str) -> bool:
@@ -185,10 +218,15 @@ class Sandbox(ABC):
             return
         self.root.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.root / RUN_LOCK, os.O_RDWR | os.O_CREAT, 0o600)  # not inherited by child processes
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+        for attempt in range(_CLAIM_TRIES):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if attempt + 1 < _CLAIM_TRIES:  # a viewer's probe (run_lock_holder) holds it for a moment only
+                    time.sleep(_CLAIM_PAUSE_S)
+        else:
+            holder = _recorded_pid(fd) or "unknown"
             os.close(fd)
             raise RunLocked(f"{self.root} is in use by a live run (pid {holder}); stop that process first, or wait "
                             "for it to finish (nothing was touched)") from None  # fmt: skip
