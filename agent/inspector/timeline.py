@@ -30,6 +30,8 @@ class TimelineCall(BaseModel):
     wall_seconds: float
     node_hours: float = 0.0
     input: dict[str, Any] = {}
+    call_id: str = ""
+    output: dict[str, Any] = {}  # the whole result as recorded (``agent ui`` shows it; the files it names are linked)
 
 
 class TimelineStep(BaseModel):
@@ -89,7 +91,8 @@ def read_timeline(trace_path: Path) -> Timeline:
         elif isinstance(e, ToolCallEvent):
             summary = str(e.result.get("summary") or "") if e.ok else f"error: {e.error or e.result.get('summary')}"
             current.calls.append(TimelineCall(tool=e.tool, ok=e.ok, result=summary, wall_seconds=e.wall_seconds,
-                                              node_hours=e.node_hours or 0.0, input=e.input))  # fmt: skip
+                                              node_hours=e.node_hours or 0.0, input=e.input, call_id=e.call_id,
+                                              output=e.result))  # fmt: skip
         elif isinstance(e, NoteEvent) and e.level != "debug":
             current.notes.append(f"{e.level}: {e.message}")
         elif isinstance(e, RunFinishedEvent):

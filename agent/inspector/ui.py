@@ -1,17 +1,25 @@
 """``agent ui``: a local, read-only web view of the runs under ``runs/``.
 
-``/`` lists the runs; ``/runs/<id>`` shows one: targets against results, the patches (each collapsed, with its
-crash excerpt, diff and evidence), the plots, the trials and the timeline; ``/runs/<id>/plots/<name>.png``
-serves a plot rendered from the run (cached per run). Pages come from the Jinja templates
-``agent/inspector/templates/ui_*.html.j2`` with HTML autoescaping on (everything shown comes from the runs), carry their
-CSS inline and reference nothing outside this server; the Content-Security-Policy header says so to the
-browser as well. Nothing here writes anywhere or needs the network.
+``/`` lists the runs, each running (with its pid), stopped (with the ``agent resume`` line) or finished (with
+why) by :func:`agent.inspector.run_state.run_state`; ``/runs/<id>`` shows one: targets against results, the
+patches (each collapsed, with its crash excerpt, diff and evidence), the plots, the trials and the timeline, each
+step of it opening onto its calls' whole input and output and links to the files they name (server logs,
+benchmark records); ``/runs/<id>/plots/<name>.png`` serves a plot rendered from the run (cached per run),
+``/runs/<id>/files/<path>`` a file of the run folder, ``/runs/<id>/live`` the parts of a run's page that change
+while it runs (a running run's page fetches them every few seconds: trials appear as they land), ``/glossary``
+the glossary of the docs. Pages come from the Jinja templates ``agent/inspector/templates/ui_*.html.j2`` with HTML
+autoescaping on (everything shown comes from the runs), carry their CSS and their one script inline and
+reference nothing outside this server; the Content-Security-Policy header says so to the browser as well (the
+script by its hash). Nothing here writes anywhere or needs the network.
 
 :func:`serve` binds the server (port 0: any free port) and returns it, so tests start it in-process.
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import hashlib
 import json
 import re
 import socket
@@ -24,19 +32,32 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader
+from markupsafe import Markup
 from pydantic import BaseModel, ConfigDict
+
+from sandboxes.base import is_control
 
 from .plots import render_plots
 from .report import ReportError, build_report
 from .review import PatchReview, ReviewError, collect_patches
-from .timeline import SIMULATED_LABEL, Timeline, read_timeline
+from .run_state import WORKSPACE, RunState, TrialSoFar, run_state, trials_so_far
+from .timeline import SIMULATED_LABEL, Timeline, TimelineCall, TimelineStep, read_timeline
 
 TEMPLATES = Path(__file__).parent / "templates"
+GLOSSARY = Path(__file__).resolve().parents[2] / "docs" / "glossary.md"
+# the script a running run's page polls its live parts with; the CSP allows it by its hash, and nothing else
+LIVE_SCRIPT = (TEMPLATES / "ui_live.js").read_text()
+LIVE_POLL_MS = 3000  # how often a running run's page asks for its live parts
+FILE_BYTES = 2 << 20  # a file larger than this is served as its last FILE_BYTES (a log's end is what one reads)
+FILES_PER_CALL = 30  # the links a call's files get at most
 # A run id as a URL segment: a plain folder name (no separators, no dot-only names, nothing to unescape).
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # The browser may load what this server serves and styles inline in its pages; nothing else, from nowhere else.
-CONTENT_SECURITY_POLICY = ("default-src 'none'; img-src 'self'; style-src 'unsafe-inline'; base-uri 'none'; "
-                           "form-action 'none'; frame-ancestors 'none'")  # fmt: skip
+CONTENT_SECURITY_POLICY = ("default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'; "
+                           f"script-src 'sha256-{base64.b64encode(hashlib.sha256(LIVE_SCRIPT.encode()).digest()).decode()}'; "
+                           "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")  # fmt: skip
+# served as text whatever they hold (with nosniff, a log holding HTML is shown, never rendered)
+_FILE_TYPES = {".png": "image/png"}
 
 
 class RefusedPath(ValueError):
@@ -77,10 +98,23 @@ class RunListing(BaseModel):
     run_id: str
     task: str
     created: str = ""
-    finished: str | None  # the finish reason; None while the run has not finished (or was killed)
+    state: RunState
+    finished: str | None  # the finish reason; None while the run runs, was stopped or never started
     targets_met: int = 0
     targets_total: int = 0
     simulated: bool
+
+
+class CallView(BaseModel):
+    """One tool call of the timeline as the page shows it: the call, and the run's files its result names."""
+
+    call: TimelineCall
+    files: list[str] = []  # paths relative to the run folder, served at /runs/<id>/files/<path>
+
+
+class StepView(BaseModel):
+    step: TimelineStep
+    calls: list[CallView] = []
 
 
 class RunPage(BaseModel):
@@ -92,6 +126,8 @@ class RunPage(BaseModel):
     node_hours: float | None = None
     best_config: dict[str, Any] | None = None
     trials: list[TrialRow] = []
+    trials_so_far: list[TrialSoFar] = []  # no summary yet: the trials the trace records so far
+    steps: list[StepView] = []
     patches: list[PatchReview] = []
     patches_note: str | None = None
     plot_names: list[str] = []
@@ -134,15 +170,16 @@ def read_listing(run_dir: Path) -> RunListing:
     options = _read_json(run_dir / "run.json") or {}
     summary = _read_json(run_dir / "summary.json")
     created = str(options.get("created") or "")
+    state = run_state(run_dir)
+    finished = state.finish_reason if state.state == "finished" else None
     if summary is None:
         task = Path(str(options.get("task_path") or "?")).stem
-        return RunListing(run_id=run_dir.name, task=task, created=created, finished=None,
+        return RunListing(run_id=run_dir.name, task=task, created=created, state=state, finished=finished,
                           simulated=_engine_from_trace(run_dir) == "twin")  # fmt: skip
     targets = summary.get("targets") or {}
-    return RunListing(run_id=run_dir.name, task=str(summary.get("task", "?")), created=created,
-                      finished=str(summary.get("finish_reason") or "finished"),
-                      targets_met=sum(bool(t.get("met")) for t in targets.values()), targets_total=len(targets),
-                      simulated=bool(summary.get("simulated")))  # fmt: skip
+    return RunListing(run_id=run_dir.name, task=str(summary.get("task", "?")), created=created, state=state,
+                      finished=finished, targets_met=sum(bool(t.get("met")) for t in targets.values()),
+                      targets_total=len(targets), simulated=bool(summary.get("simulated")))  # fmt: skip
 
 
 def _targets(summary: dict[str, Any]) -> list[TargetResult]:
@@ -151,17 +188,91 @@ def _targets(summary: dict[str, Any]) -> list[TargetResult]:
             for name, t in (summary.get("targets") or {}).items()]  # fmt: skip
 
 
+def _strings(value: Any) -> list[str]:
+    """Every string inside a tool result (dict values, list items, nested)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def run_file(run_dir: Path, rel: Path) -> Path | None:
+    """The file ``rel`` of the run folder, or None when there is none. Raises :class:`RefusedPath` for a path that
+    leaves the run folder (``..``, an absolute path, a symlink pointing out) or reaches a sandbox control path
+    (``.dayzero-*``, ``.twin``: the run lock, the twin's ground truth)."""
+    root = run_dir.resolve()
+    if rel.is_absolute() or ".." in rel.parts or any(is_control(part) for part in rel.parts):
+        raise RefusedPath(str(rel))
+    full = (run_dir / rel).resolve()
+    if not full.is_relative_to(root) or any(is_control(part) for part in full.relative_to(root).parts):
+        raise RefusedPath(str(rel))
+    return full if full.is_file() else None
+
+
+def _recorded_copy(run_dir: Path, rel: Path) -> Path:
+    """The run's own copy of a benchmark's output file: the engine writes ``workspace/.bench/<run>-NNN-<w>.jsonl``,
+    the benchmark tool keeps it (redacted) as ``bench/NNN-<w>.jsonl`` beside its output ``.log``
+    (``tools/bench.py``); any other file is itself."""
+    if rel.parts[:2] != (WORKSPACE, ".bench"):
+        return rel
+    copy = Path("bench") / rel.name.removeprefix(f"{run_dir.name}-")
+    return copy if (run_dir / copy).is_file() else rel
+
+
+def call_files(run_dir: Path, call: TimelineCall) -> list[str]:
+    """The run's files a call's result names, relative to the run folder: paths relative to the run folder or
+    its workspace (a server's ``log_path``, an edited file), absolute paths into the run folder (a benchmark
+    command's ``--output-file``; matched by the run's folder name, so a run folder that moved still links), and
+    the folder of each ``run_trials`` job (``trials/<job_id>``: its logs and benchmark records)."""
+    found: list[str] = []
+
+    def add(rel: Path) -> None:
+        for each in (rel, rel.with_suffix(".log")) if rel.parts[0] == "bench" else (rel,):  # a record, its log
+            with contextlib.suppress(RefusedPath, OSError, ValueError):
+                if str(each) not in found and run_file(run_dir, each) is not None:
+                    found.append(str(each))
+
+    for text in _strings(call.output):
+        if len(found) >= FILES_PER_CALL:
+            break
+        if "/" not in text or len(text) > 1024 or any(ch.isspace() for ch in text):
+            continue
+        path = Path(text)
+        if path.is_absolute():
+            parts = path.parts
+            for i in (i for i in range(len(parts) - 1, 0, -1) if parts[i] == run_dir.name):
+                if (run_dir / Path(*parts[i + 1:])).is_file():
+                    add(_recorded_copy(run_dir, Path(*parts[i + 1:])))
+                    break
+        else:
+            add(path if (run_dir / path).is_file() else Path(WORKSPACE) / path)
+    if call.tool == "run_trials":
+        for outcome in call.output.get("outcomes") or []:
+            job = str(outcome.get("job_id") or "")
+            folder = run_dir / "trials" / job
+            if job and _RUN_ID.fullmatch(job) and folder.is_dir():
+                for f in sorted(p for p in folder.rglob("*") if p.is_file())[:FILES_PER_CALL]:
+                    add(f.relative_to(run_dir))
+    return found
+
+
 # ------------------------------------------------------------------------------------------ the site
 
 
 class RunsSite:
     """The pages of the runs under ``runs_dir``: routing, rendering, and the per-run cache of plots."""
 
-    def __init__(self, runs_dir: Path) -> None:
+    def __init__(self, runs_dir: Path, poll_ms: int = LIVE_POLL_MS) -> None:
         self.runs_dir = Path(runs_dir).resolve()
         self.templates = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True, trim_blocks=True,
                                      lstrip_blocks=True)  # fmt: skip
         self.templates.globals["simulated_label"] = SIMULATED_LABEL
+        self.templates.globals["live_script"] = Markup(LIVE_SCRIPT)  # noqa: S704 - our own file, allowed by its hash
+        self.templates.globals["live_poll_ms"] = poll_ms
+        self.templates.filters["pretty"] = lambda value: json.dumps(value, indent=1, ensure_ascii=False, default=str)
         # run id -> (summary.json's mtime, the plots, why there are none)
         self._plots: dict[str, tuple[int, dict[str, bytes], str | None]] = {}
         self._plots_lock = threading.Lock()
@@ -185,7 +296,9 @@ class RunsSite:
         rows = [read_listing(d) for d in self.runs_dir.glob("*") if (d / "run.json").is_file()]
         return sorted(rows, key=lambda r: (r.created, r.run_id), reverse=True)
 
-    def run_page(self, run_dir: Path) -> RunPage:
+    def run_page(self, run_dir: Path, live_only: bool = False) -> RunPage:
+        """The run's page; ``live_only``: only the parts that change while it runs (state, trials, timeline),
+        without the patches and plots (what a running run's page polls for)."""
         summary = _read_json(run_dir / "summary.json") or {}
         page = RunPage(listing=read_listing(run_dir), targets=_targets(summary), branch=summary.get("branch"),
                        node_hours=summary.get("simulated_node_hours", summary.get("node_hours")),
@@ -197,9 +310,15 @@ class RunsSite:
             page.timeline = read_timeline(run_dir / "trace.jsonl")
         except (OSError, ValueError) as exc:
             page.timeline_note = f"no timeline: {exc}"
-        page.patches, page.patches_note = read_patches(run_dir)
-        plots, page.plots_note = self.plots(run_dir)
-        page.plot_names = list(plots)  # in the order the renderer gives them
+        if page.timeline is not None:
+            page.steps = [StepView(step=st, calls=[CallView(call=c, files=call_files(run_dir, c)) for c in st.calls])
+                          for st in page.timeline.steps]  # fmt: skip
+            if not summary:
+                page.trials_so_far = trials_so_far(page.timeline)
+        if not live_only:
+            page.patches, page.patches_note = read_patches(run_dir)
+            plots, page.plots_note = self.plots(run_dir)
+            page.plot_names = list(plots)  # in the order the renderer gives them
         return page
 
     def plots(self, run_dir: Path) -> tuple[dict[str, bytes], str | None]:
@@ -235,18 +354,52 @@ class RunsSite:
             segments = segments[:-1]  # /runs/x/ is /runs/x
         if segments in ([], [""]):
             return self._page("ui_runs.html.j2", HTTPStatus.OK, runs=self.listings())
-        if len(segments) in (2, 4) and segments[0] == "runs":
+        if segments == ["glossary"]:
+            return self.glossary()
+        if segments == ["favicon.ico"]:  # asked for by a browser showing a served file (pages carry theirs inline)
+            return Response(status=HTTPStatus.NO_CONTENT, content_type="image/x-icon", body=b"")
+        if len(segments) >= 2 and segments[0] == "runs":
             run_dir = self.run_dir(segments[1])
             if run_dir is None:
                 return self._not_found(f"no run {segments[1]!r} under {self.runs_dir}")
             if len(segments) == 2:
                 return self._page("ui_run.html.j2", HTTPStatus.OK, page=self.run_page(run_dir))
-            if segments[2] == "plots":
+            if segments[2:] == ["live"]:
+                return self._page("ui_run_live.html.j2", HTTPStatus.OK, page=self.run_page(run_dir, live_only=True))
+            if len(segments) >= 4 and segments[2] == "files":
+                return self.file(run_dir, segments[3:])
+            if len(segments) == 4 and segments[2] == "plots":
                 png = self.plots(run_dir)[0].get(segments[3])  # only names the renderer made; no file lookup
                 if png is not None:
                     return Response(status=HTTPStatus.OK, content_type="image/png", body=png)
                 return self._not_found(f"run {segments[1]!r} has no plot {segments[3]!r}")
         return self._not_found(f"nothing at {path}")
+
+    def file(self, run_dir: Path, segments: list[str]) -> Response:
+        """A file of the run folder, as text (a PNG as an image); a large one as its end."""
+        if "" in segments:
+            raise RefusedPath("/".join(segments))
+        rel = Path(*segments)
+        path = run_file(run_dir, rel)
+        if path is None:
+            return self._not_found(f"run {run_dir.name!r} has no file {str(rel)!r}")
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            if size > FILE_BYTES:
+                f.seek(size - FILE_BYTES)
+            body = f.read(FILE_BYTES)
+        if size > FILE_BYTES:
+            body = f"[the first {size - FILE_BYTES} of {size} bytes are not shown]\n".encode() + body
+        ctype = _FILE_TYPES.get(path.suffix.lower(), "text/plain; charset=utf-8")
+        return Response(status=HTTPStatus.OK, content_type=ctype, body=body)
+
+    def glossary(self) -> Response:
+        """``docs/glossary.md``, as text inside a page of the site (it is not there yet: a 404 page saying so)."""
+        try:
+            text = GLOSSARY.read_text()
+        except OSError:
+            return self._not_found(f"no glossary: {GLOSSARY.name} is not in {GLOSSARY.parent}")
+        return self._page("ui_doc.html.j2", HTTPStatus.OK, title="glossary", source=GLOSSARY.name, text=text)
 
     def _not_found(self, message: str) -> Response:
         return self.error(HTTPStatus.NOT_FOUND, message)
@@ -345,6 +498,8 @@ class UiServer(ThreadingHTTPServer):
         return thread
 
 
-def serve(runs_dir: Path, host: str = "127.0.0.1", port: int = 8765, verbose: bool = False) -> UiServer:
-    """A bound (not yet serving) web view of ``runs_dir`` at ``host:port``; port 0 takes any free port."""
-    return UiServer(RunsSite(runs_dir), host, port, verbose=verbose)
+def serve(runs_dir: Path, host: str = "127.0.0.1", port: int = 8765, verbose: bool = False,
+          poll_ms: int = LIVE_POLL_MS) -> UiServer:  # fmt: skip
+    """A bound (not yet serving) web view of ``runs_dir`` at ``host:port``; port 0 takes any free port; a running
+    run's page asks for its live parts every ``poll_ms`` milliseconds."""
+    return UiServer(RunsSite(runs_dir, poll_ms=poll_ms), host, port, verbose=verbose)
