@@ -1,0 +1,78 @@
+"""A target's interactivity bound (issue 29): a knee whose users get less than the task's tok/s per user is
+recorded on its trial with why, and never becomes a best; one that meets it does, with its per-user figures.
+Synthetic observations through ``apply_observations`` and the playbook's own pick (no engine)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from agent.interactivity import per_user_text
+from agent.outcomes import apply_observations
+from agent.policies.playbook import PlaybookPolicy
+from agent.state import AgentState, Observation, Trial
+from tasks.spec import load_task
+from tests.shared_runs import DEFAULT_TASK
+
+
+def _task(tmp_path, bound: str):
+    """The default task with an interactivity bound on its knee target (``bound``: YAML of the target's fields)."""
+    task = load_task(DEFAULT_TASK)
+    targets = "\n".join(
+        f"  - {{name: {t.name}, metric: {t.metric}, min: {t.min}"
+        + (f", workload: {t.workload}" if t.workload else "")
+        + (f", {bound}" if t.metric == "throughput_at_knee" else "") + "}"
+        for t in task.targets)  # fmt: skip
+    path = tmp_path / "bounded.yaml"
+    path.write_text(f"extends: {DEFAULT_TASK}\ntargets:\n{targets}\n")
+    return load_task(path)
+
+
+def _knee(rate: float, tput: float, tpots: list[float]) -> Observation:
+    """A find_knee result at ``rate``: one run per seed, the seeds' TPOT p50 as given."""
+    runs = [{"workload": "throughput", "request_rate": rate, "seed": s, "output_throughput": tput + s,
+             "median_tpot_ms": tpot, "p99_tpot_ms": 2 * tpot, "median_itl_ms": tpot / 3, "p99_itl_ms": 10 * tpot,
+             "concurrency": 100.0, "max_concurrency": None, "success_rate": 1.0, "command": ["bench", str(s)]}
+            for s, tpot in enumerate(tpots)]  # fmt: skip
+    return Observation(call_id="k", tool="find_knee", args={"workload": "throughput"}, ok=True,
+                       result={"knee_rate": rate, "throughput_at_knee": tput, "runs": runs})  # fmt: skip
+
+
+def _state(obs: Observation, trial_id: int = 1) -> AgentState:
+    trials = [Trial(id=i, flags={"tp-size": 8}, status="up") for i in range(1, trial_id + 1)]
+    return AgentState(run_id="r", task_path="t", trials=trials, observations=[obs])
+
+
+def test_a_knee_that_misses_the_bound_is_recorded_but_never_a_best(tmp_path):
+    task = _task(tmp_path, "min_tok_s_per_user: 5")  # TPOT p50 at most 200 ms
+    run = SimpleNamespace(task=task)
+    # the faster seed meets it, the slower (260 ms, 3.85 tok/s per user) does not: the knee does not count
+    out = apply_observations(_state(_knee(3.42, 3260.0, [190.0, 260.0])), run)  # type: ignore[arg-type]
+    trial = out["trials"][0]
+    assert "throughput" not in out["candidates"] and "throughput" not in trial.metrics
+    assert "3.85 tok/s per user" in trial.bound_missed["throughput"] and "at least 5 tok/s" in trial.bound_missed["throughput"]
+    assert trial.interactivity["throughput"].tpot_p50_ms == 260.0 and trial.interactivity["throughput"].seeds == 2
+    assert PlaybookPolicy._value(_knee(3.42, 3260.0, [190.0, 260.0]), task) == 0.0  # the playbook keeps nothing
+    # a slower knee whose users get 9 tok/s counts, with its figures on the trial and the best
+    out = apply_observations(_state(_knee(2.96, 2837.0, [108.0, 111.0])), run)  # type: ignore[arg-type]
+    best, trial = out["candidates"]["throughput"], out["trials"][0]
+    assert best.value == 2837.0 and trial.metrics["throughput"] == 2837.0 and not trial.bound_missed
+    assert best.interactivity is not None and round(best.interactivity.tok_s_per_user, 2) == 9.01
+    assert best.interactivity.itl_p99_ms == 1110.0 and best.interactivity.concurrency == 100.0
+    assert PlaybookPolicy._value(_knee(2.96, 2837.0, [108.0, 111.0]), task) == 2837.0
+    assert per_user_text(best.interactivity) == "9.01 tok/s/user, TPOT p50/p99 111.0/222.0 ms, ITL p50/p99 37.0/1110.0 ms"
+
+
+def test_without_a_bound_the_fastest_knee_counts_and_carries_its_per_user_figures(tmp_path):
+    task = load_task(DEFAULT_TASK)
+    out = apply_observations(_state(_knee(3.42, 3260.0, [190.0, 260.0])), SimpleNamespace(task=task))  # type: ignore[arg-type]
+    best = out["candidates"]["throughput"]
+    assert best.value == 3260.0 and best.interactivity.tpot_p50_ms == 260.0  # the slowest seed's
+    assert PlaybookPolicy._value(_knee(3.42, 3260.0, [190.0, 260.0]), task) == 3260.0
+
+
+def test_the_stricter_bound_wins(tmp_path):
+    task = _task(tmp_path, "min_tok_s_per_user: 5, max_tpot_ms: 150")
+    knee = next(t for t in task.targets if t.metric == "throughput_at_knee")
+    assert knee.tpot_limit_ms() == 150.0 and knee.interactivity_miss(160.0) and knee.interactivity_miss(150.0) is None
+    out = apply_observations(_state(_knee(3.0, 2900.0, [160.0, 150.0])), SimpleNamespace(task=task))  # type: ignore[arg-type]
+    assert "throughput" not in out["candidates"] and "TPOT p50 at most 150 ms" in out["trials"][0].bound_missed["throughput"]
