@@ -19,7 +19,7 @@ from tasks.spec import Target
 
 from .state import Interactivity, Observation
 
-__all__ = ["Counted", "Interactivity", "bound_text", "measured", "of_runs", "per_user_text"]
+__all__ = ["Counted", "Interactivity", "bound_text", "from_summary", "measured", "of_runs", "per_user_text"]
 
 
 def of_runs(runs: list[dict[str, Any]]) -> Interactivity | None:
@@ -87,3 +87,10 @@ def bound_text(target: Target) -> str:
     parts = ([f"at least {target.min_tok_s_per_user:g} tok/s per user"] if target.min_tok_s_per_user else []) + \
         ([f"TPOT p50 at most {target.max_tpot_ms:g} ms"] if target.max_tpot_ms else [])  # fmt: skip
     return " and ".join(parts)
+
+
+def from_summary(target: dict[str, Any]) -> Interactivity | None:
+    """The per-user figures behind a target's best, from its entry in ``summary.json`` (``targets.<name>``); None
+    for a run from before they were recorded, or a target no benchmark measures."""
+    raw = target.get("interactivity")
+    return Interactivity.model_validate(raw) if isinstance(raw, dict) else None
