@@ -9,6 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from agent.interactivity import Interactivity, per_user_text
+from agent.live_panel import LiveView
 from agent.outcomes import apply_observations
 from agent.policies.playbook import PlaybookPolicy
 from agent.state import AgentState, Observation, Trial
@@ -135,3 +136,16 @@ def test_a_run_held_to_a_per_user_bound_wins_with_a_configuration_that_meets_it(
     assert t["met"] and t["bound"] == f"at least {bound:g} tok/s per user"
     assert t["interactivity"]["tok_s_per_user"] >= bound > winner
     assert next(x for x in bounded.targets if x.name == knee.name).interactivity_miss(1000 / winner)
+
+
+def test_the_live_panel_says_what_a_new_best_gives_one_user_and_why_a_figure_does_not_count(tmp_path):
+    task = _task(tmp_path, "min_tok_s_per_user: 5")
+    out = apply_observations(_state(_knee(3.42, 3260.0, [190.0, 260.0]), trial_id=2), SimpleNamespace(task=task))  # type: ignore[arg-type]
+    missed = out["trials"][1]  # the trial the knee was measured on (the last)
+    counted = apply_observations(_state(_knee(2.96, 2837.0, [108.0, 111.0])), SimpleNamespace(task=task))  # type: ignore[arg-type]
+    state = AgentState(run_id="r", task_path="t", trials=[counted["trials"][0], missed],
+                       bests={"throughput": counted["candidates"]["throughput"]})  # fmt: skip
+    lines = [line.plain for line in LiveView(task).events(state)]
+    assert any("trial 2's throughput 3260.0: 3.85 tok/s per user" in ln and "does not count" in ln for ln in lines)
+    best = next(ln for ln in lines if "new best throughput 2837" in ln)
+    assert per_user_text(state.bests["throughput"].interactivity) in best
