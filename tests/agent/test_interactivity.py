@@ -149,3 +149,15 @@ def test_the_live_panel_says_what_a_new_best_gives_one_user_and_why_a_figure_doe
     assert any("trial 2's throughput 3260.0: 3.85 tok/s per user" in ln and "does not count" in ln for ln in lines)
     best = next(ln for ln in lines if "new best throughput 2837" in ln)
     assert per_user_text(state.bests["throughput"].interactivity) in best
+
+
+def test_a_knee_measured_as_an_independent_trial_is_held_to_the_bound_too(tmp_path):
+    """run_trials' knee outcomes carry the runs behind their value: the same accounting as a knee on the server."""
+    task = _task(tmp_path, "min_tok_s_per_user: 5")
+    outcomes = [{"spec": {"flags": {"tp-size": 8, "dp-size": n}, "env": {}, "measure": "knee", "workload": "throughput"},
+                 "status": "up", "value": tput, "at_value": _knee(3.0, tput, [tpot]).result["runs"]}
+                for n, tput, tpot in ((1, 3200.0, 260.0), (2, 2800.0, 120.0))]  # fmt: skip
+    obs = Observation(call_id="t", tool="run_trials", args={}, ok=True, result={"outcomes": outcomes})
+    slow, fast = apply_observations(_state(obs, trial_id=0), SimpleNamespace(task=task))["trials"]  # type: ignore[arg-type]
+    assert "throughput" not in slow.metrics and "3.85 tok/s per user" in slow.bound_missed["throughput"]
+    assert fast.metrics == {"throughput": 2800.0} and fast.interactivity["throughput"].tpot_p50_ms == 120.0
