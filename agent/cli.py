@@ -18,6 +18,8 @@ from rich.text import Text
 
 from sandboxes.twin.scenario import DEFAULT_SCENARIO
 
+from .state import Interactivity
+
 app = typer.Typer(help="dayzero: bring a new model up on new accelerators, by an agent.", no_args_is_help=True,
                   pretty_exceptions_enable=False)  # fmt: skip
 twin_app = typer.Typer(help="The digital twin (a simulated SGLang ROCm node; MI355X by default).", no_args_is_help=True)
@@ -161,15 +163,26 @@ def _explain_lines(target: str, e: dict) -> list[str]:
     return lines
 
 
+def _per_user_cell(i: Interactivity | None) -> str:
+    """What one user saw behind a figure, in the summary table's narrow column: tok/s per user, then TPOT and
+    ITL p50/p99 (agent/interactivity.py writes the same in one line elsewhere)."""
+    if i is None:
+        return "-"
+    return (f"{i.tok_s_per_user:.3g} tok/s/user\nTPOT {i.tpot_p50_ms:.1f}/{i.tpot_p99_ms:.1f}\n"
+            f"ITL {i.itl_p50_ms:.1f}/{i.itl_p99_ms:.1f}")
+
+
 def _print_summary(run_dir: Path) -> int:
     """Print a finished run's summary; returns its exit code."""
     summary = json.loads((run_dir / "summary.json").read_text())
     table = Table(title=Text(f"run {summary['run_id']}: {summary['finish_reason']}"))
-    for col in ("target", "goal", "achieved", "met"):
+    for col in ("target", "goal", "achieved", "met", "per user (TPOT, ITL p50/p99 ms)"):
         table.add_column(col)
     for name, t in summary["targets"].items():
         achieved = "-" if t["achieved"] is None else f"{t['achieved']:.3f}"
-        table.add_row(name, f"{t['target']:g}", achieved, "[green]yes[/]" if t["met"] else "[red]no[/]")
+        goal = f"{t['target']:g}" + (f"\n{t['bound']}" if t.get("bound") else "")
+        inter = Interactivity.model_validate(t["interactivity"]) if t.get("interactivity") else None
+        table.add_row(name, goal, achieved, "[green]yes[/]" if t["met"] else "[red]no[/]", _per_user_cell(inter))
     console.print(table)
     for c in summary["commits"]:
         console.print(Text(f"commit {', '.join(s[:10] for s in c['commits'])}  {c['title']}"), soft_wrap=True)

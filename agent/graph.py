@@ -174,7 +174,7 @@ def build_graph(run: Run):
 
 # The state's types, registered with LangGraph's serializer: a checkpoint names them, and a later LangGraph loads
 # only the types it was told about (unregistered ones are deserialized with a warning today, refused tomorrow).
-_STATE_TYPES = ("AgentState", "Budget", "Best", "Call", "Observation", "Patch", "TargetsMet", "Trial")
+_STATE_TYPES = ("AgentState", "Budget", "Best", "Call", "Interactivity", "Observation", "Patch", "TargetsMet", "Trial")
 
 
 def serializer(conn: sqlite3.Connection | None = None, redactor: Redactor | None = None) -> ItemSerializer:

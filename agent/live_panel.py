@@ -20,6 +20,7 @@ from rich.text import Text
 from tasks.spec import TaskSpec
 
 from .flag_text import dicts_as_flags, flags_text
+from .interactivity import per_user_text
 from .state import AgentState, Best, Trial
 
 ACCURACY = "accuracy_delta"  # the target metric an eval measures, not a benchmark
@@ -47,6 +48,7 @@ class LiveView:
         self._trials: dict[int, tuple[str, str | None]] = {}  # id -> (status, serving failure) seen
         self._patches: dict[int, str] = {}  # id -> status seen
         self._bests: dict[str, tuple[float, bool]] = {}  # target -> (value, verified) seen
+        self._missed: dict[tuple[int, str], str] = {}  # (trial, target) -> why its figure does not count, seen
 
     # --- events -----------------------------------------------------------------------------------------
 
@@ -65,6 +67,11 @@ class LiveView:
                                       f"({flags_text(t.flags)})"))  # fmt: skip
             if t.serving_failure and (seen is None or seen[1] != t.serving_failure):
                 out.append(self._line("✗", "red", f"trial {t.id} failed under a benchmark: {t.serving_failure}"))
+        for t in state.trials:  # a figure its target's interactivity bound does not let count
+            for name, why in t.bound_missed.items():
+                if self._missed.get((t.id, name)) != why:
+                    self._missed[(t.id, name)] = why
+                    out.append(self._line("✗", "yellow", f"trial {t.id}'s {name} {why}; it does not count"))
         for p in state.patches:
             if self._patches.get(p.id) == p.status:
                 continue
@@ -86,8 +93,9 @@ class LiveView:
                 target = next((t for t in self.task.targets if t.name == name), None)
                 goal = f" (goal {target.min:g}{', met' if best.value >= target.min else ''})" if target else ""
                 check = "" if best.verified else ", accuracy not checked yet"
+                user = f", {per_user_text(best.interactivity)}" if best.interactivity else ""
                 out.append(self._line("★", "green", f"new best {name} {best.value:.5g}{goal}, trial {best.trial}"
-                                                    f"{check}", f"({config_text(best.flags, best.env)})"))  # fmt: skip
+                                                    f"{user}{check}", f"({config_text(best.flags, best.env)})"))  # fmt: skip
         return out
 
     def _line(self, mark: str, style: str, text: str, detail: str = "") -> Text:

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from tasks.spec import TaskSpec
 
+from .interactivity import Counted, measured, of_runs
 from .state import AgentState, Best, Observation, Patch, Trial
 
 if TYPE_CHECKING:
@@ -18,27 +19,10 @@ if TYPE_CHECKING:
 PATCH_TOOLS = ("edit_file", "apply_patch")
 
 
-def _metric_updates(task: TaskSpec, obs: Observation) -> dict[str, tuple[float, dict[str, Any]]]:
-    """target name -> (value measured by this observation, the benchmark run that measured it)."""
-    out: dict[str, tuple[float, dict[str, Any]]] = {}
-    r = obs.result
-    for t in task.targets:
-        if obs.tool == "run_benchmark" and r.get("runs") and r["runs"][-1]["workload"] == t.workload:
-            runs = r["runs"]
-            if t.metric == "decode_tok_s":
-                run = max(runs, key=lambda x: x["decode_tok_s"])
-                out[t.name] = (run["decode_tok_s"], run)
-            elif t.metric == "output_throughput":
-                ok = [x for x in runs if x["success_rate"] >= 0.99]
-                run = max(ok, key=lambda x: x["output_throughput"]) if ok else {}
-                out[t.name] = (run.get("output_throughput", 0.0), run)
-        elif (obs.tool == "find_knee" and t.metric == "throughput_at_knee" and obs.args.get("workload") == t.workload
-              and r.get("knee_rate")):
-            at_knee = [x for x in r.get("runs", []) if x.get("request_rate") == r["knee_rate"]]
-            # the seed whose figure is reported (the lowest): its command reproduces the figure
-            run = min(at_knee, key=lambda x: abs(x["output_throughput"] - r["throughput_at_knee"]), default={})
-            out[t.name] = (float(r["throughput_at_knee"]), run)
-    return out
+def _metric_updates(task: TaskSpec, obs: Observation) -> dict[str, Counted]:
+    """target name -> what this observation measured for it (``agent/interactivity.py``: with its per-user
+    figures, and why it does not count when it misses the target's interactivity bound)."""
+    return {t.name: c for t in task.targets if (c := measured(t, obs)) is not None}
 
 
 def apply_observations(state: AgentState, run: Run) -> dict[str, Any]:
@@ -69,11 +53,21 @@ def apply_observations(state: AgentState, run: Run) -> dict[str, Any]:
             up = obs.result["status"] == "up"
             server_flags, server_env = (trials[-1].flags, trials[-1].env) if up else (None, {})
         elif obs.tool == "run_trials" and obs.ok:
-            knee_targets = [t.name for t in run.task.targets if t.metric == "throughput_at_knee"]
+            knee_targets = [t for t in run.task.targets if t.metric == "throughput_at_knee"]
             for o in obs.result.get("outcomes", []):
-                metrics = {name: o["value"] for name in knee_targets if o["status"] == "up" and o["spec"]["measure"] == "knee"}
-                trials.append(Trial(id=len(trials) + 1, flags=o["spec"]["flags"], env=o["spec"]["env"], status=o["status"],
-                                    diagnosis=o.get("diagnosis"), metrics=metrics, step=obs.step))  # fmt: skip
+                trial = Trial(id=len(trials) + 1, flags=o["spec"]["flags"], env=o["spec"]["env"], status=o["status"],
+                              diagnosis=o.get("diagnosis"), step=obs.step)  # fmt: skip
+                inter = of_runs(o.get("at_value") or [])
+                for t in knee_targets:
+                    if o["status"] != "up" or o["spec"]["measure"] != "knee" or o["spec"]["workload"] != t.workload:
+                        continue
+                    if inter is not None:
+                        trial.interactivity[t.name] = inter
+                    if miss := t.interactivity_miss(inter.tpot_p50_ms if inter else None):
+                        trial.bound_missed[t.name] = f"{o['value']:.1f}: {miss}"
+                    else:
+                        trial.metrics[t.name] = o["value"]
+                trials.append(trial)
             budget = budget.model_copy(update={"trials": budget.trials + len(obs.result.get("outcomes", []))})
             server_flags, server_env = None, {}
         elif obs.tool == "stop_server" and obs.ok:
@@ -98,15 +92,22 @@ def apply_observations(state: AgentState, run: Run) -> dict[str, Any]:
                 accepted = [r["accept_length"] for r in single if r.get("accept_length")]
                 if accepted:
                     trials[-1].accept_length = max(accepted)
-            for name, (value, measured) in _metric_updates(run.task, obs).items():
-                trial = trials[-1]
+            for name, c in _metric_updates(run.task, obs).items():
+                trial, value = trials[-1], c.value
+                if c.miss is not None:  # recorded with why, never a best
+                    trial.bound_missed[name] = f"{value:.1f}: {c.miss}"
+                    if name not in trial.metrics and c.interactivity is not None:
+                        trial.interactivity[name] = c.interactivity
+                    continue
+                if c.interactivity is not None and value >= trial.metrics.get(name, 0.0):
+                    trial.interactivity[name] = c.interactivity
                 trial.metrics[name] = max(value, trial.metrics.get(name, 0.0))
                 best = state.bests.get(name)
                 cand = candidates.get(name)
                 if (best is None or value > best.value) and (cand is None or value > cand.value):
                     candidates[name] = Best(target=name, value=value, trial=trial.id, flags=trial.flags, env=trial.env,
-                                            rate=measured.get("request_rate"),
-                                            bench_command=measured.get("command") or [])  # fmt: skip
+                                            rate=c.run.get("request_rate"), bench_command=c.run.get("command") or [],
+                                            interactivity=c.interactivity)  # fmt: skip
     return {"trials": trials, "patches": patches, "candidates": candidates, "budget": budget, "history": history,
             "server_flags": server_flags, "server_env": server_env}  # fmt: skip
 

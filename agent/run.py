@@ -38,6 +38,7 @@ from tasks.spec import TaskError, TaskSpec, load_task
 from tools.context import ToolContext
 from tools.runner import ToolCallRecord, ToolRunner
 
+from .interactivity import bound_text
 from .outcomes import ExitCode, classify
 from .policies.base import Policy, PolicyContext
 from .policies.expert import PlaybookExpert
@@ -495,7 +496,10 @@ def summarize(run: Run, state: AgentState) -> dict[str, Any]:
         value = best.value if best else None
         targets[t.name] = {"metric": t.metric, "target": t.min, "achieved": value,
                            "met": value is not None and value >= t.min and best.verified,
-                           "trial": best.trial if best else None, "flags": best.flags if best else None}  # fmt: skip
+                           "trial": best.trial if best else None, "flags": best.flags if best else None,
+                           # what one user saw in the benchmark behind the figure, and the bound it had to meet
+                           "interactivity": best.interactivity.model_dump() if best and best.interactivity else None,
+                           "bound": bound_text(t) or None}  # fmt: skip
     simulated = run.choice.engine == "twin"
     best = _winning(run, state)
     commits = [{"patch": p.id, "title": p.title, "commits": p.commits, "files": p.files} for p in state.patches

@@ -32,6 +32,22 @@ class Observation(BaseModel):
     step: int = 0
 
 
+class Interactivity(BaseModel):
+    """What one user saw in the benchmark behind a figure (``agent/interactivity.py`` derives and formats it):
+    bench_serving's per-request latencies at that load. At a knee measured with several seeds, the slowest seed's."""
+
+    workload: str = ""
+    request_rate: float | None = None  # the load: requests per second (None: all at once, or one at a time)
+    tpot_p50_ms: float
+    tpot_p99_ms: float = 0.0
+    itl_p50_ms: float = 0.0
+    itl_p99_ms: float = 0.0
+    tok_s_per_user: float  # 1000 / TPOT p50: one user's decode speed
+    concurrency: float | None = None  # requests in flight on average (bench_serving's 'concurrency')
+    max_concurrency: int | None = None  # the benchmark's cap (--max-concurrency), if any
+    seeds: int = 1  # benchmark runs at this load the figures are the slowest of
+
+
 class Trial(BaseModel):
     """One configuration launched, and what was measured on it."""
 
@@ -50,6 +66,10 @@ class Trial(BaseModel):
     accuracy: float | None = None
     accuracy_ok: bool | None = None
     step: int = 0
+    # target name -> what one user saw in the benchmark behind its figure (a checkpoint from before: empty)
+    interactivity: dict[str, Interactivity] = Field(default_factory=dict)
+    # target name -> why a figure it served does not count for the target (its interactivity bound)
+    bound_missed: dict[str, str] = Field(default_factory=dict)
 
 
 class Patch(BaseModel):
@@ -85,6 +105,7 @@ class Best(BaseModel):
     verified: bool = False  # accuracy checked on this configuration
     rate: float | None = None  # the request rate the value was measured at (the knee's, for a knee target)
     bench_command: list[str] = Field(default_factory=list)  # the benchmark command that measured it, argv
+    interactivity: Interactivity | None = None  # what one user saw in that benchmark
 
 
 class Budget(BaseModel):

@@ -170,10 +170,42 @@ class Workload(Strict):
 
 
 class Target(Strict):
+    """What counts as done for one measured figure. A serving target may also bound interactivity (what one user
+    sees: decode speed, time per output token), the way serving results are read as throughput against tok/s per
+    user: a figure counts for the target only when the benchmark that measured it, at the target's load (the knee
+    rate, for a knee), meets the bound; a faster configuration whose users wait longer per token does not win."""
+
     name: Name
     metric: Literal["throughput_at_knee", "decode_tok_s", "output_throughput", "accuracy_delta"]
     workload: Name | None = None
     min: float = Field(ge=-L.TARGET, le=L.TARGET)
+    min_tok_s_per_user: float | None = Field(None, gt=0, le=L.TOK_S_PER_USER, description=(
+        "interactivity bound: the decode speed one user must see at the target's load, 1000 / median TPOT in "
+        f"tokens per second (at most {L.TOK_S_PER_USER}); for a knee, every seed at the knee must meet it"))
+    max_tpot_ms: float | None = Field(None, gt=0, le=L.TPOT_MS, description=(
+        "interactivity bound: the median time per output token (bench_serving's median_tpot_ms) at the target's "
+        "load, in milliseconds (at most a week)"))
+
+    def tpot_limit_ms(self) -> float | None:
+        """The highest median TPOT the target's bounds allow (the stricter of the two), or None: no bound."""
+        limits = [x for x in (self.max_tpot_ms, 1000.0 / self.min_tok_s_per_user if self.min_tok_s_per_user else None)
+                  if x is not None]
+        return min(limits) if limits else None
+
+    def interactivity_miss(self, median_tpot_ms: float | None) -> str | None:
+        """Why a run with this median TPOT does not count for the target (None: it meets every bound)."""
+        limit = self.tpot_limit_ms()
+        if limit is None:
+            return None
+        if not median_tpot_ms or median_tpot_ms <= 0:
+            return "no TPOT was measured (no output token past the first)"
+        if median_tpot_ms <= limit:
+            return None
+        per_user = 1000.0 / median_tpot_ms
+        wanted = [f"at least {self.min_tok_s_per_user:g} tok/s per user" if self.min_tok_s_per_user else "",
+                  f"TPOT p50 at most {self.max_tpot_ms:g} ms" if self.max_tpot_ms else ""]
+        return (f"{per_user:.2f} tok/s per user (TPOT p50 {median_tpot_ms:.1f} ms) misses the bound "
+                f"({' and '.join(w for w in wanted if w)})")
 
 
 class EvalSpec(Strict):
@@ -314,6 +346,10 @@ class TaskSpec(Strict):
             if t.workload is not None and t.workload not in self.workloads:
                 raise ValueError(f"targets[{i}].workload: unknown workload {t.workload!r} "
                                  f"(known: {', '.join(self.workloads)})")  # fmt: skip
+            if t.tpot_limit_ms() is not None and (t.metric == "accuracy_delta" or t.workload is None):
+                bound = "min_tok_s_per_user" if t.min_tok_s_per_user is not None else "max_tpot_ms"
+                raise ValueError(f"targets[{i}].{bound}: an interactivity bound needs a target that serves a "
+                                 "workload (throughput_at_knee, decode_tok_s or output_throughput, with its workload)")
             if t.metric == "throughput_at_knee" and (t.workload is None or self.workloads[t.workload].ttft_limit_ms is None):
                 raise ValueError(f"targets[{i}]: throughput_at_knee needs a workload with ttft_limit_ms")
         if self.accuracy and self.accuracy.suite not in self.evals:

@@ -6,11 +6,12 @@ import json
 import math
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from tasks.spec import Workload
+from tasks.spec import TaskSpec, Workload
 
 from .base import Cost, ToolInput, ToolResult, tool
 from .context import ToolContext
@@ -23,6 +24,9 @@ class BenchMetrics(BaseModel):
     workload: str
     request_rate: float | None
     max_concurrency: int | None = None
+    concurrency: float | None = Field(None, description=(
+        "requests in flight on average over the run (bench_serving's 'concurrency': the sum of end-to-end "
+        "latencies over the duration)"))
     completed: int
     num_prompts: int
     success_rate: float
@@ -94,7 +98,9 @@ def parse_record(name: str, record: dict[str, Any], prompts: int, seed: int | No
     share = (record.get("gpu_time_breakdown") or {}).get("share")
     return BenchMetrics(
         workload=name, request_rate=None if record.get("request_rate") in (None, float("inf")) else record["request_rate"],
-        max_concurrency=record.get("max_concurrency"), completed=completed, num_prompts=prompts,
+        max_concurrency=record.get("max_concurrency"),
+        concurrency=float(record["concurrency"]) if isinstance(record.get("concurrency"), int | float) else None,
+        completed=completed, num_prompts=prompts,
         success_rate=completed / prompts if prompts else 0.0,
         output_throughput=float(record["output_throughput"]), request_throughput=float(record["request_throughput"]),
         median_ttft_ms=float(record["median_ttft_ms"]), p99_ttft_ms=float(record["p99_ttft_ms"]),
@@ -275,6 +281,9 @@ def run_benchmark(ctx: ToolContext, args: BenchInput) -> BenchResult:
 class KneeInput(ToolInput):
     workload: str
     ttft_limit_ms: float | None = Field(None, gt=0, description="default: the workload's ttft_limit_ms")
+    max_tpot_ms: float | None = Field(None, gt=0, description=(
+        "interactivity bound: a rate counts as sustained only when its median TPOT is at most this too; default: "
+        "the strictest bound (min_tok_s_per_user, max_tpot_ms) of the task's knee targets on this workload"))
     start_rate: float = Field(1.0, gt=0)
     max_rate: float = Field(16.0, gt=0)
     resolution: float = Field(0.1, ge=0.01, description=(
@@ -299,6 +308,8 @@ class KneeResult(ToolResult):
     throughput_at_knee: float = Field(0.0, description="the lowest output throughput of the seeds at the knee")
     ttft_p50_ms: float | None = Field(None, description="at the knee, the highest of the seeds' TTFT p50")
     ttft_p99_ms: float | None = Field(None, description="at the knee, the highest of the seeds' TTFT p99")
+    tpot_p50_ms: float | None = Field(None, description="at the knee, the highest of the seeds' TPOT p50")
+    max_tpot_ms: float | None = Field(None, description="the interactivity bound the search held (None: none)")
     seeds: list[int] = []
     first_failing_rate: float | None = None
     server_lost: bool = Field(False, description=(
@@ -316,14 +327,17 @@ class _OutOfBudget(Exception):
 def find_knee(ctx: ToolContext, args: KneeInput) -> KneeResult:
     """Find the highest request rate whose TTFT p50 stays within the limit for every benchmark seed: grow the
     rate until it fails, then bisect the bracket to the resolution. Reports the output throughput at that rate
-    (the lowest of the seeds') with TTFT p50 and p99. With ``max_node_hours`` it stops before the run that would
-    pass the allowance and reports the best rate every seed sustained so far."""
+    (the lowest of the seeds') with TTFT p50 and p99. An interactivity bound (``max_tpot_ms``, by default the
+    task's) makes a rate whose median TPOT passes it unsustained as well: the knee is then the highest rate both
+    hold, the load at which the users still get the decode speed asked for. With ``max_node_hours`` it stops
+    before the run that would pass the allowance and reports the best rate every seed sustained so far."""
     if err := _need_server(ctx, args.workload):
         return KneeResult(ok=False, summary=err)
     workload = ctx.task.workloads[args.workload]
-    limit = args.ttft_limit_ms or workload.ttft_limit_ms
-    if limit is None:
+    ttft = args.ttft_limit_ms or workload.ttft_limit_ms
+    if ttft is None:
         return KneeResult(ok=False, summary="no TTFT limit: pass ttft_limit_ms or set it in the workload")
+    limit = _Limit(ttft, args.max_tpot_ms or task_tpot_limit(ctx.task, args.workload))
     seeds = list(args.seeds or workload.knee_seeds)
     results: dict[tuple[float, int], BenchMetrics] = {}
     errors: list[str] = []
@@ -371,9 +385,27 @@ class _RunFailed(Exception):
     """A benchmark run failed (no figures)."""
 
 
-def _sustains(m: BenchMetrics, limit: float) -> bool:
-    """Whether one benchmark run sustained its rate: TTFT p50 within the limit, (nearly) every request served."""
-    return m.median_ttft_ms <= limit and m.success_rate >= 0.99
+@dataclass(frozen=True)
+class _Limit:
+    """What a sustained rate holds: TTFT p50 within ``ttft_ms`` and, with an interactivity bound, TPOT p50 within
+    ``tpot_ms``."""
+
+    ttft_ms: float
+    tpot_ms: float | None = None
+
+
+def task_tpot_limit(task: TaskSpec, workload: str) -> float | None:
+    """The strictest interactivity bound (as a median TPOT) of the task's knee targets on ``workload``."""
+    limits = [x for t in task.targets if t.metric == "throughput_at_knee" and t.workload == workload
+              if (x := t.tpot_limit_ms()) is not None]  # fmt: skip
+    return min(limits) if limits else None
+
+
+def _sustains(m: BenchMetrics, limit: _Limit) -> bool:
+    """Whether one benchmark run sustained its rate: TTFT p50 within the limit, (nearly) every request served,
+    and TPOT p50 within the interactivity bound when there is one."""
+    tpot_ok = limit.tpot_ms is None or 0 < m.median_tpot_ms <= limit.tpot_ms
+    return m.median_ttft_ms <= limit.ttft_ms and m.success_rate >= 0.99 and tpot_ok
 
 
 def _search(args: KneeInput, seeds: list[int], check, tried) -> tuple[float | None, float | None]:
@@ -415,32 +447,37 @@ def _search(args: KneeInput, seeds: list[int], check, tried) -> tuple[float | No
     return lo, hi
 
 
-def _sustained(results: dict[tuple[float, int], BenchMetrics], seeds: list[int], limit: float) -> list[float]:
+def _sustained(results: dict[tuple[float, int], BenchMetrics], seeds: list[int], limit: _Limit) -> list[float]:
     """Rates every seed has run and sustained."""
     rates = {r for r, _ in results}
     return sorted(r for r in rates if all((r, s) in results and _sustains(results[(r, s)], limit) for s in seeds))
 
 
-def _knee_result(lo: float | None, hi: float | None, seeds: list[int], results: dict, cost: Cost, limit: float,
+def _knee_result(lo: float | None, hi: float | None, seeds: list[int], results: dict, cost: Cost, limit: _Limit,
                  stopped_by_budget: bool = False) -> KneeResult:
     runs = [results[k] for k in sorted(results)]
+    bound = f" or TPOT p50 exceeds {limit.tpot_ms:.1f} ms" if limit.tpot_ms else ""
     if lo is None:
         why = (f"the node-hour allowance ran out before any rate was sustained by every seed ({len(runs)} runs)"
-               if stopped_by_budget else f"TTFT p50 exceeds {limit:.0f} ms even at {hi} req/s")
+               if stopped_by_budget else f"TTFT p50 exceeds {limit.ttft_ms:.0f} ms{bound} even at {hi} req/s")
         return KneeResult(ok=False, first_failing_rate=hi, runs=runs, cost=cost, seeds=seeds,
-                          stopped_by_budget=stopped_by_budget, summary=why)  # fmt: skip
+                          stopped_by_budget=stopped_by_budget, summary=why, max_tpot_ms=limit.tpot_ms)  # fmt: skip
     at_knee = [results[(round(lo, 3), s)] for s in seeds]
     worst = min(at_knee, key=lambda m: m.output_throughput)
     p50, p99 = max(m.median_ttft_ms for m in at_knee), max(m.p99_ttft_ms for m in at_knee)
+    tpot = max(m.median_tpot_ms for m in at_knee)
     limited = " (stopped by its node-hour allowance: the knee may lie higher)" if stopped_by_budget else ""
+    held = f" within the bound of {limit.tpot_ms:.1f} ms" if limit.tpot_ms else ""
+    per_user = f", TPOT p50 {tpot:.1f} ms{held} ({1000 / tpot:.1f} tok/s per user)" if tpot > 0 else ""
     return KneeResult(knee_rate=lo, throughput_at_knee=worst.output_throughput, ttft_p50_ms=p50, ttft_p99_ms=p99,
-                      seeds=seeds, first_failing_rate=hi, runs=runs, cost=cost, stopped_by_budget=stopped_by_budget,
+                      tpot_p50_ms=tpot or None, max_tpot_ms=limit.tpot_ms, seeds=seeds, first_failing_rate=hi,
+                      runs=runs, cost=cost, stopped_by_budget=stopped_by_budget,
                       summary=f"knee at {lo:g} req/s (every one of {len(seeds)} seed(s)): "
-                      f"{worst.output_throughput:.0f} tok/s, TTFT p50 {p50:.0f} ms, p99 {p99:.0f} ms "
+                      f"{worst.output_throughput:.0f} tok/s, TTFT p50 {p50:.0f} ms, p99 {p99:.0f} ms{per_user} "
                       f"({len(runs)} runs){limited}")  # fmt: skip
 
 
-def _budget_limited(seeds: list[int], results: dict, cost: Cost, limit: float) -> KneeResult:
+def _budget_limited(seeds: list[int], results: dict, cost: Cost, limit: _Limit) -> KneeResult:
     """What a search stopped by its allowance can still claim: the highest rate every seed sustained."""
     sustained = _sustained(results, seeds, limit)
     failing = sorted(r for (r, s) in results if r not in sustained)

@@ -35,6 +35,7 @@ from tools.context import ENGINE_LOCALE, fill_placeholders, flags_to_argv
 from tools.git_ops import run_branch
 from tools.machine_paths import roots_of, strip_machine_paths
 
+from ..interactivity import Interactivity, from_summary, per_user_text
 from ..outcomes import ExitCode
 from ..secrets import Redactor, configured_secrets, secret_references
 from ..trace import ToolCallEvent, TraceError, read_trace
@@ -780,6 +781,7 @@ def write_review(run_dir: Path, out_dir: Path | None = None) -> ReviewResult:
     result.summary_pr.write_text(clean(env.get_template("pr_summary.md.j2").render(
         run_id=record.run_id, branch=run_branch(record.run_id), task=summary.get("task", record.task.name if record.task else "?"),
         finished=summary.get("finish_reason") or "not finished (no summary.json)", targets=_targets(summary),
+        per_user=_per_user(summary), bounds={n: t["bound"] for n, t in summary.get("targets", {}).items() if t.get("bound")},
         trees=trees, defects=result.defects, simulated=record.simulated, simulated_label=SIMULATED_LABEL,
         winners=winners, layout=layout, real=real, verdict=result.verdict, finished_run=bool(summary),
         reports=[p.relative_to(out_dir) if p.is_relative_to(out_dir) else p for p in result.report_files],
@@ -811,6 +813,21 @@ def _layout(record: _RunRecord, trees: list[TreeReview], commands: str) -> list[
     return lines
 
 
+def _load_text(i: Interactivity | None) -> str:
+    """The load the per-user figures were measured at: a request rate, a concurrency cap, requests in flight."""
+    if i is None:
+        return ""
+    parts = ([f"{i.request_rate:g} req/s"] if i.request_rate else []) + \
+        ([f"max concurrency {i.max_concurrency}"] if i.max_concurrency else []) + \
+        ([f"{i.concurrency:.1f} requests in flight on average"] if i.concurrency else [])  # fmt: skip
+    return ", ".join(parts)
+
+
+def _per_user(summary: dict[str, Any]) -> dict[str, str]:
+    """target name -> what one user saw behind its best (the PR's targets table)."""
+    return {name: per_user_text(i) for name, t in summary.get("targets", {}).items() if (i := from_summary(t))}
+
+
 def _winners(record: _RunRecord, summary: dict[str, Any], trees: list[TreeReview]) -> list[dict[str, Any]]:
     """Each target's best trial and the commands that start and measure it (the real engine's when the task
     names one), for the summary PR."""
@@ -821,8 +838,11 @@ def _winners(record: _RunRecord, summary: dict[str, Any], trees: list[TreeReview
         if trial is None or trial.id in seen or t.get("metric") == "accuracy_delta":
             continue
         seen.add(trial.id)
+        inter = from_summary(t)
         out.append({"target": name, "trial": trial.id, "achieved": t.get("achieved"), "metric": t.get("metric", ""),
-                    "met": bool(t.get("met")), "goal": t.get("target"),
+                    "met": bool(t.get("met")), "goal": t.get("target"), "bound": t.get("bound"),
+                    "per_user": per_user_text(inter) if inter else None,
+                    "load": _load_text(inter),
                     "command": "\n".join(x for x in (trees_at(record, trees, trial.id), _reproduce(record, trial)) if x)})  # fmt: skip
     return out
 

@@ -33,6 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import jinja2
 
+from agent.interactivity import bound_text, per_user_text
 from agent.search import (
     KNOBS_FOR,
     LAYOUT,
@@ -304,6 +305,10 @@ def _trial_line(t: Any) -> str:
         parts.append(f"failed under the benchmark: {t.serving_failure[:300]}")
     if t.metrics:
         parts.append("metrics: " + ", ".join(f"{k}={v:.1f}" for k, v in t.metrics.items()))
+    for name, i in t.interactivity.items():
+        parts.append(f"{name} per user: {per_user_text(i, short=True)}")
+    for name, why in t.bound_missed.items():
+        parts.append(f"{name} does not count: {why[:200]}")
     if t.accuracy is not None:
         parts.append(f"accuracy {t.accuracy:.3f} ({'ok' if t.accuracy_ok else 'FAILED gate'})")
     return "; ".join(parts)
@@ -322,7 +327,7 @@ def prompt_variables(state: AgentState, ctx: PolicyContext, memo: dict[str, Any]
     llm_wall = float(memo.get("wall_s", 0.0))
     tool_names = [s["function"]["name"] for s in ctx.tool_schemas if s.get("function")]
     return {
-        "task": task, "used": state.budget, "limits": task.budgets, "workloads": workloads, "targets": task.targets,
+        "task": task, "bound_text": bound_text, "used": state.budget, "limits": task.budgets, "workloads": workloads, "targets": task.targets,
         "accuracy": task.accuracy,
         "wall_min": state.budget.wall_seconds / 60, "llm_wall_min": llm_wall / 60,
         "space_flags": [(k, json.dumps(v)) for k, v in task.search_space.flags.items()],

@@ -36,6 +36,7 @@ from ..fixes.excludes import SCALE, engine_test, own_modules
 from ..fixes.excludes import engine_excludes as draft_excludes
 from ..fixes.excludes import excluded as _excluded  # Quark's matching rule, one definition
 from ..fixes.rocm_port import HIP_COUNTERPARTS, _own_counterparts  # noqa: F401 - the guard's mapping, re-exported
+from ..interactivity import measured
 from ..outcomes import node_hours_left
 from ..search import (
     LAYOUT,
@@ -682,7 +683,7 @@ class PlaybookPolicy:
             if obs.tool == "find_knee" and obs.result.get("stopped_by_budget") and not obs.result.get("runs"):
                 memo["current"], memo["phase"] = None, "done"
                 return [], f"the budget left ({obs.args.get('max_node_hours', 0):.3f} node-hours) buys no more benchmark runs"
-            value = self._value(obs)
+            value = self._value(obs, task)
             trial = state.current_trial()
             if trial and trial.accuracy_ok is False:
                 return self._abandon(memo, cur, accuracy_failure(trial))
@@ -895,7 +896,11 @@ class PlaybookPolicy:
         return best.get("accept_length") if best else None
 
     @staticmethod
-    def _value(obs: Observation) -> float:
+    def _value(obs: Observation, task: TaskSpec | None = None) -> float:
+        """The figure a measurement keeps: 0 when it misses its target's interactivity bound (it never wins)."""
+        counted = [c for t in (task.targets if task else []) if (c := measured(t, obs)) is not None]
+        if counted:
+            return 0.0 if counted[0].miss else counted[0].value
         if obs.tool == "find_knee":
             return float(obs.result.get("throughput_at_knee") or 0.0) if obs.ok else 0.0
         runs = obs.result.get("runs") or []

@@ -24,6 +24,7 @@ from agent.inspector.review import (
     two_sentences,
     write_review,
 )
+from agent.interactivity import Interactivity, per_user_text
 from agent.trace import TraceWriter
 from tests.agent.conftest import FINISHED_RUN_ID, run_agent
 from tools.git_ops import CommitInput, Evidence, message
@@ -138,6 +139,14 @@ def test_summary_pr_lists_every_commit_with_links_and_the_winning_command(review
     for name, t in summary["targets"].items():
         assert re.search(rf"\| {name} \| {t['metric']} \| {t['target']:g} \|", text)
     assert "--port" in _section(text, "Winning launch command")
+    # what one user sees behind each winner (issue 29), from its benchmark records: in the table and by its command
+    for name, t in summary["targets"].items():
+        if t.get("interactivity"):
+            per_user = per_user_text(Interactivity.model_validate(t["interactivity"]))
+            assert "tok/s/user, TPOT p50/p99" in per_user and per_user in _section(text, "Targets"), name
+            assert per_user in _section(text, "Winning launch command"), name
+            if t["metric"] == "throughput_at_knee":  # at the load it was measured at
+                assert f"what one user sees there ({t['interactivity']['request_rate']:g} req/s" in text
     # the run report sits beside it, written by agent.inspector.report, and the summary links it
     for name in ("report.md", "report.html"):
         assert (reviewed / "review" / name).is_file()

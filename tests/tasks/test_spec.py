@@ -51,6 +51,9 @@ targets:
         (("name: t\n", "name: t\ncolour: blue\n"), r":2: colour: unknown field"),
         (("hardware: {accelerator: X, gpus: 8}\n", ""), r":1: hardware: required field is missing"),
         (("targets:\n", "targets: [\n"), r": not valid YAML"),
+        (("min: 10", "min: 10, min_tok_s_per_user: 0"), r":9: targets\[0\]\.min_tok_s_per_user: Input should be greater"),
+        (("min: 10}", "min: 10}\n  - {name: acc, metric: accuracy_delta, min: -0.1, max_tpot_ms: 50}"),
+         r":10: targets\[1\]\.max_tpot_ms: an interactivity bound needs a target that serves a workload"),
     ],
 )
 def test_malformed_task_is_one_located_line(tmp_path, edit, expect):

@@ -70,6 +70,8 @@ def test_every_number_of_a_task_is_bounded(tmp_path, extra, field, problem):
     (("{dataset: random-ids}", f"{{dataset: random-ids, params: {{num-prompts: {BIG}}}}}"),
      "workloads.w.params.num-prompts"),
     (("min: 10", "min: 1e308"), "targets[0].min"),
+    (("min: 10", "min: 10, min_tok_s_per_user: 1e308"), "targets[0].min_tok_s_per_user"),
+    (("min: 10", "min: 10, max_tpot_ms: 1e308"), "targets[0].max_tpot_ms"),
 ])  # fmt: skip
 def test_engine_workload_and_target_numbers_are_bounded(tmp_path, edit, field):
     message = error_of(tmp_path / "task.yaml", BASE.replace(*edit))

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tasks.spec import Workload
+from tasks.spec import Target, Workload
 from tools import bench
 from tools.base import Cost
 from tools.bench import BenchMetrics, KneeInput, find_knee
@@ -17,9 +17,10 @@ from tools.bench import BenchMetrics, KneeInput, find_knee
 LIMIT_MS = 5000.0
 
 
-def fake_ctx() -> SimpleNamespace:
+def fake_ctx(targets: list[Target] | None = None) -> SimpleNamespace:
     workload = Workload(dataset="generated-shared-prefix", duration_s=600, ttft_limit_ms=LIMIT_MS, knee_seeds=[1, 2])
-    return SimpleNamespace(server=object(), task=SimpleNamespace(workloads={"tp": workload}), node_fraction=lambda: 0.5)
+    return SimpleNamespace(server=object(), task=SimpleNamespace(workloads={"tp": workload}, targets=targets or []),
+                           node_fraction=lambda: 0.5)  # fmt: skip
 
 
 @pytest.fixture
@@ -27,18 +28,19 @@ def served(monkeypatch):
     """A server that sustains up to ``capacity[seed]`` requests/s; records every (rate, seed) benchmarked."""
     capacity: dict[int, float] = {}
     calls: list[tuple[float, int]] = []
+    tpot_per_rate: list[float] = [0.0]  # > 0: TPOT p50 grows with the rate (ms per req/s), as batches grow
 
     def run_one(ctx, name, rate, duration_s=None, seed=None):
         calls.append((rate, seed))
         ttft = 600.0 if rate <= capacity[seed] else 20_000.0
         m = BenchMetrics(workload=name, request_rate=rate, completed=100, num_prompts=100, success_rate=1.0,
                          output_throughput=rate * 1000 - seed, request_throughput=rate, median_ttft_ms=ttft,
-                         p99_ttft_ms=ttft * 3, median_tpot_ms=20, p99_tpot_ms=30, median_itl_ms=20, p99_itl_ms=30,
+                         p99_ttft_ms=ttft * 3, median_tpot_ms=tpot_per_rate[0] * rate or 20, p99_tpot_ms=30, median_itl_ms=20, p99_itl_ms=30,
                          median_e2e_latency_ms=20_000, decode_tok_s=50, duration_s=600, seed=seed)  # fmt: skip
         return m, "", Cost(node_hours=0.1), None  # no server lost, so no diagnosis
 
     monkeypatch.setattr(bench, "run_one", run_one)
-    return SimpleNamespace(capacity=capacity, calls=calls)
+    return SimpleNamespace(capacity=capacity, calls=calls, tpot_per_rate=tpot_per_rate)
 
 
 def test_the_knee_is_the_rate_every_seed_sustains(served):
@@ -137,3 +139,16 @@ def test_a_minimum_that_holds_is_the_searchs_first_run(served):
     assert served.calls[:1] == [(2.5, 1)] and (2.5, 2) in served.calls
     free = find_knee(fake_ctx(), KneeInput(workload="tp", start_rate=2.5, min_rate=2.5, growth=1.1, resolution=0.1))
     assert free.ok and 2.8 < free.knee_rate <= 2.9
+
+
+def test_the_knee_holds_the_task_s_interactivity_bound(served):
+    """A knee target's min_tok_s_per_user is a TPOT bound the knee search holds by default: the knee is the highest
+    rate where TTFT and TPOT are both within their limits, and the result says what a user gets there."""
+    served.capacity.update({1: 3.3, 2: 3.3})
+    served.tpot_per_rate[0] = 20.0  # TPOT p50 = 20 ms per req/s: 50 ms (20 tok/s per user) at 2.5 req/s
+    bound = Target(name="tput", metric="throughput_at_knee", workload="tp", min=1, min_tok_s_per_user=20)
+    r = find_knee(fake_ctx([bound]), KneeInput(workload="tp", start_rate=1.0, resolution=0.1))
+    assert r.ok and 2.4 <= r.knee_rate <= 2.5 and r.max_tpot_ms == 50.0  # not 3.3: users would get 15 tok/s
+    assert r.tpot_p50_ms == pytest.approx(20.0 * r.knee_rate) and "tok/s per user" in r.summary
+    unbounded = find_knee(fake_ctx(), KneeInput(workload="tp", start_rate=1.0, resolution=0.1))
+    assert 3.2 <= unbounded.knee_rate <= 3.3 and unbounded.max_tpot_ms is None
