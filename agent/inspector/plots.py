@@ -283,8 +283,9 @@ def frontier_overlay(frontiers: list[tuple[str, Frontier]], title: str = "Pareto
         ax.plot([p.tok_s_per_user for p in rest], [p.throughput_per_gpu for p in rest], "o", color=color,
                 alpha=0.25, markersize=3)  # fmt: skip
         front = f.frontier
-        ax.plot([p.tok_s_per_user for p in front], [p.throughput_per_gpu for p in front], "o-", color=color,
-                markersize=5, label=f"{label}: frontier of {len(front)} of {len(f.points)} runs")  # fmt: skip
+        ax.plot([p.tok_s_per_user for p in front], [p.throughput_per_gpu for p in front], "o", color=color,
+                linestyle=("-", "--", ":", "-.")[i % 4], markersize=5,
+                label=f"{label}: frontier of {len(front)} of {len(f.points)} runs")  # fmt: skip
         for pick in f.picks:
             p = pick.point
             ax.annotate(PICK_MARKS[pick.role], (p.tok_s_per_user, p.throughput_per_gpu), textcoords="offset points",

@@ -2,21 +2,27 @@
 policy's stage names, an accuracy goal as a sentence, a draft tree ``a/b/c`` spelled out. Display text only: the
 internal names (a stage's memo key, which the playbook and checkpoints use) are never changed here.
 
-Every term is explained at more length in ``docs/glossary.md``; :data:`GLOSSARY_LINK` is the link to it from a
-report written under ``runs/<id>/`` (the web view may link it the same way).
+Every term is explained at more length in ``docs/glossary.md`` (:data:`GLOSSARY`); :func:`glossary_link` is the
+relative link to it from the folder a report is written to (``runs/<id>/review/``: ``../../../docs/glossary.md``).
 """
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 from pydantic import BaseModel
 
 from ..search import tree_of
 
-# docs/glossary.md from runs/<id>/report.html (a written report) and runs/<id>/review/report.html (agent review)
-GLOSSARY_LINK = "../../docs/glossary.md"
-GLOSSARY_LINK_FROM_REVIEW = "../../../docs/glossary.md"
+GLOSSARY = Path(__file__).resolve().parents[2] / "docs" / "glossary.md"
+GLOSSARY_LINK = "../../../docs/glossary.md"  # from runs/<id>/review/, where agent review writes the report
+
+
+def glossary_link(out_dir: Path) -> str:
+    """The relative link from a report written into ``out_dir`` to ``docs/glossary.md`` of this checkout."""
+    return Path(os.path.relpath(GLOSSARY, Path(out_dir).resolve())).as_posix()
 
 
 class StageName(BaseModel):
@@ -52,8 +58,9 @@ def stage_name(key: str | None) -> str:
     return STAGES[key].name if key in STAGES else key
 
 
-# a draft tree written as steps/topk/draft-tokens (the playbook's labels: "speculative decoding 3/1/4")
-TREE_TEXT = re.compile(r"(?<![\w/.])(\d+)/(\d+)/(\d+)(?![\w/.])")
+# a draft tree written as steps/topk/draft-tokens (the playbook's labels: "speculative decoding 3/1/4"); small
+# numbers without a leading zero, so that a date (2026/12/03) or a path is not taken for one
+TREE_TEXT = re.compile(r"(?<![\w/.])([1-9]\d?)/([1-9]\d?)/([1-9]\d{0,2})(?![\w/.])")
 TREE_KEY = ("a/b/c is a draft tree: a = speculative-num-steps (how many tokens the draft model proposes in a row), "
             "b = speculative-eagle-topk (the branches it keeps at each step; 1 is a chain), c = "
             "speculative-num-draft-tokens (the tokens the target model verifies in one pass)")  # fmt: skip
