@@ -138,8 +138,10 @@ def ttft_vs_rate(report: RunReport) -> bytes:
         _seed_dots(ax, c, lambda r: r.ttft_p50_ms)
         if c.knee_rate is not None:
             ax.axvline(c.knee_rate, color=COLORS[c.role], linestyle=":", linewidth=1)
+            # above the frame, where no curve is drawn (inside it, the points past the knee covered it)
             ax.annotate(f"knee {c.knee_rate:g}", (c.knee_rate, 1), xycoords=("data", "axes fraction"),
-                        textcoords="offset points", xytext=(3, -12 - 11 * i), fontsize=8, color=COLORS[c.role])  # fmt: skip
+                        textcoords="offset points", xytext=(0, 2 + 10 * i), ha="center", va="bottom", fontsize=8,
+                        color=COLORS[c.role], annotation_clip=False)  # fmt: skip
     if report.ttft_limit_ms is not None:
         ax.axhline(report.ttft_limit_ms, color=LIMIT_COLOR, linestyle="--", linewidth=1.2,
                    label=f"TTFT p50 limit {report.ttft_limit_ms:g} ms")  # fmt: skip

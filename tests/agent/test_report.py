@@ -418,3 +418,29 @@ def test_compare_two_runs_frontiers(copy_of_finished_run):
     assert ours == pytest.approx(top.throughput_per_gpu, abs=0.05) and theirs < ours
     bad = run_agent(copy_of_finished_run, "runs", "--compare", FINISHED_RUN_ID, "nope")
     assert bad.returncode == 2 and "no run 'nope'" in bad.stdout
+
+
+def test_plot_labels_and_legends_do_not_collide(written, monkeypatch):
+    """Every figure drawn as a matplotlib Figure: no legend over any axes' plotting area, no two labels (knee
+    marks, frontier marks A/B/C, notes, legends) overlapping."""
+    import agent.inspector.plots as plots
+
+    figures = {}
+    monkeypatch.setattr(plots, "_png", lambda fig: fig)
+    report = build_report(written[0])
+    for name, draw in plots.PLOTS.items():
+        figures[name] = draw(report)
+    for name, fig in figures.items():
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        areas = [ax.get_window_extent(renderer) for ax in fig.axes if ax.axison]
+        labels = []
+        for ax in fig.axes:
+            if (legend := ax.get_legend()) is not None:
+                box = legend.get_window_extent(renderer)
+                assert not any(box.overlaps(a) for a in areas), f"{name}: a legend over a plotting area"
+                labels.append(("legend", box))
+            labels += [(t.get_text(), t.get_window_extent(renderer)) for t in ax.texts if t.get_text().strip()]
+        for i, (text, box) in enumerate(labels):
+            for other, obox in labels[i + 1 :]:
+                assert not box.overlaps(obox), f"{name}: {text!r} collides with {other!r}"
