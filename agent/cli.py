@@ -456,9 +456,17 @@ def review(
 
 
 @app.command("runs")
-def list_runs() -> None:
+def list_runs(
+    compare: tuple[str, str] | None = typer.Option(None, "--compare", metavar="A B", help="two runs under runs/: "
+                                                   "overlay their Pareto frontiers (a PNG) and print their named points"),
+    out: Path = typer.Option(None, "--out", help="where --compare writes its PNG (default: runs/compare/A-vs-B.png)"),
+) -> None:
     """List the runs under runs/, newest first: when each started and how long it took, how it ended, the
-    figures it reached against its goals (met in green, missed in red), its node-hours."""
+    figures it reached against its goals (met in green, missed in red), its node-hours. With --compare A B: the
+    two runs' throughput-per-GPU against tok/s-per-user frontiers on one plot, and their named points side by side."""
+    if compare:
+        _compare_runs(list(compare), out)
+        return
     from .inspector.run_list import duration_text, figure_text, list_rows
 
     rows = list_rows(RUNS)
@@ -481,6 +489,44 @@ def list_runs() -> None:
         table.add_row(Text.assemble(r.run_id, "\n", (r.task, "dim")), f"{started}\ntook {duration_text(r.seconds)}",
                       outcome, figures or "-", "-" if r.node_hours is None else f"{r.node_hours:.2f}")  # fmt: skip
     console.print(table)
+
+
+def _compare_runs(run_ids: list[str], out: Path | None) -> None:
+    """``agent runs --compare A B``: the overlay PNG written (its path printed) and a table of named points."""
+    from .inspector.plots import frontier_overlay
+    from .inspector.report import ReportError
+    from .inspector.run_list import compare_frontiers
+
+    for run_id in run_ids:
+        _existing_run(run_id, "run.json")
+    try:
+        comparison = compare_frontiers(RUNS, run_ids)
+    except ReportError as exc:
+        _error(str(exc))
+        raise typer.Exit(2) from None
+    out = out or RUNS / "compare" / f"{run_ids[0]}-vs-{run_ids[1]}.png"
+    png = frontier_overlay([(r, f) for r, f in comparison.frontiers.items() if f is not None],
+                           title=f"Pareto frontiers: {' vs '.join(run_ids)}", simulated=comparison.simulated)  # fmt: skip
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(png)
+    except OSError as exc:
+        _error(f"cannot write {out}: {exc.strerror or exc}")
+        raise typer.Exit(5) from None
+    table = Table(title="named frontier points (tok/s per user | output tok/s per GPU, trial at load)",
+                  caption="simulated on the digital twin" if comparison.simulated else None)  # fmt: skip
+    table.add_column("point")
+    for run_id in run_ids:
+        table.add_column(run_id, overflow="fold")
+    for role in ("max throughput", "balanced", "max interactivity"):
+        cells = [Text("-") if p is None else Text.assemble(f"{p.tok_s_per_user:,.1f} | {p.throughput_per_gpu:,.1f}",
+                                                           (f"\ntrial {p.trial} at {p.load}", "dim"))
+                 for p in comparison.role(role)]  # fmt: skip
+        table.add_row(role, *cells)
+    sizes = [f"{len(f.frontier)} of {len(f.points)} runs" if f else "no frontier" for f in comparison.frontiers.values()]
+    table.add_row("frontier", *sizes)
+    console.print(table)
+    console.print(Text.assemble("overlay written to ", (str(out), "cyan")), soft_wrap=True, highlight=False)
 
 
 @app.command()

@@ -1,10 +1,15 @@
 """The report's figures, drawn with matplotlib's Agg canvas (no display, no pyplot state: safe in a web server's
 threads) from a :class:`~agent.inspector.report.RunReport`, as PNG bytes.
 
-``render_plots(report)`` returns ``{file name: PNG}``: ``throughput_vs_rate.png`` and ``ttft_vs_rate.png`` (the
-baseline's and the winner's rate runs, knee and TTFT limit marked), ``best_so_far.png`` (each target's best after
-each benchmark run) and ``time_breakdown.png`` (the winner's GPU time at its deciding run). A figure without
-data says so (the web view shows it), or is left out (``with_data_only``: the written report). Every figure of a run on the twin carries the simulated label.
+``render_plots(report)`` returns ``{file name: PNG}``: ``pareto.png`` (throughput per GPU against tok/s per user
+for every measured run, the frontier and its named points marked), ``throughput_vs_rate.png`` and
+``ttft_vs_rate.png`` (the baseline's and the winner's rate runs, knee and TTFT limit marked), ``best_so_far.png``
+(each target's best after each benchmark run) and ``time_breakdown.png`` (the winner's GPU time at its deciding
+run). A figure without data says so (the web view shows it), or is left out (``with_data_only``: the written
+report). Every figure of a run on the twin carries the simulated label. Legends sit below the axes, never over
+the data; named points carry a short mark (A, B, C) that a table beside the figure spells out.
+
+``frontier_overlay(frontiers)`` draws several runs' frontiers on one pair of axes (``agent runs --compare``).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import textwrap
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from .frontier import Frontier
 from .report import SIMULATED_BANNER, RateCurve, RunReport
 
 COLORS = {"baseline": "#7f7f7f", "winner": "#1f77b4"}
@@ -39,6 +45,14 @@ def _png(fig: Figure) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})
     return buf.getvalue()
+
+
+def _legend_below(ax, ncols: int = 2) -> None:  # noqa: ANN001 - a matplotlib Axes
+    """The legend under the axes (constrained layout makes room): it never covers a curve or a label."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(handles, labels, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=ncols,
+                  frameon=False)  # fmt: skip
 
 
 def _no_data(fig: Figure, message: str) -> None:
@@ -104,7 +118,7 @@ def throughput_vs_rate(report: RunReport) -> bytes:
     ax.set_xlabel("request rate (req/s)")
     ax.set_ylabel("output throughput (tok/s)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
+    _legend_below(ax, ncols=1)
     return _png(fig)
 
 
@@ -124,8 +138,10 @@ def ttft_vs_rate(report: RunReport) -> bytes:
         _seed_dots(ax, c, lambda r: r.ttft_p50_ms)
         if c.knee_rate is not None:
             ax.axvline(c.knee_rate, color=COLORS[c.role], linestyle=":", linewidth=1)
+            # above the frame, where no curve is drawn (inside it, the points past the knee covered it)
             ax.annotate(f"knee {c.knee_rate:g}", (c.knee_rate, 1), xycoords=("data", "axes fraction"),
-                        textcoords="offset points", xytext=(3, -12 - 11 * i), fontsize=8, color=COLORS[c.role])  # fmt: skip
+                        textcoords="offset points", xytext=(0, 2 + 10 * i), ha="center", va="bottom", fontsize=8,
+                        color=COLORS[c.role], annotation_clip=False)  # fmt: skip
     if report.ttft_limit_ms is not None:
         ax.axhline(report.ttft_limit_ms, color=LIMIT_COLOR, linestyle="--", linewidth=1.2,
                    label=f"TTFT p50 limit {report.ttft_limit_ms:g} ms")  # fmt: skip
@@ -137,7 +153,7 @@ def ttft_vs_rate(report: RunReport) -> bytes:
     ax.set_xlabel("request rate (req/s)")
     ax.set_ylabel("time to first token (ms)")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7, loc="upper left")
+    _legend_below(ax)
     return _png(fig)
 
 
@@ -164,7 +180,7 @@ def best_so_far(report: RunReport) -> bytes:
         ax.set_title(f"{s.target} ({s.metric})", fontsize=9)
         ax.set_ylabel(s.unit, fontsize=8)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
+        _legend_below(ax)
     axes[-1].set_xlabel("benchmark run (in the order they ran)")
     return _png(fig)
 
@@ -198,7 +214,93 @@ def time_breakdown(report: RunReport) -> bytes:
     return _png(fig)
 
 
+PICK_MARKS = {"max throughput": "A", "balanced": "B", "max interactivity": "C"}  # the report's table spells them out
+FRONTIER_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd")
+
+
+def _per_user_axes(ax, xs: list[float]) -> None:  # noqa: ANN001 - a matplotlib Axes
+    ax.set_xlabel("tok/s per user (1000 / median TPOT): interactivity")
+    ax.set_ylabel("output tok/s per GPU: throughput")
+    positive = [x for x in xs if x > 0]
+    if positive and max(positive) / min(positive) > 10:
+        ax.set_xscale("log")
+    ax.grid(alpha=0.3, which="both")
+
+
+def pareto(report: RunReport) -> bytes:
+    """Every measured run as throughput per GPU against tok/s per user, the frontier joined, its named points
+    marked A/B/C (spelled out with their flags in the table under the figure)."""
+    fig = _figure(report, "Throughput per GPU against tok/s per user (Pareto frontier)", size=(SIZE[0], 4.8))
+    f = report.frontier
+    if f is None or not f.points:
+        _no_data(fig, "no benchmark run with a median TPOT: no frontier")
+        return _png(fig)
+    ax = fig.add_subplot()
+    full = [p for p in f.points if not p.screening and not p.on_frontier and p.within_ttft_limit is not False]
+    late = [p for p in f.points if not p.screening and p.within_ttft_limit is False]
+    screened = [p for p in f.points if p.screening]
+    ax.plot([p.tok_s_per_user for p in full], [p.throughput_per_gpu for p in full], "o", color="#9e9e9e",
+            markersize=4, alpha=0.8, label="a measured run")  # fmt: skip
+    if late:
+        ax.plot([p.tok_s_per_user for p in late], [p.throughput_per_gpu for p in late], "x", color=LIMIT_COLOR,
+                markersize=5, alpha=0.7, label="over its workload's TTFT limit (not a frontier candidate)")  # fmt: skip
+    if screened:
+        ax.plot([p.tok_s_per_user for p in screened], [p.throughput_per_gpu for p in screened], "o",
+                markerfacecolor="none", color="#ff7f0e", markersize=5,
+                label="screening run (a sweep's burst; not a frontier candidate)")  # fmt: skip
+    front = f.frontier
+    ax.plot([p.tok_s_per_user for p in front], [p.throughput_per_gpu for p in front], "o-", color=COLORS["winner"],
+            markersize=5, label="Pareto frontier")  # fmt: skip
+    for pick in f.picks:
+        p = pick.point
+        ax.plot([p.tok_s_per_user], [p.throughput_per_gpu], marker="o", markersize=15, markerfacecolor="white",
+                markeredgecolor="black", linestyle="none", zorder=5)  # fmt: skip
+        ax.text(p.tok_s_per_user, p.throughput_per_gpu, PICK_MARKS[pick.role], ha="center", va="center",
+                fontsize=8, fontweight="bold", zorder=6)  # fmt: skip
+    _per_user_axes(ax, [p.tok_s_per_user for p in f.points])
+    ax.plot([], [], marker="o", markersize=9, markerfacecolor="white", markeredgecolor="black", linestyle="none",
+            label="A max throughput, B balanced, C max interactivity (table below)")  # fmt: skip
+    _legend_below(ax)
+    return _png(fig)
+
+
+def frontier_overlay(frontiers: list[tuple[str, Frontier]], title: str = "Pareto frontiers compared",
+                     simulated: bool = False) -> bytes:  # fmt: skip
+    """Several runs' frontiers on one pair of axes (``[(label, frontier)]``, e.g. two run ids): each run's
+    measured points faint, its frontier joined, its named points marked with the run's colour."""
+    fig = Figure(figsize=(SIZE[0], 4.8), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    fig.suptitle(title, fontsize=10)
+    if simulated:
+        fig.supxlabel(SIMULATED_BANNER, x=0.995, ha="right", fontsize=8, color=LIMIT_COLOR, fontweight="bold")
+    shown = [(label, f) for label, f in frontiers if f.points]
+    if not shown:
+        _no_data(fig, "no run here has a benchmark run with a median TPOT: no frontier")
+        return _png(fig)
+    ax = fig.add_subplot()
+    xs: list[float] = []
+    for i, (label, f) in enumerate(shown):
+        color = FRONTIER_COLORS[i % len(FRONTIER_COLORS)]
+        rest = [p for p in f.points if not p.on_frontier and not p.screening]
+        ax.plot([p.tok_s_per_user for p in rest], [p.throughput_per_gpu for p in rest], "o", color=color,
+                alpha=0.25, markersize=3)  # fmt: skip
+        front = f.frontier
+        ax.plot([p.tok_s_per_user for p in front], [p.throughput_per_gpu for p in front], "o", color=color,
+                linestyle=("-", "--", ":", "-.")[i % 4], markersize=5,
+                label=f"{label}: frontier of {len(front)} of {len(f.points)} runs")  # fmt: skip
+        for pick in f.picks:
+            p = pick.point
+            ax.annotate(PICK_MARKS[pick.role], (p.tok_s_per_user, p.throughput_per_gpu), textcoords="offset points",
+                        xytext=(6, 6 if i % 2 == 0 else -12), fontsize=8, fontweight="bold", color=color)  # fmt: skip
+        xs += [p.tok_s_per_user for p in f.points]
+    _per_user_axes(ax, xs)
+    ax.plot([], [], linestyle="none", label="A max throughput, B balanced, C max interactivity")
+    _legend_below(ax, ncols=1)
+    return _png(fig)
+
+
 PLOTS = {
+    "pareto.png": pareto,
     "throughput_vs_rate.png": throughput_vs_rate,
     "ttft_vs_rate.png": ttft_vs_rate,
     "best_so_far.png": best_so_far,
@@ -207,6 +309,7 @@ PLOTS = {
 
 
 HAS_DATA = {  # what each figure draws from: without it, the figure only says it has nothing to show
+    "pareto.png": lambda r: r.frontier is not None and bool(r.frontier.points),
     "throughput_vs_rate.png": lambda r: bool(r.curves),
     "ttft_vs_rate.png": lambda r: bool(r.curves),
     "best_so_far.png": lambda r: any(s.points for s in r.best_so_far),

@@ -18,6 +18,7 @@ import base64
 import hashlib
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,8 +26,22 @@ from pydantic import BaseModel, Field
 
 from tasks.spec import TaskError, TaskSpec, load_task
 
+from ..flag_text import dicts_as_flags
 from ..secrets import Redactor, run_redactor
-from ..trace import ToolCallEvent, TraceError, read_trace
+from ..trace import DecisionEvent, ToolCallEvent, TraceError, read_trace
+from .frontier import Frontier, FrontierPoint, frontier_of
+from .wording import (
+    GLOSSARY_LINK,
+    STAGES,
+    TREE_KEY,
+    TREE_TEXT,
+    accuracy_delta_words,
+    accuracy_goal_words,
+    glossary_link,
+    reference_words,
+    stage_name,
+    tree_words,
+)
 
 SIMULATED_BANNER = "simulated: dayzero digital twin, not a real node"
 TEMPLATES = Path(__file__).parent / "templates"
@@ -55,6 +70,8 @@ class TargetResult(BaseModel):
     achieved: float | None = None
     met: bool = False
     trial: int | None = None
+    goal_words: str | None = None  # an accuracy goal as a sentence ("at most 0.02 below the reference")
+    achieved_words: str | None = None
 
 
 class PathRow(BaseModel):
@@ -66,6 +83,8 @@ class PathRow(BaseModel):
     result: str
     trial: int | None = None
     target: str | None = None
+    flags: list[str] = Field(default_factory=list)  # the change as flags ("tp-size=8", "+kv-cache-dtype=fp8"), if any
+    remark: str = ""  # what the flags leave out ("screened as trial 16")
 
 
 class BenchRun(BaseModel):
@@ -80,7 +99,12 @@ class BenchRun(BaseModel):
     total_throughput: float | None = None
     ttft_p50_ms: float
     ttft_p99_ms: float
-    decode_tok_s: float
+    decode_tok_s: float  # tok/s per user: 1000 / median TPOT
+    tpot_p50_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    itl_p50_ms: float | None = None
+    itl_p99_ms: float | None = None
+    max_concurrency: int | None = None  # the benchmark's --max-concurrency (None: requests by rate only)
     success_rate: float | None = None  # completed / prompts sent, where the record says how many were sent
     gpus_used: int | None = None
     seed: int | None = None  # the benchmark's --seed, where the record names it
@@ -214,6 +238,38 @@ class CostEstimate(BaseModel):
     note: str = ""
 
 
+class WinnerFigures(BaseModel):
+    """The per-user figures of the benchmark run behind a target's best (the run that gave its figure)."""
+
+    target: str
+    metric: str
+    trial: int
+    flags: dict[str, Any]
+    env: dict[str, str] = Field(default_factory=dict)
+    file: str
+    load: str  # "3.2 req/s", "concurrency 1", "all at once"
+    output_throughput: float
+    throughput_per_gpu: float | None = None
+    tok_s_per_user: float
+    tpot_p50_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    itl_p50_ms: float | None = None
+    itl_p99_ms: float | None = None
+    ttft_p50_ms: float
+
+
+class StageRow(BaseModel):
+    """One stage of the policy's plan as the trace's decisions name it, with its display name."""
+
+    key: str  # as the policy wrote it (the playbook's memo key)
+    name: str
+    does: str = ""
+    first_step: int | None = None
+    last_step: int | None = None
+    decisions: int = 0
+    tried: list[str] = Field(default_factory=list)  # what its "try ..." decisions launched, in order
+
+
 class CommitRow(BaseModel):
     patch: int
     title: str
@@ -265,6 +321,12 @@ class RunReport(BaseModel):
     bench_runs: list[BenchRun]
     notes: list[str] = Field(default_factory=list)  # what the report could not attribute or check
     explain: list[ExplainRow] = Field(default_factory=list)  # why the best won, per target (empty: older runs)
+    hardware_gpus: int | None = None
+    frontier: Frontier | None = None  # throughput per GPU against tok/s per user (agent/inspector/frontier.py)
+    winners: list[WinnerFigures] = Field(default_factory=list)  # per-user figures of each target's best
+    stages: list[StageRow] = Field(default_factory=list)
+    tree_key: str = TREE_KEY
+    glossary: str = GLOSSARY_LINK  # docs/glossary.md, relative to where the report is written (write_report)
 
     def curve(self, role: str) -> RateCurve | None:
         return next((c for c in self.curves if c.role == role), None)
@@ -289,6 +351,7 @@ class _TraceFacts(BaseModel):
     policy: str | None = None
     task_sha256: str | None = None
     remeasured_of: dict[int, int] = Field(default_factory=dict)
+    decisions: list[tuple[int | None, str | None, str]] = Field(default_factory=list)  # (step, stage, rationale)
 
 
 def _record_file(run_dir: Path, run_id: str, command: list[str]) -> str | None:
@@ -341,6 +404,8 @@ def _read_facts(run_dir: Path, run_id: str) -> _TraceFacts:
     for e in events:
         if e.kind == "run_started":
             facts.policy, facts.task_sha256 = e.policy, e.task_sha256
+        if isinstance(e, DecisionEvent):
+            facts.decisions.append((e.step, e.stage, e.rationale))
         if not isinstance(e, ToolCallEvent):
             continue
         r = e.result
@@ -415,7 +480,10 @@ def _bench_run(run_dir: Path, rel: str, index: int, trial: int | None) -> BenchR
         index=index, file=rel, trial=trial, workload=workload, request_rate=_finite(record.get("request_rate")),
         output_throughput=float(record["output_throughput"]), total_throughput=_finite(record.get("total_throughput")),
         ttft_p50_ms=float(record.get("median_ttft_ms") or 0.0), ttft_p99_ms=float(record.get("p99_ttft_ms") or 0.0),
-        decode_tok_s=1000.0 / tpot if tpot > 0 else 0.0,
+        decode_tok_s=1000.0 / tpot if tpot > 0 else 0.0, tpot_p50_ms=_finite(record.get("median_tpot_ms")),
+        tpot_p99_ms=_finite(record.get("p99_tpot_ms")), itl_p50_ms=_finite(record.get("median_itl_ms")),
+        itl_p99_ms=_finite(record.get("p99_itl_ms")),
+        max_concurrency=int(c) if isinstance(c := record.get("max_concurrency"), int | float) and c > 0 else None,
         success_rate=completed / sent if isinstance(completed, int) and isinstance(sent, int) and sent else None,
         gpus_used=record.get("gpus_used"), seed=record.get("seed"), simulated=bool(record.get("simulated")),
         bottleneck=record.get("bottleneck"),
@@ -454,15 +522,19 @@ def _find_task(run_dir: Path, task_path: str) -> Path | None:
 # ------------------------------------------------------------------------------------------ derived figures
 
 
-def fmt_flags(flags: dict[str, Any], env: dict[str, str] | None = None) -> str:
-    """``tp-size=8 enable-dp-attention`` (true flags bare, left-out flags omitted), then the environment."""
+def flag_items(flags: dict[str, Any], env: dict[str, str] | None = None) -> list[str]:
+    """``["tp-size=8", "enable-dp-attention"]`` (true flags bare, left-out flags omitted), then the environment."""
     parts = []
     for k, v in flags.items():
         if v is None:
             continue
         parts.append(k if v is True else f"{k}={str(v).lower() if isinstance(v, bool) else v}")
-    parts += [f"{k}={v}" for k, v in (env or {}).items() if v != ""]
-    return " ".join(parts) or "(engine defaults)"
+    return parts + [f"{k}={v}" for k, v in (env or {}).items() if v != ""]
+
+
+def fmt_flags(flags: dict[str, Any], env: dict[str, str] | None = None) -> str:
+    """``tp-size=8 enable-dp-attention`` (true flags bare, left-out flags omitted), then the environment."""
+    return " ".join(flag_items(flags, env)) or "(engine defaults)"
 
 
 def _flag_diff(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
@@ -668,11 +740,12 @@ def _path(targets: list[TargetResult], trials: list[TrialRow], facts: _TraceFact
             if ref is None:
                 kind = "screening" if trial.screening else "first measurement"
                 change = fmt_flags(trial.flags, trial.env) + seen
+                items = flag_items(trial.flags, trial.env)
             else:
-                diff = _flag_diff(ref[1].flags, trial.flags) + _flag_diff(ref[1].env, trial.env)
-                kind = "screening" if trial.screening else ("flags" if diff else "re-measured")
+                items = _flag_diff(ref[1].flags, trial.flags) + _flag_diff(ref[1].env, trial.env)
+                kind = "screening" if trial.screening else ("flags" if items else "re-measured")
                 change = (
-                    ", ".join(diff) if diff else f"same configuration as trial {ref[1].id}, measured again"
+                    ", ".join(items) if items else f"same configuration as trial {ref[1].id}, measured again"
                 ) + seen
             if ref is None or not ref[0]:
                 result = f"{t.name} {figure} (goal {t.goal:g}){met}"
@@ -681,7 +754,8 @@ def _path(targets: list[TargetResult], trials: list[TrialRow], facts: _TraceFact
                           f"({(value / ref[0] - 1) * 100:+.1f} %){met}")  # fmt: skip
             if trial.screening:
                 result += " - screening (a sweep's trial), not a best"
-            add(kind=kind, change=change, result=result, trial=trial.id, target=t.name)
+            add(kind=kind, change=change, result=result, trial=trial.id, target=t.name, flags=items,
+                remark=seen.strip() if items else change)
             if not trial.screening:
                 best[t.name] = (value, trial)
             if t.name not in best_any or value > best_any[t.name][0]:
@@ -716,6 +790,94 @@ def _cost(price: float | None, winner: TrialRow | None, curve: RateCurve | None,
         est.note = (f"{price:g} USD/GPU-hour x {gpus} GPU(s) / ({tok_s:.1f} output tok/s{rate} x 3600) x 1e6"
                     + (" - from simulated throughput" if simulated else ""))  # fmt: skip
     return est
+
+
+def _gpus(run: BenchRun, flags: dict[str, Any], task: TaskSpec) -> int:
+    """The GPUs a run's configuration used: as its record says, else from its flags (tensor x data parallel,
+    data-parallel attention inside the tensor group), at most the task's node."""
+    from tools.trials import gpus_of
+
+    return run.gpus_used or min(gpus_of(flags), task.hardware.gpus)
+
+
+def _frontier(runs: list[BenchRun], trials: list[TrialRow], task: TaskSpec) -> Frontier | None:
+    """Every benchmark run that served its requests and names its TPOT, as a point of the frontier plot."""
+    by_id = {t.id: t for t in trials}
+    points, unserved, untimed, stray = [], 0, 0, 0
+    for r in runs:
+        trial = by_id.get(r.trial) if r.trial is not None else None
+        if trial is None:
+            stray += 1
+            continue
+        if r.success_rate is not None and r.success_rate < MIN_SUCCESS_RATE:
+            unserved += 1
+            continue
+        if not r.tpot_p50_ms:
+            untimed += 1
+            continue
+        gpus = _gpus(r, trial.flags, task)
+        limit = task.workloads[r.workload].ttft_limit_ms if r.workload in task.workloads else None
+        points.append(FrontierPoint(run_index=r.index, file=r.file, trial=trial.id, workload=r.workload,
+                                    flags=trial.flags, env=trial.env, request_rate=r.request_rate,
+                                    max_concurrency=r.max_concurrency, gpus=gpus,
+                                    output_throughput=r.output_throughput,
+                                    throughput_per_gpu=r.output_throughput / gpus, tok_s_per_user=r.decode_tok_s,
+                                    tpot_p50_ms=r.tpot_p50_ms, tpot_p99_ms=r.tpot_p99_ms, itl_p50_ms=r.itl_p50_ms,
+                                    itl_p99_ms=r.itl_p99_ms, ttft_p50_ms=r.ttft_p50_ms,
+                                    within_ttft_limit=None if limit is None else r.ttft_p50_ms <= limit,
+                                    screening=r.screening))  # fmt: skip
+    if not points:
+        return None
+    notes = [f"{n} run(s) left out: {why}" for n, why in (
+        (unserved, f"fewer than {MIN_SUCCESS_RATE:.0%} of their requests completed"),
+        (untimed, "their record names no median TPOT"), (stray, "no tool call names their record (no configuration)"),
+    ) if n]  # fmt: skip
+    return frontier_of(points, notes)
+
+
+def _winners(targets: list[TargetResult], runs: list[BenchRun], trials: list[TrialRow],
+             task: TaskSpec) -> list[WinnerFigures]:  # fmt: skip
+    """For each measured target's best, the run behind its figure: of the best trial's runs on the target's
+    workload, the one whose figure is the achieved one (the closest, for a knee judged over several seeds)."""
+    figure = {"throughput_at_knee": lambda r: r.output_throughput, "output_throughput": lambda r: r.output_throughput,
+              "decode_tok_s": lambda r: r.decode_tok_s}  # fmt: skip
+    by_id = {t.id: t for t in trials}
+    out = []
+    for t in targets:
+        trial = by_id.get(t.trial) if t.trial is not None else None
+        if t.metric not in figure or trial is None or t.achieved is None:
+            continue
+        mine = [r for r in runs if r.trial == trial.id and r.workload == t.workload]
+        if not mine:
+            continue
+        run = min(mine, key=lambda r: abs(figure[t.metric](r) - t.achieved))  # noqa: B023 - used at once
+        gpus = _gpus(run, trial.flags, task)
+        load = (f"concurrency {run.max_concurrency}" if run.max_concurrency is not None else
+                f"{run.request_rate:g} req/s" if run.request_rate is not None else "all at once")  # fmt: skip
+        out.append(WinnerFigures(target=t.name, metric=t.metric, trial=trial.id, flags=trial.flags, env=trial.env,
+                                 file=run.file, load=load, output_throughput=run.output_throughput,
+                                 throughput_per_gpu=run.output_throughput / gpus if gpus else None,
+                                 tok_s_per_user=run.decode_tok_s, tpot_p50_ms=run.tpot_p50_ms,
+                                 tpot_p99_ms=run.tpot_p99_ms, itl_p50_ms=run.itl_p50_ms, itl_p99_ms=run.itl_p99_ms,
+                                 ttft_p50_ms=run.ttft_p50_ms))  # fmt: skip
+    return out
+
+
+def _stages(facts: _TraceFacts) -> list[StageRow]:
+    """The policy's stages in the order its decisions entered them, with what each launched ("try ...")."""
+    rows: list[StageRow] = []
+    for step, stage, rationale in facts.decisions:
+        key = stage or "-"
+        if not rows or rows[-1].key != key:
+            known = STAGES.get(key)
+            rows.append(StageRow(key=key, name=stage_name(stage), does=known.does if known else "",
+                                 first_step=step))  # fmt: skip
+        row = rows[-1]
+        row.decisions += 1
+        row.last_step = step if step is not None else row.last_step
+        if rationale.startswith("try ") or rationale.startswith("screen "):
+            row.tried.append(dicts_as_flags(rationale.removeprefix("try ")))
+    return rows
 
 
 # ------------------------------------------------------------------------------------------------ building
@@ -764,11 +926,15 @@ def build_report(run_dir: Path, gpu_hour_usd: float | None = None) -> RunReport:
 
     by_name = {t.name: t for t in task.targets}
     targets = []
+    reference = reference_words(task.accuracy.baseline if task.accuracy else None)
     for name, t in summary.get("targets", {}).items():
         spec = by_name.get(name)
+        words = t["metric"] == "accuracy_delta"
         targets.append(TargetResult(name=name, metric=t["metric"], unit=UNITS.get(t["metric"], ""),
                                     workload=spec.workload if spec else None, goal=t["target"], achieved=t["achieved"],
-                                    met=bool(t["met"]), trial=t.get("trial")))  # fmt: skip
+                                    met=bool(t["met"]), trial=t.get("trial"),
+                                    goal_words=accuracy_goal_words(t["target"], reference) if words else None,
+                                    achieved_words=accuracy_delta_words(t["achieved"]) if words else None))  # fmt: skip
 
     best_config = summary.get("best_config") or {}
     winner_id = best_config.get("trial")
@@ -821,10 +987,21 @@ def build_report(run_dir: Path, gpu_hour_usd: float | None = None) -> RunReport:
         explain=[ExplainRow(target=name, change=c["name"], before=c["before"], after=c["after"], effect=c["effect"],
                             measured_between=c.get("measured_between"))
                  for name, e in (summary.get("explain") or {}).items() for c in e["changes"]],
+        hardware_gpus=task.hardware.gpus, frontier=_frontier(runs, trials, task),
+        winners=_winners(targets, runs, trials, task), stages=_stages(facts),
     )  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------ rendering
+
+
+def _trees_html(text: str) -> Any:
+    """``text`` escaped, each draft tree ``a/b/c`` in it an ``<abbr>`` whose title spells it out."""
+    import markupsafe
+
+    escaped = str(markupsafe.escape(text))
+    return markupsafe.Markup(TREE_TEXT.sub(lambda m: f'<abbr title="{tree_words(*map(int, m.groups()))}">'
+                                                     f"{m.group(0)}</abbr>", escaped))  # fmt: skip
 
 
 def _environment(autoescape: bool):
@@ -834,6 +1011,11 @@ def _environment(autoescape: bool):
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                              keep_trailing_newline=True)  # fmt: skip
     env.filters["flags"] = fmt_flags
+    env.filters["flag_items"] = flag_items
+    env.filters["trees"] = _trees_html if autoescape else (lambda text: text)
+    env.filters["stage"] = stage_name
+    env.filters["split_flags"] = lambda text: [w for w in re.split(r"[,\s]+", str(text)) if w]  # "a=1, b" -> chips
+    env.filters["data_v"] = lambda v: "" if v is None else f"{v:.6g}"  # a sortable cell's value
     env.filters["num"] = lambda v, digits=1: "-" if v is None else f"{v:,.{digits}f}"
     env.filters["value"] = lambda v, metric: _fmt_value(metric, v)
     env.filters["pct"] = lambda v: "-" if v is None else f"{v * 100:.1f} %"
@@ -864,6 +1046,7 @@ def write_report(run_dir: Path, out_dir: Path, redactor: Redactor | None = None)
     report = redactor(build_report(Path(run_dir)))  # and the rendered text again below (what a template adds)
     plots = render_plots(report, with_data_only=True)  # the templates say why a figure is missing
     out_dir = Path(out_dir)
+    report.glossary = glossary_link(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [out_dir / "report.md", out_dir / "report.html"]
     written[0].write_text(redactor.text(render_markdown(report, {name: name for name in plots})))

@@ -122,3 +122,52 @@ def figure_text(f: Figure) -> str:
     """``throughput 3260/2626``: what the target reached against its goal (4 significant digits)."""
     achieved = "-" if f.achieved is None else f"{f.achieved:.4g}"
     return f"{f.target} {achieved}/{'-' if f.goal is None else f'{f.goal:g}'}"
+
+
+# ------------------------------------------------------------------------------- two runs' frontiers compared
+
+
+class ComparedPoint(BaseModel):
+    """One named frontier point of one run, as ``agent runs --compare`` prints it."""
+
+    run_id: str
+    role: str
+    trial: int
+    load: str
+    tok_s_per_user: float
+    throughput_per_gpu: float
+    flags: str
+
+
+class Comparison(BaseModel):
+    """Runs' frontiers side by side: each run's frontier (None: nothing measured with a TPOT) and its named
+    points, role by role (``max throughput``, ``balanced``, ``max interactivity``)."""
+
+    run_ids: list[str]
+    frontiers: dict[str, Any]  # run id -> agent.inspector.frontier.Frontier | None
+    points: list[ComparedPoint]
+    simulated: bool = False
+
+    def role(self, role: str) -> list[ComparedPoint | None]:
+        """The point each run names for ``role``, in ``run_ids`` order (None: that run names none)."""
+        return [next((p for p in self.points if p.run_id == r and p.role == role), None) for r in self.run_ids]
+
+
+def compare_frontiers(runs_dir: Path, run_ids: list[str]) -> Comparison:
+    """The frontiers of the finished runs ``run_ids`` under ``runs_dir`` (each read as its report reads it:
+    :func:`agent.inspector.report.build_report`). Raises ``ReportError`` (one line) for a run it cannot read."""
+    from .report import build_report, fmt_flags
+
+    frontiers: dict[str, Any] = {}
+    points: list[ComparedPoint] = []
+    simulated = False
+    for run_id in run_ids:
+        report = build_report(Path(runs_dir) / run_id)
+        simulated |= report.simulated
+        frontiers[run_id] = report.frontier
+        for pick in report.frontier.picks if report.frontier else []:
+            p = pick.point
+            points.append(ComparedPoint(run_id=run_id, role=pick.role, trial=p.trial, load=p.load,
+                                        tok_s_per_user=p.tok_s_per_user, throughput_per_gpu=p.throughput_per_gpu,
+                                        flags=fmt_flags(p.flags, p.env)))  # fmt: skip
+    return Comparison(run_ids=list(run_ids), frontiers=frontiers, points=points, simulated=simulated)

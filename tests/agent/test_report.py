@@ -5,6 +5,7 @@ are the benchmark records themselves, and the cost with and without a GPU-hour p
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -17,10 +18,10 @@ from agent.inspector.plots import render_plots
 from agent.inspector.report import SIMULATED_BANNER, ReportError, build_report, write_report
 from agent.trace import read_trace
 from tasks.spec import TaskError, load_task
-from tests.agent.conftest import DEFAULT_TASK, FINISHED_RUN_ID, run_agent
+from tests.agent.conftest import DEFAULT_TASK, FINISHED_RUN_ID, REPO, run_agent
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-PLOTS = ("throughput_vs_rate.png", "ttft_vs_rate.png", "best_so_far.png", "time_breakdown.png")
+PLOTS = ("pareto.png", "throughput_vs_rate.png", "ttft_vs_rate.png", "best_so_far.png", "time_breakdown.png")
 
 
 @pytest.fixture(scope="module")
@@ -120,8 +121,10 @@ def test_html_is_self_contained_with_the_banner(written):
     html = paths[1].read_text()
     assert SIMULATED_BANNER in html and 'class="banner' in html
     assert not re.search(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", html, flags=re.I)
-    assert not re.search(r"<(?:script|link|iframe)\b", html, flags=re.I)
-    assert "url(" not in html and "@import" not in html
+    assert not re.search(r"<iframe\b|<script\b[^>]*\ssrc\b", html, flags=re.I)  # inline script only (sorting)
+    links = re.findall(r"<link\b[^>]*>", html, flags=re.I)
+    assert links and all(re.search(r'\shref="data:', link) for link in links), links  # the favicon, inline
+    assert "url(" not in html and "@import" not in html and "fetch(" not in html
     sources = re.findall(r"""<img[^>]*\ssrc="([^"]*)\"""", html)
     assert len(sources) == len(PLOTS)
     assert all(s.startswith("data:image/png;base64,") for s in sources)
@@ -323,3 +326,121 @@ def test_why_the_best_won_lists_every_change_with_its_measured_effect(written):
         assert row.startswith(f"| {name} | {c['name']} |")
         assert (f"{c['effect']:+.1f}" if c["effect"] is not None else "not isolated") in row
     assert "Why the best won" in paths[1].read_text()
+
+
+def _gpus_from_flags(flags: dict) -> int:
+    """Read here from the flags, independently of the report: data-parallel attention runs inside the tensor
+    group; plain data parallelism replicates it."""
+    tp, dp = int(flags.get("tp-size") or 1), int(flags.get("dp-size") or 1)
+    return tp if flags.get("enable-dp-attention") else tp * dp
+
+
+def test_frontier_points_are_the_records_per_gpu_and_per_user(copy_of_finished_run):
+    run_dir = copy_of_finished_run / "runs" / FINISHED_RUN_ID
+    report = build_report(run_dir)
+    f = report.frontier
+    assert f is not None and len(f.points) >= 10
+    trials = {t.id: t for t in report.trials}
+    for p in f.points:
+        rec = _record(run_dir / p.file)
+        assert p.gpus == rec["gpus_used"] == min(_gpus_from_flags(trials[p.trial].flags), report.hardware_gpus)
+        assert p.throughput_per_gpu == pytest.approx(rec["output_throughput"] / rec["gpus_used"])
+        assert p.tok_s_per_user == pytest.approx(1000 / rec["median_tpot_ms"])
+        assert (p.tpot_p99_ms, p.itl_p50_ms, p.itl_p99_ms) == (rec["p99_tpot_ms"], rec["median_itl_ms"], rec["p99_itl_ms"])
+    candidates = [p for p in f.points if not p.screening and p.within_ttft_limit is not False]
+    for p in f.frontier:  # nothing deployable beats a frontier point on both axes
+        assert not any(q.tok_s_per_user >= p.tok_s_per_user and q.throughput_per_gpu > p.throughput_per_gpu
+                       for q in candidates)  # fmt: skip
+    picks = {k.role: k.point for k in f.picks}
+    assert set(picks) == {"max throughput", "balanced", "max interactivity"}
+    assert picks["max throughput"].throughput_per_gpu == max(p.throughput_per_gpu for p in candidates)
+    assert picks["max interactivity"].tok_s_per_user == max(p.tok_s_per_user for p in candidates)
+    # a record that does not say how many GPUs it used (real bench_serving does not): the flags say
+    for p in f.points:
+        rec_path = run_dir / p.file
+        lines = rec_path.read_text().strip().splitlines()
+        last = json.loads(lines[-1])
+        last.pop("gpus_used")
+        rec_path.write_text("\n".join([*lines[:-1], json.dumps(last)]) + "\n")
+    again = build_report(run_dir).frontier
+    assert [p.gpus for p in again.points] == [min(_gpus_from_flags(trials[p.trial].flags), report.hardware_gpus)
+                                              for p in again.points]  # fmt: skip
+
+
+def test_every_winner_has_its_per_user_figures(written):
+    run_dir, summary, paths = written
+    report = build_report(run_dir)
+    measured = {n for n, t in summary["targets"].items() if t["metric"] != "accuracy_delta"}
+    assert {w.target for w in report.winners} == measured
+    for w in report.winners:
+        rec = _record(run_dir / w.file)
+        assert w.trial == summary["targets"][w.target]["trial"]
+        achieved = summary["targets"][w.target]["achieved"]
+        assert achieved == pytest.approx(rec["output_throughput"] if w.metric != "decode_tok_s"
+                                         else 1000 / rec["median_tpot_ms"])  # fmt: skip
+        assert (w.tpot_p50_ms, w.tpot_p99_ms, w.itl_p50_ms, w.itl_p99_ms) == \
+            (rec["median_tpot_ms"], rec["p99_tpot_ms"], rec["median_itl_ms"], rec["p99_itl_ms"])  # fmt: skip
+    md = _section(paths[0].read_text(), "Throughput per GPU against tok/s per user")
+    for w in report.winners:
+        assert f"| {w.target} | {w.trial} |" in md and f"{w.tpot_p50_ms:,.1f} / {w.tpot_p99_ms:,.1f}" in md
+
+
+def test_html_explains_its_shorthand(written):
+    _, summary, paths = written
+    html = paths[1].read_text()
+    link = re.search(r'<a href="([^"#]*glossary\.md)">glossary</a>', html).group(1)
+    assert (paths[1].parent / link).resolve() == (REPO / "docs" / "glossary.md").resolve()
+    assert (REPO / "docs" / "glossary.md").exists()
+    drop = -summary["targets"]["accuracy"]["target"]
+    assert f"at most {drop:g} below the reference" in html
+    assert "draft-tree search and refinement" in html and "(<code>knee</code> in the trace)" in html
+    assert re.search(r'<abbr title="\d+ draft steps?, [^"]+">\d+/\d+/\d+</abbr>', html)
+    assert 'id="pareto"' in html and re.search(r'<nav class="toc"', html)
+    flags = re.search(r'<table [^>]*id="trials-table".*?</table>', html, flags=re.S).group(0)
+    assert '<ul class="flags"><li><code>tp-size=8</code></li>' in flags  # one chip a flag, never one long string
+
+
+def test_compare_two_runs_frontiers(copy_of_finished_run):
+    runs = copy_of_finished_run / "runs"
+    shutil.copytree(runs / FINISHED_RUN_ID, runs / "other", symlinks=True)
+    report = build_report(runs / FINISHED_RUN_ID)
+    top = next(k.point for k in report.frontier.picks if k.role == "max throughput")
+    for r in report.bench_runs:  # the other run never measured the best's configuration
+        if r.trial == top.trial:
+            (runs / "other" / r.file).unlink()
+    proc = run_agent(copy_of_finished_run, "runs", "--compare", FINISHED_RUN_ID, "other", env={**os.environ,
+                     "COLUMNS": "160"})  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    png = copy_of_finished_run / "runs" / "compare" / f"{FINISHED_RUN_ID}-vs-other.png"
+    assert str(png.relative_to(copy_of_finished_run)) in proc.stdout and png.read_bytes().startswith(PNG_MAGIC)
+    row = next(line for line in proc.stdout.splitlines() if "max throughput" in line)
+    ours, theirs = (float(c.split("|")[1].replace(",", "")) for c in row.split("│")[2:4])
+    assert ours == pytest.approx(top.throughput_per_gpu, abs=0.05) and theirs < ours
+    bad = run_agent(copy_of_finished_run, "runs", "--compare", FINISHED_RUN_ID, "nope")
+    assert bad.returncode == 2 and "no run 'nope'" in bad.stdout
+
+
+def test_plot_labels_and_legends_do_not_collide(written, monkeypatch):
+    """Every figure drawn as a matplotlib Figure: no legend over any axes' plotting area, no two labels (knee
+    marks, frontier marks A/B/C, notes, legends) overlapping."""
+    import agent.inspector.plots as plots
+
+    figures = {}
+    monkeypatch.setattr(plots, "_png", lambda fig: fig)
+    report = build_report(written[0])
+    for name, draw in plots.PLOTS.items():
+        figures[name] = draw(report)
+    for name, fig in figures.items():
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        areas = [ax.get_window_extent(renderer) for ax in fig.axes if ax.axison]
+        labels = []
+        for ax in fig.axes:
+            if (legend := ax.get_legend()) is not None:
+                box = legend.get_window_extent(renderer)
+                assert not any(box.overlaps(a) for a in areas), f"{name}: a legend over a plotting area"
+                labels.append(("legend", box))
+            labels += [(t.get_text(), t.get_window_extent(renderer)) for t in ax.texts if t.get_text().strip()]
+        for i, (text, box) in enumerate(labels):
+            for other, obox in labels[i + 1 :]:
+                assert not box.overlaps(obox), f"{name}: {text!r} collides with {other!r}"

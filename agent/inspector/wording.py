@@ -1,0 +1,103 @@
+"""What the run's shorthand means, in words a reader of the report (or the web view) needs no key for: the
+policy's stage names, an accuracy goal as a sentence, a draft tree ``a/b/c`` spelled out. Display text only: the
+internal names (a stage's memo key, which the playbook and checkpoints use) are never changed here.
+
+Every term is explained at more length in ``docs/glossary.md`` (:data:`GLOSSARY`); :func:`glossary_link` is the
+relative link to it from the folder a report is written to (``runs/<id>/review/``: ``../../../docs/glossary.md``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from ..search import tree_of
+
+GLOSSARY = Path(__file__).resolve().parents[2] / "docs" / "glossary.md"
+GLOSSARY_LINK = "../../../docs/glossary.md"  # from runs/<id>/review/, where agent review writes the report
+
+
+def glossary_link(out_dir: Path) -> str:
+    """The relative link from a report written into ``out_dir`` to ``docs/glossary.md`` of this checkout."""
+    return Path(os.path.relpath(GLOSSARY, Path(out_dir).resolve())).as_posix()
+
+
+class StageName(BaseModel):
+    """A stage's display name and what it does, for a stage key a policy writes into its decisions."""
+
+    key: str
+    name: str
+    does: str
+
+
+# the playbook's stages (agent/policies/playbook.py: memo["phase"]), in the order it runs them
+STAGES: dict[str, StageName] = {s.key: s for s in (
+    StageName(key="bringup", name="bring-up", does="launch the model as released on the simplest layout, fix what "
+              "breaks, measure it"),
+    StageName(key="tune", name="kernel tuning", does="tune the MoE shapes the log shows on aiter's untuned fallback"),
+    StageName(key="single", name="single-stream decode", does="speculative decoding (a short draft chain, then the "
+              "draft tree's depth) and knobs, measured with one request at a time"),
+    StageName(key="layout", name="parallel-layout screening", does="screen tensor/data/expert-parallel layouts with "
+              "one burst each; the best few get a full-length knee search"),
+    StageName(key="knee", name="draft-tree search and refinement", does="after the layouts: the runner-up layouts "
+              "with the best's settings, speculative decoding under load, the draft tree's width and verify budget, "
+              "and the references (baseline, ablations) that explain the best"),
+    StageName(key="search", name="search beyond the plan", does="the shared search layer proposes one flag "
+              "change at a time from the best measured"),
+    StageName(key="done", name="done", does="the plan is spent"),
+)}  # fmt: skip
+
+
+def stage_name(key: str | None) -> str:
+    """The display name of a stage key (an unknown key, e.g. an LLM policy's own, is shown as it is)."""
+    if not key:
+        return "-"
+    return STAGES[key].name if key in STAGES else key
+
+
+# a draft tree written as steps/topk/draft-tokens (the playbook's labels: "speculative decoding 3/1/4"); small
+# numbers without a leading zero, so that a date (2026/12/03) or a path is not taken for one
+TREE_TEXT = re.compile(r"(?<![\w/.])([1-9]\d?)/([1-9]\d?)/([1-9]\d{0,2})(?![\w/.])")
+TREE_KEY = ("a/b/c is a draft tree: a = speculative-num-steps (how many tokens the draft model proposes in a row), "
+            "b = speculative-eagle-topk (the branches it keeps at each step; 1 is a chain), c = "
+            "speculative-num-draft-tokens (the tokens the target model verifies in one pass)")  # fmt: skip
+
+
+def tree_words(steps: int, topk: int, draft: int) -> str:
+    """``3/1/4`` as words: ``3 draft steps, a chain (top-1), 4 tokens verified per pass``."""
+    width = "a chain (top-1)" if topk == 1 else f"{topk} branches per step (top-{topk})"
+    return f"{steps} draft step{'s' if steps != 1 else ''}, {width}, {draft} tokens verified per pass"
+
+
+def flags_tree_words(flags: dict) -> str | None:
+    """The draft tree a configuration runs, as words (None: it does not speculate)."""
+    tree = tree_of(flags)
+    return tree_words(*tree) if tree else None
+
+
+def accuracy_goal_words(max_delta: float, reference: str = "the reference") -> str:
+    """An accuracy-delta goal (``-0.02``: the accuracy may fall at most 0.02 below its reference) in words."""
+    if max_delta < 0:
+        return f"at most {abs(max_delta):g} below {reference}"
+    if max_delta == 0:
+        return f"no lower than {reference}"
+    return f"at least {max_delta:g} above {reference}"
+
+
+def accuracy_delta_words(delta: float | None) -> str:
+    """A measured accuracy delta in words: ``0.005 below``, ``0.010 above``, ``equal``."""
+    if delta is None:
+        return "-"
+    if abs(delta) < 5e-4:
+        return "equal to the reference"
+    return f"{abs(delta):.3f} {'below' if delta < 0 else 'above'} the reference"
+
+
+def reference_words(baseline: float | str | None) -> str:
+    """The accuracy reference a task names: a figure, or ``first`` (the first configuration's own accuracy)."""
+    if baseline == "first" or baseline is None:
+        return "the first configuration's accuracy"
+    return f"the reference accuracy {baseline:g}" if isinstance(baseline, float | int) else str(baseline)
