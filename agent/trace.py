@@ -331,10 +331,14 @@ class TraceWriter:
             finally:
                 os.close(fd)  # closing releases the flock
 
-    def __del__(self) -> None:  # a forgotten writer must not keep the fd (and the file lock) forever
-        with contextlib.suppress(Exception):
-            if getattr(self, "_fd", None) is not None:
-                os.close(self._fd)
+    def __del__(self, _close=os.close) -> None:  # a forgotten writer must not keep the fd (and the file lock) forever
+        # at interpreter exit module globals (contextlib, os) may already be gone: only what was bound here is used
+        fd = getattr(self, "_fd", None)
+        if fd is not None:
+            try:  # noqa: SIM105 (contextlib may be gone at exit)
+                _close(fd)
+            except OSError:
+                pass
 
     def __enter__(self) -> TraceWriter:
         return self
