@@ -17,8 +17,11 @@ files read. Quark asks the exclude list about a packed module's shard names, so 
 from __future__ import annotations
 
 import ast
+import bisect
 import contextlib
-from collections.abc import Callable
+import re
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 Ident = tuple[str, str]  # (python module, top-level name)
@@ -55,12 +58,30 @@ def _passes_quant(call: ast.Call) -> bool:
     return any("quant_config" in ast.unparse(a) for a in call.args if isinstance(a, ast.Name | ast.Attribute))
 
 
+def _walk_lines(tree: ast.AST, lines: list[int]) -> Iterator[ast.AST]:
+    """``ast.walk`` (the same nodes in the same order) limited to the nodes whose lines hold one of ``lines``
+    (sorted), and their ancestors: what a text search found, without visiting the rest of a large file."""
+    todo = deque([tree])
+    while todo:
+        node = todo.popleft()
+        start = getattr(node, "lineno", None)
+        if start is not None:
+            i = bisect.bisect_left(lines, start)
+            if i == len(lines) or lines[i] > (getattr(node, "end_lineno", None) or start):
+                continue
+        todo.extend(ast.iter_child_nodes(node))
+        yield node
+
+
 class EngineSource:
     """The engine's Python files in the workspace, parsed once, with name lookup through imports."""
 
     def __init__(self, read: Callable[[str], str | None], python_root: str) -> None:
         self.read, self.root = read, python_root.rstrip("/")
         self._trees: dict[str, ast.Module | None] = {}
+        self._texts: dict[str, str] = {}  # module -> its source, for the text checks that spare a walk
+        self._imports: dict[str, dict[str, tuple[str | None, str]]] = {}  # module -> name -> (from module, name)
+        self._mapping_parts: dict[str, tuple[dict[str, list[str]], dict[str, list[str]]]] = {}
 
     def path(self, module: str) -> list[str]:
         base = f"{self.root}/{module.replace('.', '/')}"
@@ -74,6 +95,7 @@ class EngineSource:
                 if text is not None:
                     with contextlib.suppress(SyntaxError):  # a file that does not parse tells nothing
                         self._trees[module] = ast.parse(text)
+                        self._texts[module] = text
                     break
         return self._trees[module]
 
@@ -87,6 +109,25 @@ class EngineSource:
     def parsed(self) -> list[ast.Module]:
         return [t for t in self._trees.values() if t is not None]
 
+    def parsed_modules(self) -> list[str]:
+        """The modules parsed so far, in the order they were."""
+        return [m for m, t in self._trees.items() if t is not None]
+
+    def text(self, module: str) -> str:
+        return self._texts.get(module, "")
+
+    def _import_table(self, module: str, tree: ast.Module) -> dict[str, tuple[str | None, str]]:
+        """Every name the module imports from another (local imports too), first one first, from one walk."""
+        if module not in self._imports:
+            table: dict[str, tuple[str | None, str]] = {}
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module:
+                    src = node.module if node.level == 0 else self._relative(module, node)
+                    for a in node.names:
+                        table.setdefault(a.asname or a.name, (src, a.name))
+            self._imports[module] = table
+        return self._imports[module]
+
     def lookup(self, module: str, name: str, depth: int = 0) -> tuple[str, ast.ClassDef | ast.FunctionDef] | None:
         """Where ``name`` as seen in ``module`` is defined (imports and re-exports followed, local imports too)."""
         tree = self.tree(module)
@@ -95,13 +136,11 @@ class EngineSource:
         for node in tree.body:
             if isinstance(node, ast.ClassDef | ast.FunctionDef) and node.name == name:
                 return module, node
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                for a in node.names:
-                    if (a.asname or a.name) == name:
-                        src = node.module if node.level == 0 else self._relative(module, node)
-                        return self.lookup(src, a.name, depth + 1) if src else None
-        return None
+        imported = self._import_table(module, tree).get(name)
+        if imported is None:
+            return None
+        src, original = imported
+        return self.lookup(src, original, depth + 1) if src else None
 
     @staticmethod
     def _relative(module: str, node: ast.ImportFrom) -> str | None:
@@ -237,21 +276,46 @@ class ModuleTree:
         ones, from ``packed_modules_mapping`` dicts, which the quantization asks about by shard)."""
         fused: dict[str, list[str]] = {}
         packed: dict[str, list[str]] = {}
-        for tree in self.src.parsed():
-            for node in ast.walk(tree):
+        for module in self.src.parsed_modules():
+            part_fused, part_packed = self._file_mappings(module)
+            for k, v in part_fused.items():
+                fused.setdefault(k, []).extend(v)
+            packed.update(part_packed)
+        return fused, packed
+
+    # where a 3-tuple may start whose first two items are string literals without a dot, as a
+    # stacked_params_mapping entry does (a lookahead: every start, overlapping ones included)
+    _SHARD_TUPLE = re.compile(r"""(?=(["'])[^"'.\n]*\1\s*,\s*(["'])[^"'.\n]*\2\s*,)""")
+
+    def _file_mappings(self, module: str) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+        """One file's part of :meth:`_mappings`, worked out once per file; a file whose text holds neither a
+        shard tuple nor ``packed_modules_mapping`` has none and is not walked (most of an engine's files)."""
+        memo = self.src._mapping_parts
+        if module in memo:
+            return memo[module]
+        fused: dict[str, list[str]] = {}
+        packed: dict[str, list[str]] = {}
+        text = self.src.text(module)
+        tree = self.src.tree(module)
+        has_packed = "packed_modules_mapping" in text
+        starts = [m.start() for m in self._SHARD_TUPLE.finditer(text)]
+        starts += [m.start() for m in re.finditer("packed_modules_mapping", text)] if has_packed else []
+        if tree is not None and starts:
+            for node in _walk_lines(tree, sorted({text.count("\n", 0, at) + 1 for at in starts})):
                 if isinstance(node, ast.Tuple) and len(node.elts) == 3:
                     a, b = _const_str(node.elts[0]), _const_str(node.elts[1])
                     if a and b and "." not in a + b:
                         fused.setdefault(a, []).append(b)
                 pairs: list[tuple[ast.AST, ast.AST]] = []
                 in_packed = False
-                if isinstance(node, ast.Assign) and "packed_modules_mapping" in ast.unparse(node.targets[0]):
+                if has_packed and isinstance(node, ast.Assign) and "packed_modules_mapping" in ast.unparse(node.targets[0]):
                     in_packed = True
                     if isinstance(node.value, ast.Dict):
                         pairs = list(zip(node.value.keys, node.value.values, strict=False))
                     elif isinstance(node.targets[0], ast.Subscript):
                         pairs = [(node.targets[0].slice, node.value)]
-                elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "update"
+                elif (has_packed and isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                      and node.func.attr == "update"
                       and "packed_modules_mapping" in ast.unparse(node.func.value) and node.args
                       and isinstance(node.args[0], ast.Dict)):  # fmt: skip
                     in_packed, pairs = True, list(zip(node.args[0].keys, node.args[0].values, strict=False))
@@ -261,6 +325,7 @@ class ModuleTree:
                         fused.setdefault(_const_str(k), []).extend(shards)  # type: ignore[arg-type]
                         if in_packed:
                             packed[_const_str(k)] = shards  # type: ignore[index,assignment]
+        memo[module] = (fused, packed)
         return fused, packed
 
     # --- lookups -------------------------------------------------------------------------------------------
