@@ -18,7 +18,7 @@ from __future__ import annotations
 import ast
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -65,6 +65,21 @@ def _raising_class(read: Callable[[str], str | None], diag: Diagnosis) -> str | 
     return None
 
 
+_LAYER = re.compile(r"^model\.layers\.(\d+)\.", re.M)
+
+
+def layers_from(names: Iterable[str], at_least: int = 0) -> list[int]:
+    """The decoder layers (``model.layers.<N>.``) the checkpoint's tensor names hold, from ``at_least`` up: one
+    regular-expression pass over the joined names, not one call per name (an index holds a hundred thousand)."""
+    return sorted({n for n in map(int, _LAYER.findall("\n".join(names))) if n >= at_least})
+
+
+def in_layers(names: Iterable[str], layers: Iterable[int]) -> list[str]:
+    """The names that fall in these decoder layers, in their order."""
+    prefixes = tuple(f"model.layers.{n}." for n in layers)
+    return [n for n in names if n.startswith(prefixes)] if prefixes else []
+
+
 def find_suspects(diag: Diagnosis, config: dict, weight_map: dict, read: Callable[[str], str | None]) -> Suspects:
     """``weight_map``: the index's name -> {dtype, shape} (a real index maps names to shard files: then only
     names and the exclude list are used). ``read(path)`` returns a workspace file's text or None."""
@@ -75,7 +90,7 @@ def find_suspects(diag: Diagnosis, config: dict, weight_map: dict, read: Callabl
     n_layers = int(config.get("num_hidden_layers") or 0)
     names = list(weight_map)
     if diag.draft_model and n_layers:  # the draft loads only the checkpoint's extra layer(s)
-        names = [n for n in names if (m := re.match(r"model\.layers\.(\d+)\.", n)) and int(m.group(1)) >= n_layers]
+        names = in_layers(names, layers_from(names, n_layers))
     fits = _CLASS_MODULES.get(layer_class or "", lambda m: True)
     out, why = [], [f"raised in {layer_class or 'an unknown class'}'s loader"]
     if diag.draft_model:

@@ -28,6 +28,7 @@ from agent.state import AgentState, Call, Observation, Trial
 from tasks.spec import TaskSpec
 from tools.loader_names import renamed_prefix, renames
 from tools.source import unified_diff
+from tools.weight_suspects import layers_from
 
 from ..ablation import explain_best
 from ..fixes import rocm_port
@@ -1321,8 +1322,7 @@ class PlaybookPolicy:
         if not diag.get("draft_model"):
             return None
         n_layers = int(config.get("num_hidden_layers") or config.get("text_config", {}).get("num_hidden_layers") or 0)
-        extra = sorted({int(m.group(1)) for k in names if (m := re.match(r"model\.layers\.(\d+)\.", k))
-                        and int(m.group(1)) >= n_layers})  # fmt: skip
+        extra = layers_from(names, n_layers)
         if not extra:
             return None
         cp = f"model.layers.{extra[0]}"

@@ -66,6 +66,7 @@ class Matcher:
         self.entries = list(entries)
         self.exact: set[str] = set()
         self.patterns: list[Any] = []
+        self._plain: tuple[str, ...] | None = None
         for e in self.entries:
             if style == "quark":
                 if e.startswith("re:"):
@@ -86,9 +87,11 @@ class Matcher:
                 return True
             parts = name.split(".")
             return any(".".join(parts[:k]) in self.exact for k in range(1, len(parts)))
-        # a plain entry matches as re.match does from the start (any prefix of the name) or as a suffix
-        exact = self.exact
-        if any(name[:k] in exact or name[k:] in exact for k in range(1, len(name) + 1)) or name in exact:
+        # a plain entry matches as re.match does from the start (any prefix of the name) or as a suffix; a tuple
+        # of them asks str.startswith/endswith once each (this is asked for every module of a model)
+        if self._plain is None:
+            self._plain = tuple(self.exact)
+        if name.startswith(self._plain) or name.endswith(self._plain):
             return True
         return any(p.match(name) or name.endswith(p.pattern) for p in self.patterns)
 
