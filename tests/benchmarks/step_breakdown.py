@@ -35,7 +35,7 @@ DEFAULT = ("TP2 8k/1k c64", "TP8 MTP 8k/1k c64", "fp8 TP4 8k/1k c64", "TP2 MTP 8
 
 def breakdown(point: Point) -> tuple[CostModel, int, float, list]:
     sc = scenario_for(point)
-    cfg = serving_config(sc, server_flags(point), tuned_moe(sc))
+    cfg = serving_config(sc, server_flags(point), tuned_moe(sc) if point.moe_tuned is None else point.moe_tuned)
     model = CostModel(sc, cfg)
     plan = plan_memory(model)
     limit = cfg.max_running_per_rank(plan.max_total_num_tokens, cfg.context_length, plan.max_mamba_cache_size)
