@@ -8,8 +8,9 @@ of InferenceX) the running batch is the client's concurrency capped by the serve
 the mean context of InferenceX's workload (0.9 x ISL + 0.9 x OSL / 2: lengths uniform in 0.8-1.0x).
 ``perf.breakdown.decode_components`` splits the step; "roofline" is what the component would take at the GPU's
 peak (HBM bandwidth for bytes, the matrix peak of its dtype for FLOPs), so ``ms / roofline`` is the efficiency the
-twin charges it at (its inverse). Memory and compute overlap (the step pays the larger sum); communication,
-launches and the draft add; the CPU's per-step work shows only where it outlasts the GPU's.
+twin charges it at (its inverse). Memory and compute overlap (the step pays the larger sum; "per-kernel roofline"
+is what each kernel class paying its own larger would cost instead); communication, launches and the draft add;
+the CPU's per-step work shows only where it outlasts the GPU's.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import argparse
 import sys
 
 from sandboxes.twin.engine.memory import plan_memory
-from sandboxes.twin.perf.breakdown import decode_components
+from sandboxes.twin.perf.breakdown import MEMORY_TERMS, decode_components, paid
 from sandboxes.twin.perf.cost_model import CostModel
 from tests.benchmarks.cost_fingerprint import serving_config
 from tests.benchmarks.heldout_models import Point, points, scenario_for, server_flags, tuned_moe
@@ -56,23 +57,25 @@ def roofline(model: CostModel, c) -> float:
 def print_point(point: Point) -> None:
     model, batch, context, comps = breakdown(point)
     total = {t: sum(c.seconds for c in comps if c.term == t) for t in {c.term for c in comps}}
-    memory = sum(total.get(t, 0.0) for t in ("weight_reads", "kv_reads", "state_reads"))
+    memory = sum(total.get(t, 0.0) for t in MEMORY_TERMS)
     compute = total.get("compute", 0.0)
-    gpu = max(memory, compute) + sum(total.get(t, 0.0) for t in ("communication", "kernel_launch", "draft"))
+    kernels = max(memory, compute)
+    gpu = kernels + sum(total.get(t, 0.0) for t in ("communication", "kernel_launch", "draft"))
     cpu = model.cpu_exposed(gpu, total.get("scheduler", 0.0))
     step = gpu + cpu
     accept = model.accept_length()
     print(f"\n{point.scenario} {point.weight_format or model.wfmt} {point.label.split(' ', 1)[1]}: batch {batch}, "
           f"context {context:.0f}, {model.tokens_per_verify()} tok/seq, accept {accept:.2f}")  # fmt: skip
-    print(f"  step {step * 1e3:.2f} ms = max(memory {memory * 1e3:.2f}, compute {compute * 1e3:.2f}) + the rest; "
+    print(f"  step {step * 1e3:.2f} ms = max(memory {memory * 1e3:.2f}, compute {compute * 1e3:.2f}) + the rest "
+          f"(per-kernel roofline: {paid(comps) * 1e3:.2f} for the max); "
           f"TPOT ~{step / accept * 1e3:.2f} ms (published {point.tpot_ms} ms)")  # fmt: skip
-    head = f"  {'component':<66} {'term':<13} {'ms':>7} {'roofline':>8} {'x':>5}  detail"
+    head = f"  {'component':<66} {'term':<13} {'ms':>7} {'roofline':>8} {'x':>5}  {'kernel class':<22} detail"
     print(head)
     print("  " + "-" * (len(head) - 2))
     for c in comps:
         roof = roofline(model, c)
         x = f"{c.seconds / roof:>5.1f}" if roof else f"{'':>5}"
-        print(f"  {c.name:<66} {c.term:<13} {c.seconds * 1e3:>7.3f} {roof * 1e3:>8.3f} {x}  {c.detail}")
+        print(f"  {c.name:<66} {c.term:<13} {c.seconds * 1e3:>7.3f} {roof * 1e3:>8.3f} {x}  {c.kernel:<22} {c.detail}")
     print(f"  {'CPU exposed (overlap scheduler)':<66} {'scheduler':<13} {cpu * 1e3:>7.3f}")
 
 

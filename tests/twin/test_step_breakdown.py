@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sandboxes.twin.perf.breakdown import decode_components
+from sandboxes.twin.perf.breakdown import decode_components, paid
 from sandboxes.twin.perf.cost_model import CostModel
 from sandboxes.twin.scenario import load
 from tests.benchmarks.cost_fingerprint import serving_config
@@ -31,6 +31,9 @@ def test_components_add_up_to_the_terms(scenario: str, flags: list[str], tokens:
                  "draft"):
         assert sum(c.seconds for c in comps if c.term == term) == pytest.approx(terms[term], rel=1e-9), term
     assert {c.term for c in comps} >= {"weight_reads", "compute", "communication"}
+    # per kernel class, no class's FLOPs hide under another's bytes: never less than the cost model's lump
+    memory = terms["weight_reads"] + terms["kv_reads"] + terms["state_reads"]
+    assert paid(comps) >= max(memory, terms["compute"]) * (1 - 1e-9)
     # the routed experts' component says how many tokens each touched expert sees (the MoE kernel's regime)
     experts = next(c for c in comps if c.name.startswith("routed experts"))
     assert "tok/expert" in experts.detail and experts.bytes > 0
