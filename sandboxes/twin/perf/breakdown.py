@@ -81,7 +81,7 @@ def decode_components(model: CostModel, batch: int, context: float, tokens_per_s
                                  f"{grp.state_bytes / 1e6:.2f} MB/seq/layer, x{state_traffic(tokens_per_seq)}",
                                  bytes=state, kernel=kind))  # fmt: skip
             work = tokens * grp.count * grp.step_flops_per_token / m.g
-            out.append(Component(f"{kind}: recurrent update FLOPs", "compute", work / m.attn_flops,
+            out.append(Component(f"{kind}: recurrent update FLOPs", "compute", work / m.linear_attn_flops,
                                  flops=work, peak="bf16", kernel=kind))  # fmt: skip
             continue
         keys = grp.keys(context)
