@@ -53,6 +53,9 @@ class Point:
     mtp: bool = False
     weight_format: str = ""
     flags: tuple[str, ...] = ()
+    # whether the public run's image shipped a tuned fused-MoE selection for this shape (the source's evidence is
+    # beside the row); None: the zoo scenario's claim (``tuned_moe``)
+    moe_tuned: bool | None = None
 
     @property
     def label(self) -> str:
@@ -93,7 +96,8 @@ def server_flags(point: Point) -> list[str]:
 def measure(point: Point, seed: int = 1) -> dict[str, Any]:
     """Run one point in the twin; the figures bench_serving would print for it."""
     sc = scenario_for(point)
-    cfg = serving_config(sc, server_flags(point), tuned_moe(sc))
+    tuned = tuned_moe(sc) if point.moe_tuned is None else point.moe_tuned
+    cfg = serving_config(sc, server_flags(point), tuned)
     model = CostModel(sc, cfg)
     plan = plan_memory(model)
     rng = random.Random(seed)

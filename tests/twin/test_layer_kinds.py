@@ -613,10 +613,10 @@ def test_prefill_charges_the_linear_scan_per_token_and_full_attention_per_key():
     scan = 32 * (6 * 64 * 128 + 4 * 64 * 128 + 6 * 128 * 128) + 2 * 8192 * 4
     per_key = 2 * 16 * 2 * 256
     for n in (1000, 8000):
-        want = 36 * n * scan / (model.g * model.attn_flops) + 12 * n * (n / 2) * per_key / _dense_rate(model, n / 2)
+        want = 36 * n * scan / (model.g * model.linear_attn_flops) + 12 * n * (n / 2) * per_key / _dense_rate(model, n / 2)
         assert model.prefill(n, [(0, n)]).prefill_attention == pytest.approx(want)
     # a prefix: the scan continues from the stored state (new tokens only), attention reads the prefix too
-    want = 36 * 1000 * scan / (model.g * model.attn_flops) + 12 * 1000 * 7500 * per_key / _dense_rate(model, 7500)
+    want = 36 * 1000 * scan / (model.g * model.linear_attn_flops) + 12 * 1000 * 7500 * per_key / _dense_rate(model, 7500)
     assert model.prefill(1000, [(7000, 1000)]).prefill_attention == pytest.approx(want)
 
 

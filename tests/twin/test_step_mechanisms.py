@@ -80,12 +80,14 @@ def test_glm5s_step_is_its_gpu_work_with_or_without_the_cpus_hidden_share():
 
 def test_dense_attention_runs_at_its_kernel_class_rate():
     """Dense attention (MHA/GQA prefill, MLA in MHA form) runs at the dense kernels' efficiency, the sparse-MLA
-    and indexer kernels at the calibrated sparse one: a DSA model's attention is not charged at FlashAttention's
-    rate, nor a dense model's at GLM-5's sparse kernels'."""
+    and indexer kernels at the sparse one (the gfx950 kernel sheet's, fitted on GLM-5): a DSA model's attention is
+    not charged at FlashAttention's rate, nor a dense model's at GLM-5's sparse kernels'."""
+    from sandboxes.twin.perf import kernel_sheet
+
     cal = GLM5.calibration
+    sparse = kernel_sheet.load(GLM5.hardware.gfx_arch).sparse_mla_efficiency
     model = CostModel(GLM5, ServingConfig(tp_size=8))
-    assert model.dense_attn_flops / model.attn_flops == pytest.approx(cal.dense_attention_efficiency
-                                                                      / cal.attention_efficiency)  # fmt: skip
+    assert model.dense_attn_flops / model.attn_flops == pytest.approx(cal.dense_attention_efficiency / sparse)
     assert all(model.attention_flops(g) == model.attn_flops for g in model.attention)
     oss = CostModel(GPT_OSS, ServingConfig(tp_size=8))
     assert all(oss.attention_flops(g) == oss.dense_attn_flops for g in oss.attention)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from ..engine.pools import kv_cell_bytes
 from ..models.catalogue import ModelDims, checkpoint_modules, layer_entries, tensor_bytes
 from ..scenario import ModelSpec, QuantSpec, Scenario, expand_ranges
-from . import release_profile
+from . import kernel_sheet, release_profile
 from .attention import LayerGroup, layer_groups, state_traffic
 from .kernels import draft_layer_kernels, model_kernels
 from .serving_config import ServingConfig
@@ -184,17 +184,30 @@ class CostModel:
         attn_shard = cal.tp_doubling_efficiency ** math.log2(max(self.g, 1))
         bf16 = hw.peak_tflops["bf16"] * 1e12 * attn_eff * attn_shard
         # attention kernels by class (attention.LayerGroup.sparse): the sparse-MLA kernels and the DSA indexer
-        # (calibrated on GLM-5's), and the dense FlashAttention-style kernels (from their public benchmarks)
-        self.attn_flops = bf16 * cal.attention_efficiency
+        # (fitted on GLM-5's figures, the only sparse-attention data: the kernel sheet's where it has them, else the
+        # calibration's), the dense FlashAttention-style kernels (from their public benchmarks), and linear
+        # attention's recurrent kernels (``linear_flops_rate``: the calibration's ``attention_efficiency``)
+        sheet = kernel_sheet.load(hw.gfx_arch) if hw.gfx_arch else None
+        sparse_eff = sheet.sparse_mla_efficiency if sheet and sheet.sparse_mla_efficiency else cal.attention_efficiency
+        self.linear_attn_flops = bf16 * cal.attention_efficiency
+        self.attn_flops = bf16 * sparse_eff
         self.dense_attn_flops = bf16 * cal.dense_attention_efficiency
-        self.idx_flops = (
-            hw.peak_tflops.get("fp8", hw.peak_tflops["bf16"]) * 1e12 * cal.attention_efficiency * attn_shard
-        )
-        moe_eff = cal.gemm_efficiency[fmt] * shard * MOE_BACKEND_EFFICIENCY.get(cfg.moe_runner_backend, 0.7)
-        if not cfg.moe_tuned:
-            moe_eff *= cal.moe_fallback_efficiency
-        self.moe_flops = hw.peak_tflops[fmt] * 1e12 * moe_eff
-        self.moe_bw = self.bw * cal.moe_bandwidth_efficiency * (1.0 if cfg.moe_tuned else cal.moe_fallback_efficiency**0.5)
+        self.idx_flops = hw.peak_tflops.get("fp8", hw.peak_tflops["bf16"]) * 1e12 * sparse_eff * attn_shard
+        # the routed experts' kernel: from the architecture's kernel sheet (aiter's tuned fused MoE, measured) where it
+        # has this dtype, else the calibrated constants; an untuned selection runs at the fallback's share of it
+        backend = MOE_BACKEND_EFFICIENCY.get(cfg.moe_runner_backend, 0.7)
+        fallback = 1.0 if cfg.moe_tuned else cal.moe_fallback_efficiency
+        moe_kernel = sheet.fused_moe if sheet else None
+        inter_dim = sc.model.moe.intermediate_size / max(self.moe_g, 1)
+        kernel_eff = moe_kernel.compute_efficiency(fmt, inter_dim) if moe_kernel else None
+        if moe_kernel is not None and kernel_eff is not None:
+            if not cfg.moe_tuned and moe_kernel.untuned_share is not None:
+                fallback = moe_kernel.untuned_share
+            self.moe_flops = hw.peak_tflops[fmt] * 1e12 * kernel_eff * backend * fallback
+            self.moe_bw = hw.memory_bandwidth_tbs * 1e12 * moe_kernel.bandwidth * fallback**0.5
+        else:
+            self.moe_flops = hw.peak_tflops[fmt] * 1e12 * cal.gemm_efficiency[fmt] * shard * backend * fallback
+            self.moe_bw = self.bw * cal.moe_bandwidth_efficiency * fallback**0.5
         self.link_bw = hw.interconnect_gbs * 1e9
         s = self.sizes
         loaded = dict(self.weight_bytes or reference_weight_bytes(sc.model, sc.quantization))
@@ -280,7 +293,7 @@ class CostModel:
         for grp in self.attention:
             if grp.linear:  # a chunked scan over the new tokens, from the state the prefix left
                 attention += grp.count * sum(new for _, new in contexts) * grp.scan_flops_per_token / (
-                    g * self.attn_flops
+                    g * self.linear_attn_flops
                 )
                 continue
             keys = idx_keys = prefix_keys = 0.0
@@ -372,7 +385,7 @@ class CostModel:
         for grp in self.attention:
             if grp.linear:
                 per_seq_state += grp.count * grp.state_bytes
-                linear_terms.append(tokens * grp.count * grp.step_flops_per_token / (self.g * self.attn_flops))
+                linear_terms.append(tokens * grp.count * grp.step_flops_per_token / (self.g * self.linear_attn_flops))
             else:
                 linear_terms.append(None)
         state_bytes = batch * state_traffic(tokens_per_seq) * per_seq_state
