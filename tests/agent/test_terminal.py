@@ -167,3 +167,4 @@ def test_the_live_panel_fills_the_terminal_and_shows_the_last_figure_measured():
         assert "--tp-size 8 --speculative-algorithm EAGLE" in text
         assert f"trials 0/{task.budgets.trials} (1 crashed) | fixes: 1 committed" in text
         assert "now: try layout --tp-size 4 --dp-size 2" in text and "{" not in text
+        assert "stage single-stream decode - step" in text and "stage single " not in text  # its name, not its key
