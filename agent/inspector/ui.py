@@ -37,14 +37,15 @@ from pydantic import BaseModel, ConfigDict
 
 from sandboxes.base import is_control
 
+from ..interactivity import Interactivity, from_summary, per_user_text
 from .plots import render_plots
 from .report import ReportError, build_report
 from .review import PatchReview, ReviewError, collect_patches
 from .run_state import WORKSPACE, RunState, TrialSoFar, run_state, trials_so_far
 from .timeline import SIMULATED_LABEL, Timeline, TimelineCall, TimelineStep, read_timeline
+from .wording import GLOSSARY, glossary_anchor, stage_name
 
 TEMPLATES = Path(__file__).parent / "templates"
-GLOSSARY = Path(__file__).resolve().parents[2] / "docs" / "glossary.md"
 # the script a running run's page polls its live parts with; the CSP allows it by its hash, and nothing else
 LIVE_SCRIPT = (TEMPLATES / "ui_live.js").read_text()
 LIVE_POLL_MS = 3000  # how often a running run's page asks for its live parts
@@ -76,6 +77,8 @@ class TargetResult(BaseModel):
     achieved: float | None
     met: bool
     trial: int | None = None
+    interactivity: Interactivity | None = None  # what one user saw in the benchmark behind the best
+    bound: str | None = None  # the target's interactivity bound in words, if it has one
 
 
 class TrialRow(BaseModel):
@@ -90,6 +93,8 @@ class TrialRow(BaseModel):
     metrics: dict[str, float] = {}
     accuracy: float | None = None
     step: int | None = None
+    # target name -> what one user saw in the benchmark behind the trial's figure for it
+    interactivity: dict[str, Interactivity] = {}
 
 
 class RunListing(BaseModel):
@@ -134,6 +139,15 @@ class RunPage(BaseModel):
     plots_note: str | None = None
     timeline: Timeline | None = None
     timeline_note: str | None = None
+    stages: dict[int, str] = {}  # step -> the stage key its decision names (trials are shown with their stage)
+
+
+class GlossaryEntry(BaseModel):
+    """One heading of the glossary and its text, with the anchor pages link to (``/glossary#knee``)."""
+
+    anchor: str
+    heading: str
+    text: str
 
 
 class Response(BaseModel):
@@ -184,7 +198,8 @@ def read_listing(run_dir: Path) -> RunListing:
 
 def _targets(summary: dict[str, Any]) -> list[TargetResult]:
     return [TargetResult(name=name, metric=str(t.get("metric", "")), goal=float(t.get("target", 0.0)),
-                         achieved=t.get("achieved"), met=bool(t.get("met")), trial=t.get("trial"))
+                         achieved=t.get("achieved"), met=bool(t.get("met")), trial=t.get("trial"),
+                         interactivity=from_summary(t), bound=t.get("bound"))
             for name, t in (summary.get("targets") or {}).items()]  # fmt: skip
 
 
@@ -273,6 +288,8 @@ class RunsSite:
         self.templates.globals["live_script"] = Markup(LIVE_SCRIPT)  # noqa: S704 - our own file, allowed by its hash
         self.templates.globals["live_poll_ms"] = poll_ms
         self.templates.filters["pretty"] = lambda value: json.dumps(value, indent=1, ensure_ascii=False, default=str)
+        self.templates.filters["stage"] = stage_name  # a stage key as the report names it (knee: draft-tree ...)
+        self.templates.filters["per_user"] = lambda i: per_user_text(i, short=True)  # tok/s/user, TPOT p50/p99
         # run id -> (summary.json's mtime, the plots, why there are none)
         self._plots: dict[str, tuple[int, dict[str, bytes], str | None]] = {}
         self._plots_lock = threading.Lock()
@@ -311,6 +328,7 @@ class RunsSite:
         except (OSError, ValueError) as exc:
             page.timeline_note = f"no timeline: {exc}"
         if page.timeline is not None:
+            page.stages = {st.step: st.stage for st in page.timeline.steps if st.step is not None and st.stage}
             page.steps = [StepView(step=st, calls=[CallView(call=c, files=call_files(run_dir, c)) for c in st.calls])
                           for st in page.timeline.steps]  # fmt: skip
             if not summary:
@@ -394,12 +412,18 @@ class RunsSite:
         return Response(status=HTTPStatus.OK, content_type=ctype, body=body)
 
     def glossary(self) -> Response:
-        """``docs/glossary.md``, as text inside a page of the site (it is not there yet: a 404 page saying so)."""
+        """``docs/glossary.md`` inside a page of the site, each ``##`` heading with its anchor (``#knee``, as
+        GitHub makes them: the pages link their terms there); the text itself as text (it is not there yet: a
+        404 page saying so)."""
         try:
             text = GLOSSARY.read_text()
         except OSError:
             return self._not_found(f"no glossary: {GLOSSARY.name} is not in {GLOSSARY.parent}")
-        return self._page("ui_doc.html.j2", HTTPStatus.OK, title="glossary", source=GLOSSARY.name, text=text)
+        intro, *parts = re.split(r"^## ", text, flags=re.M)
+        entries = [GlossaryEntry(anchor=glossary_anchor(head), heading=head.strip(), text=body.strip("\n"))
+                   for head, _, body in (part.partition("\n") for part in parts)]  # fmt: skip
+        return self._page("ui_doc.html.j2", HTTPStatus.OK, title="glossary", source=GLOSSARY.name,
+                          text=intro.strip("\n"), entries=entries)  # fmt: skip
 
     def _not_found(self, message: str) -> Response:
         return self.error(HTTPStatus.NOT_FOUND, message)

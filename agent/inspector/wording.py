@@ -23,6 +23,12 @@ GLOSSARY = Path(__file__).resolve().parents[2] / "docs" / "glossary.md"
 GLOSSARY_LINK = "../../../docs/glossary.md"  # from runs/<id>/review/, where agent review writes the report
 
 
+def glossary_anchor(heading: str) -> str:
+    """The anchor of a glossary heading as GitHub and the web view make it: ``tok/s per user`` -> ``toks-per-user``,
+    ``Pareto frontier`` -> ``pareto-frontier`` (lower case, punctuation dropped, spaces as hyphens)."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
 def glossary_link(out_dir: Path) -> str:
     """The relative link from a report written into ``out_dir`` to ``docs/glossary.md`` of this checkout."""
     return Path(os.path.relpath(GLOSSARY, Path(out_dir).resolve())).as_posix()

@@ -122,6 +122,52 @@ def test_a_run_page_shows_targets_trials_and_timeline_escaped(synthetic_site):
     assert unfinished[0] == 200 and "no summary.json" in unfinished[2] and "launch_server" in unfinished[2]
 
 
+USER = {"workload": "throughput", "request_rate": 2.0, "tpot_p50_ms": 40.0, "tpot_p99_ms": 90.5, "itl_p50_ms": 30.0,
+        "itl_p99_ms": 200.0, "tok_s_per_user": 25.0}  # what one user saw behind a figure, as summary.json keeps it
+
+
+def _glossary_links_resolve(server: UiServer, *bodies: str) -> set[str]:
+    """The glossary anchors ``bodies`` link to, each checked to be a heading of the served glossary."""
+    linked = {a for body in bodies for a in re.findall(r'href="/glossary#([^"]+)"', body)}
+    glossary = _get(server, "/glossary")[2]
+    assert linked <= set(re.findall(r'<section class="entry" id="([^"]+)"', glossary)), linked
+    return linked
+
+
+def test_a_run_page_shows_stage_names_and_what_one_user_saw_and_links_the_glossary(tmp_path):
+    runs = tmp_path / "runs"
+    done = _write_run(runs, "done", task="plain", finish_reason="all targets met")
+    summary = json.loads((done / "summary.json").read_text())
+    summary["targets"]["tput"] |= {"interactivity": USER, "bound": "at least 20 tok/s per user"}
+    summary["trials"][0]["interactivity"] = {"tput": USER}
+    (done / "summary.json").write_text(json.dumps(summary))
+    live = _write_run(runs, "live", task="plain", finish_reason=None)
+    _launch(live, 2, {"tp-size": 4})
+    with TraceWriter(live / "trace.jsonl", run_id="live") as w:  # a knee search on it: its seeds at the knee
+        w.emit("tool_call", call_id="s2c1", tool="find_knee", input={"workload": "throughput"}, ok=True,
+               wall_seconds=0.1, result={"summary": "knee 3 req/s", "knee_rate": 3.0, "runs": [
+                   {"workload": "throughput", "request_rate": 1.0, "median_tpot_ms": 20.0, "p99_tpot_ms": 30.0},
+                   {"workload": "throughput", "request_rate": 3.0, "median_tpot_ms": 50.0, "p99_tpot_ms": 120.0},
+                   {"workload": "throughput", "request_rate": 3.0, "median_tpot_ms": 40.0, "p99_tpot_ms": 99.0}]})
+    server = _start(runs)
+    try:
+        page, live_page = _get(server, "/runs/done")[2], _get(server, "/runs/live")[2]
+        targets = re.search(r'<table id="targets">.*?</table>', page, re.S).group(0)
+        assert "25 tok/s/user, TPOT p50/p99 40.0/90.5 ms" in targets and "at least 20 tok/s per user" in targets
+        trials = re.search(r'<table id="trial-table".*?</table>', page, re.S).group(0)
+        assert "tput: 25 tok/s/user, TPOT p50/p99 40.0/90.5 ms" in trials
+        assert '<td class="stage">bring-up</td>' in trials  # its step's stage by name, not the trace's key
+        assert re.search(r'<span class="stage" title="bringup in the trace">bring-up</span>', page)
+        so_far = re.search(r'<table id="trial-table".*?</table>', live_page, re.S).group(0)
+        # the slowest seed at the knee rate, as the benchmark records say
+        assert "throughput: 20 tok/s/user, TPOT p50/p99 50.0/120.0 ms" in so_far, so_far
+        assert '<td class="stage">kernel tuning</td>' in so_far and ">tune<" not in so_far
+        assert {"knee", "toks-per-user", "tpot", "stage", "pareto-frontier"} <= _glossary_links_resolve(
+            server, page, live_page)  # fmt: skip
+    finally:
+        _stop(server)
+
+
 def test_unknown_runs_and_plots_are_404_pages(synthetic_site):
     for path, says in (("/runs/nope", "no run &#39;nope&#39;"), ("/runs/not-a-run", "no run"),
                        ("/runs/hostile/plots/nope.png", "no plot"), ("/elsewhere", "nothing at /elsewhere"),
