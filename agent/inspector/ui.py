@@ -7,7 +7,9 @@ step of it opening onto its calls' whole input and output and links to the files
 benchmark records); ``/runs/<id>/plots/<name>.png`` serves a plot rendered from the run (cached per run),
 ``/runs/<id>/files/<path>`` a file of the run folder, ``/runs/<id>/live`` the parts of a run's page that change
 while it runs (a running run's page fetches them every few seconds: trials appear as they land), ``/glossary``
-the glossary of the docs. Pages come from the Jinja templates ``agent/inspector/templates/ui_*.html.j2`` with HTML
+the glossary of the docs, ``/compare?a=<id>&b=<id>`` two finished runs' Pareto frontiers overlaid (the PNG at
+``/compare/frontiers.png?a=<id>&b=<id>``, as ``agent runs --compare`` draws it) and their named points side by
+side; the runs list picks the two with a plain form (no script). Pages come from the Jinja templates ``agent/inspector/templates/ui_*.html.j2`` with HTML
 autoescaping on (everything shown comes from the runs), carry their CSS and their one script inline and
 reference nothing outside this server; the Content-Security-Policy header says so to the browser as well (the
 script by its hash). Nothing here writes anywhere or needs the network.
@@ -38,9 +40,10 @@ from pydantic import BaseModel, ConfigDict
 from sandboxes.base import is_control
 
 from ..interactivity import Interactivity, from_summary, per_user_text
-from .plots import render_plots
+from .plots import frontier_overlay, render_plots
 from .report import ReportError, build_report
 from .review import PatchReview, ReviewError, collect_patches
+from .run_list import Comparison, compare_frontiers
 from .run_state import WORKSPACE, RunState, TrialSoFar, run_state, trials_so_far
 from .timeline import SIMULATED_LABEL, Timeline, TimelineCall, TimelineStep, read_timeline
 from .wording import GLOSSARY, glossary_anchor, stage_name
@@ -56,7 +59,7 @@ _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # The browser may load what this server serves and styles inline in its pages; nothing else, from nowhere else.
 CONTENT_SECURITY_POLICY = ("default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'; "
                            f"script-src 'sha256-{base64.b64encode(hashlib.sha256(LIVE_SCRIPT.encode()).digest()).decode()}'; "
-                           "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")  # fmt: skip
+                           "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")  # fmt: skip
 # served as text whatever they hold (with nosniff, a log holding HTML is shown, never rendered)
 _FILE_TYPES = {".png": "image/png"}
 
@@ -140,6 +143,15 @@ class RunPage(BaseModel):
     timeline: Timeline | None = None
     timeline_note: str | None = None
     stages: dict[int, str] = {}  # step -> the stage key its decision names (trials are shown with their stage)
+
+
+class ComparePage(BaseModel):
+    """Everything ``/compare`` shows: two runs' frontiers (``note`` says why there are none)."""
+
+    run_ids: list[str]
+    comparison: Comparison | None = None
+    note: str | None = None
+    roles: list[str] = ["max throughput", "balanced", "max interactivity"]
 
 
 class GlossaryEntry(BaseModel):
@@ -293,6 +305,8 @@ class RunsSite:
         # run id -> (summary.json's mtime, the plots, why there are none)
         self._plots: dict[str, tuple[int, dict[str, bytes], str | None]] = {}
         self._plots_lock = threading.Lock()
+        # (run a, run b) -> (both summaries' mtimes, the page, the overlay PNG): rendered once per pair
+        self._compared: dict[tuple[str, str], tuple[tuple[int, int], ComparePage, bytes | None]] = {}
 
     # --- runs ---------------------------------------------------------------------------------------------
 
@@ -353,6 +367,43 @@ class RunsSite:
                 cached = self._plots[run_dir.name] = (stamp, plots, note)
         return cached[1], cached[2]
 
+    def compare(self, a: Path, b: Path) -> tuple[ComparePage, bytes | None]:
+        """Runs ``a`` and ``b``'s frontiers (:func:`agent.inspector.run_list.compare_frontiers`, as ``agent runs
+        --compare`` reads them) and their overlay PNG (None: a run the report cannot read, said in the page's
+        note); rendered once per pair and again only when either's ``summary.json`` changes."""
+        stamps = tuple((d / "summary.json").stat().st_mtime_ns if (d / "summary.json").is_file() else 0
+                       for d in (a, b))  # fmt: skip
+        with self._plots_lock:
+            cached = self._compared.get((a.name, b.name))
+            if cached is None or cached[0] != stamps:
+                page, png = ComparePage(run_ids=[a.name, b.name]), None
+                try:
+                    page.comparison = compare_frontiers(self.runs_dir, page.run_ids)
+                except ReportError as exc:
+                    page.note = f"no comparison: {exc}"
+                except Exception as exc:  # noqa: BLE001 - a run the report trips over is still named, not a 500
+                    page.note = f"no comparison: {type(exc).__name__}: {exc}"
+                if page.comparison is not None:
+                    c = page.comparison
+                    png = frontier_overlay([(r, f) for r, f in c.frontiers.items() if f is not None],
+                                           title=f"Pareto frontiers: {' vs '.join(c.run_ids)}",
+                                           simulated=c.simulated)  # fmt: skip
+                cached = self._compared[(a.name, b.name)] = (stamps, page, png)  # type: ignore[assignment]
+        return cached[1], cached[2]
+
+    def _compared_runs(self, raw_path: str) -> tuple[Path, Path] | Response:
+        """The two runs a ``/compare`` request names (``?a=<id>&b=<id>``), or the error page: 400 for a missing
+        or refused name (:meth:`run_dir` raises), 404 for a run that is not there."""
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(raw_path).query)
+        names = [(query.get(k) or [""])[0] for k in ("a", "b")]
+        if not all(names):
+            return self.error(HTTPStatus.BAD_REQUEST, "compare two runs: /compare?a=<run id>&b=<run id>")
+        dirs = [self.run_dir(n) for n in names]
+        for name, d in zip(names, dirs, strict=True):
+            if d is None:
+                return self._not_found(f"no run {name!r} under {self.runs_dir}")
+        return dirs[0], dirs[1]  # type: ignore[return-value]
+
     # --- requests -----------------------------------------------------------------------------------------
 
     def respond(self, raw_path: str) -> Response:
@@ -374,6 +425,16 @@ class RunsSite:
             return self._page("ui_runs.html.j2", HTTPStatus.OK, runs=self.listings())
         if segments == ["glossary"]:
             return self.glossary()
+        if segments in (["compare"], ["compare", "frontiers.png"]):
+            runs = self._compared_runs(raw_path)
+            if isinstance(runs, Response):
+                return runs
+            page, png = self.compare(*runs)
+            if segments == ["compare"]:
+                return self._page("ui_compare.html.j2", HTTPStatus.OK, page=page)
+            if png is None:
+                return self._not_found(f"no overlay: {page.note}")
+            return Response(status=HTTPStatus.OK, content_type="image/png", body=png)
         if segments == ["favicon.ico"]:  # asked for by a browser showing a served file (pages carry theirs inline)
             return Response(status=HTTPStatus.NO_CONTENT, content_type="image/x-icon", body=b"")
         if len(segments) >= 2 and segments[0] == "runs":
