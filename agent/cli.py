@@ -461,9 +461,10 @@ def list_runs(
                                                    "overlay their Pareto frontiers (a PNG) and print their named points"),
     out: Path = typer.Option(None, "--out", help="where --compare writes its PNG (default: runs/compare/A-vs-B.png)"),
 ) -> None:
-    """List the runs under runs/, newest first: when each started and how long it took, how it ended, the
-    figures it reached against its goals (met in green, missed in red), its node-hours. With --compare A B: the
-    two runs' throughput-per-GPU against tok/s-per-user frontiers on one plot, and their named points side by side."""
+    """List the runs under runs/, newest first: when each started and how long it took, where it stands (running
+    with its pid, stopped with the command that continues it, finished and why), the figures it reached against
+    its goals (met in green, missed in red), its node-hours. With --compare A B: the two runs' throughput-per-GPU
+    against tok/s-per-user frontiers on one plot, and their named points side by side."""
     if compare:
         _compare_runs(list(compare), out)
         return
@@ -479,10 +480,13 @@ def list_runs(
     table.add_column("node-h", justify="right")
     for r in rows:
         started = r.started.astimezone(dt.UTC).strftime("%Y-%m-%d\n%H:%M UTC") if r.started else "-"
-        if r.state == "finished":
-            outcome = Text(r.finish_reason, style="green" if r.exit_code == 0 else None)
-        elif r.state == "unfinished":
-            outcome = Text("not finished (agent resume)", style="yellow")
+        if r.state.state == "finished":
+            outcome = Text(r.state.words, style="green" if r.exit_code == 0 else None)
+        elif r.state.state == "running":
+            outcome = Text(r.state.words, style="cyan")
+        elif r.state.state == "stopped":
+            outcome = Text.assemble(("stopped", "yellow"), " (killed or interrupted): continue with ",
+                                    (str(r.state.resume_command), "bold"))  # fmt: skip
         else:
             outcome = Text("never started (nothing to resume)", style="red")
         figures = Text("\n").join(Text(figure_text(f), style="green" if f.met else "red") for f in r.figures)

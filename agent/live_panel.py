@@ -21,6 +21,7 @@ from tasks.spec import TaskSpec
 
 from .flag_text import dicts_as_flags, flags_text
 from .interactivity import per_user_text
+from .stages import stage_name
 from .state import AgentState, Best, Trial
 
 ACCURACY = "accuracy_delta"  # the target metric an eval measures, not a benchmark
@@ -118,7 +119,7 @@ class LiveView:
 
     def panel(self, state: AgentState, elapsed: float) -> RenderableType:
         """The panel for ``state``, ``elapsed`` seconds into the run: as wide as the console it is printed on."""
-        title = Text.assemble((self.task.name, "bold"), f" - stage {state.stage} - step {state.step} - ",
+        title = Text.assemble((self.task.name, "bold"), f" - stage {stage_name(state.stage)} - step {state.step} - ",
                               f"{elapsed:.0f} s")  # fmt: skip
         table = Table(title=title, expand=True)
         table.add_column("target", no_wrap=True)

@@ -1,5 +1,7 @@
-"""The runs under a runs folder as ``agent runs`` lists them: when each started, how long it took, how it ended,
-the figures it reached against its goals and the node-hours it spent; newest first.
+"""The runs under a runs folder as ``agent runs`` lists them: when each started, how long it took, where it stands
+(running with its pid, stopped with the command that continues it, finished and why: :func:`run_state`, the one
+liveness test the web view uses too), the figures it reached against its goals and the node-hours it spent;
+newest first.
 
 Everything comes from the run's own files, read cheaply (``run.json``, ``summary.json``, the trace's first and
 last lines), so a folder of many runs lists at once; a file that cannot be read leaves its cells empty.
@@ -11,9 +13,11 @@ import datetime as dt
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel
+
+from .run_state import RunState, run_state
 
 TAIL_BYTES = 1 << 16  # the trace's last line is within this much of its end (an event is a few KB at most)
 
@@ -30,7 +34,7 @@ class Figure(BaseModel):
 class RunRow(BaseModel):
     run_id: str
     task: str
-    state: Literal["finished", "unfinished", "never started"]
+    state: RunState  # running (pid), stopped (the resume command), finished (why) or never started
     started: dt.datetime | None = None
     seconds: float | None = None  # from the first record of the trace to its last
     finish_reason: str = ""
@@ -85,15 +89,15 @@ def read_row(run_dir: Path) -> RunRow:
     end = _when(last.get("ts"))
     begin = _when(first.get("ts")) or started
     seconds = (end - begin).total_seconds() if end and begin else None
+    state = run_state(run_dir)
     if not summary:
-        state = "unfinished" if (run_dir / "checkpoints.sqlite").exists() else "never started"
         return RunRow(run_id=run_dir.name, task=Path(str(options.get("task_path") or "?")).stem, state=state,
                       started=started, seconds=seconds, simulated=first.get("engine") == "twin")  # fmt: skip
     figures = [Figure(target=name, achieved=t.get("achieved"), goal=t.get("target"), met=bool(t.get("met")))
                for name, t in (summary.get("targets") or {}).items()]  # fmt: skip
     hours = summary.get("simulated_node_hours", summary.get("node_hours"))
     outcome = summary.get("outcome") or {}
-    return RunRow(run_id=run_dir.name, task=str(summary.get("task", "?")), state="finished", started=started,
+    return RunRow(run_id=run_dir.name, task=str(summary.get("task", "?")), state=state, started=started,
                   seconds=seconds, finish_reason=str(summary.get("finish_reason") or ""),
                   exit_code=outcome.get("exit_code"), figures=figures,
                   node_hours=float(hours) if isinstance(hours, int | float) else None,

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from sandboxes.base import run_lock_holder
 
+from ..interactivity import of_runs, per_user_text
 from .timeline import Timeline
 
 WORKSPACE = "workspace"  # the run folder's workspace, whose run lock the run's process holds
@@ -113,6 +114,7 @@ class TrialSoFar(BaseModel):
     status: str
     diagnosis: str | None = None
     measured: list[str] = []  # the summaries of its benchmarks, knee searches and evals
+    per_user: list[str] = []  # what one user saw in each of its benchmarks and knees (tok/s/user, TPOT p50/p99)
     step: int | None = None
 
 
@@ -121,6 +123,22 @@ def _diagnosis(result: dict[str, Any]) -> str | None:
     if isinstance(d, dict):
         return str(d.get("summary") or d.get("category") or "") or None
     return str(d) if d else None
+
+
+def _per_user(tool: str, result: dict[str, Any], runs: list[dict[str, Any]] | None = None) -> str | None:
+    """What one user saw in a benchmark result, as the benchmark's records say (``bench_serving``'s TPOT):
+    a knee's seeds at the knee rate, a benchmark's last run, a ``run_trials`` job's runs behind its value."""
+    if runs is None:
+        all_runs = [r for r in result.get("runs") or [] if isinstance(r, dict)]
+        if tool == "find_knee":
+            runs = [r for r in all_runs if result.get("knee_rate") and r.get("request_rate") == result["knee_rate"]]
+        else:
+            runs = all_runs[-1:]
+    inter = of_runs(runs)
+    if inter is None:
+        return None
+    where = f"{inter.workload}: " if inter.workload else ""
+    return where + per_user_text(inter, short=True)
 
 
 def trials_so_far(timeline: Timeline) -> list[TrialSoFar]:
@@ -145,10 +163,13 @@ def trials_so_far(timeline: Timeline) -> list[TrialSoFar]:
                     trials.append(TrialSoFar(id=len(trials) + 1, flags=spec.get("flags") or {},
                                              status=str(o.get("status", "?")), diagnosis=_diagnosis(o),
                                              measured=[str(o["summary"])] if o.get("summary") else [],
-                                             step=step.step))  # fmt: skip
+                                             per_user=[u] if (u := _per_user(c.tool, o, o.get("at_value") or []))
+                                             else [], step=step.step))  # fmt: skip
                 current = None
             elif c.tool == "stop_server" and c.ok:
                 current = None
             elif c.tool in ("run_benchmark", "find_knee", "run_eval") and current is not None and c.result:
                 current.measured.append(c.result if c.ok else f"{c.tool}: {c.result}")
+                if c.tool != "run_eval" and (user := _per_user(c.tool, r)):
+                    current.per_user.append(user)
     return trials

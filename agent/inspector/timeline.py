@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..flag_text import dicts_as_flags, input_text
+from ..stages import stage_name
 from ..trace import DecisionEvent, NoteEvent, RunFinishedEvent, ToolCallEvent, read_trace
 
 
@@ -123,26 +124,36 @@ def _calls_cell(st: TimelineStep) -> Text:
     return cell
 
 
+def _stage(st: TimelineStep) -> str:
+    """The step's stage by its display name (``knee``: draft-tree search and refinement), as the report names it."""
+    return stage_name(st.stage) if st.stage else ""
+
+
 def render_timeline(timeline: Timeline, full: bool = False) -> Group:
-    """The timeline for rich, then a line of totals. By default one line a step (step, stage, decision, calls,
-    outcome, node-hours; a cell too long for the terminal ends in an ellipsis); ``full``: every call on its own
-    rows with its input and its whole result, and the cost of each."""
+    """The timeline for rich, then a line of totals. By default one line a step (step, decision, calls, outcome,
+    node-hours; a cell too long for the terminal ends in an ellipsis), a line naming the stage where a new one
+    begins (its display name, which is too long to repeat in a column of every line); ``full``: every call on
+    its own rows with its input and its whole result, and the cost of each."""
     if full:
         return _render_full(timeline)
     title = f"{timeline.run_id}: {timeline.task}, policy {timeline.policy}, {timeline.finished or 'unfinished'}"
     table = Table(title=escape(title), caption="one line a step; every call, its input and whole result: --full",
                   expand=True)  # fmt: skip
-    for col, style, ratio in (("step", "dim", None), ("stage", "cyan", None), ("decision", "", 5),
-                              ("calls", "bold", None), ("outcome", "", 5), ("node-h", "dim", None)):  # fmt: skip
+    for col, style, ratio in (("step", "dim", None), ("decision", "", 5), ("calls", "bold", None),
+                              ("outcome", "", 5), ("node-h", "dim", None)):  # fmt: skip
         table.add_column(col, style=style or None, no_wrap=True, overflow="ellipsis", ratio=ratio,
                          justify="right" if col in ("step", "node-h") else "left")  # fmt: skip
+    stage = None
     for st in timeline.steps:
+        if st.stage and st.stage != stage and st.step is not None:
+            table.add_row("", Text.assemble(("stage: ", "dim"), (_stage(st), "bold cyan")), "", "", "")
+        stage = st.stage or stage
         outcome = Text(st.outcome, style="red" if any(not c.ok for c in st.calls) else None)
-        table.add_row(str(st.step) if st.step is not None else "", st.stage or "", Text(dicts_as_flags(st.decision)),
+        table.add_row(str(st.step) if st.step is not None else "", Text(dicts_as_flags(st.decision)),
                       _calls_cell(st), outcome, f"{st.node_hours:.3f}" if st.calls else "")  # fmt: skip
         for n in st.notes:
             if not n.startswith("info:"):  # warnings and errors keep a line of their own
-                table.add_row("", "", Text(dicts_as_flags(n), style="yellow"), "", "", "")
+                table.add_row("", Text(dicts_as_flags(n), style="yellow"), "", "", "")
     return Group(table, _totals(timeline))
 
 
@@ -155,7 +166,7 @@ def _render_full(timeline: Timeline) -> Group:
     for st in timeline.steps:
         first = True
         for c in st.calls or [None]:
-            head = (str(st.step) if st.step is not None else "", st.stage or "",
+            head = (str(st.step) if st.step is not None else "", _stage(st),
                     Text(dicts_as_flags(st.decision))) if first else ("", "", "")  # fmt: skip
             if c is None:
                 call = ("", "", "", "")

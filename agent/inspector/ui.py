@@ -7,7 +7,9 @@ step of it opening onto its calls' whole input and output and links to the files
 benchmark records); ``/runs/<id>/plots/<name>.png`` serves a plot rendered from the run (cached per run),
 ``/runs/<id>/files/<path>`` a file of the run folder, ``/runs/<id>/live`` the parts of a run's page that change
 while it runs (a running run's page fetches them every few seconds: trials appear as they land), ``/glossary``
-the glossary of the docs. Pages come from the Jinja templates ``agent/inspector/templates/ui_*.html.j2`` with HTML
+the glossary of the docs, ``/compare?a=<id>&b=<id>`` two finished runs' Pareto frontiers overlaid (the PNG at
+``/compare/frontiers.png?a=<id>&b=<id>``, as ``agent runs --compare`` draws it) and their named points side by
+side; the runs list picks the two with a plain form (no script). Pages come from the Jinja templates ``agent/inspector/templates/ui_*.html.j2`` with HTML
 autoescaping on (everything shown comes from the runs), carry their CSS and their one script inline and
 reference nothing outside this server; the Content-Security-Policy header says so to the browser as well (the
 script by its hash). Nothing here writes anywhere or needs the network.
@@ -37,14 +39,16 @@ from pydantic import BaseModel, ConfigDict
 
 from sandboxes.base import is_control
 
-from .plots import render_plots
+from ..interactivity import Interactivity, from_summary, per_user_text
+from .plots import frontier_overlay, render_plots
 from .report import ReportError, build_report
 from .review import PatchReview, ReviewError, collect_patches
+from .run_list import Comparison, compare_frontiers
 from .run_state import WORKSPACE, RunState, TrialSoFar, run_state, trials_so_far
 from .timeline import SIMULATED_LABEL, Timeline, TimelineCall, TimelineStep, read_timeline
+from .wording import GLOSSARY, glossary_anchor, stage_name
 
 TEMPLATES = Path(__file__).parent / "templates"
-GLOSSARY = Path(__file__).resolve().parents[2] / "docs" / "glossary.md"
 # the script a running run's page polls its live parts with; the CSP allows it by its hash, and nothing else
 LIVE_SCRIPT = (TEMPLATES / "ui_live.js").read_text()
 LIVE_POLL_MS = 3000  # how often a running run's page asks for its live parts
@@ -55,7 +59,7 @@ _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # The browser may load what this server serves and styles inline in its pages; nothing else, from nowhere else.
 CONTENT_SECURITY_POLICY = ("default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'; "
                            f"script-src 'sha256-{base64.b64encode(hashlib.sha256(LIVE_SCRIPT.encode()).digest()).decode()}'; "
-                           "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")  # fmt: skip
+                           "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")  # fmt: skip
 # served as text whatever they hold (with nosniff, a log holding HTML is shown, never rendered)
 _FILE_TYPES = {".png": "image/png"}
 
@@ -76,6 +80,8 @@ class TargetResult(BaseModel):
     achieved: float | None
     met: bool
     trial: int | None = None
+    interactivity: Interactivity | None = None  # what one user saw in the benchmark behind the best
+    bound: str | None = None  # the target's interactivity bound in words, if it has one
 
 
 class TrialRow(BaseModel):
@@ -90,6 +96,8 @@ class TrialRow(BaseModel):
     metrics: dict[str, float] = {}
     accuracy: float | None = None
     step: int | None = None
+    # target name -> what one user saw in the benchmark behind the trial's figure for it
+    interactivity: dict[str, Interactivity] = {}
 
 
 class RunListing(BaseModel):
@@ -134,6 +142,24 @@ class RunPage(BaseModel):
     plots_note: str | None = None
     timeline: Timeline | None = None
     timeline_note: str | None = None
+    stages: dict[int, str] = {}  # step -> the stage key its decision names (trials are shown with their stage)
+
+
+class ComparePage(BaseModel):
+    """Everything ``/compare`` shows: two runs' frontiers (``note`` says why there are none)."""
+
+    run_ids: list[str]
+    comparison: Comparison | None = None
+    note: str | None = None
+    roles: list[str] = ["max throughput", "balanced", "max interactivity"]
+
+
+class GlossaryEntry(BaseModel):
+    """One heading of the glossary and its text, with the anchor pages link to (``/glossary#knee``)."""
+
+    anchor: str
+    heading: str
+    text: str
 
 
 class Response(BaseModel):
@@ -184,7 +210,8 @@ def read_listing(run_dir: Path) -> RunListing:
 
 def _targets(summary: dict[str, Any]) -> list[TargetResult]:
     return [TargetResult(name=name, metric=str(t.get("metric", "")), goal=float(t.get("target", 0.0)),
-                         achieved=t.get("achieved"), met=bool(t.get("met")), trial=t.get("trial"))
+                         achieved=t.get("achieved"), met=bool(t.get("met")), trial=t.get("trial"),
+                         interactivity=from_summary(t), bound=t.get("bound"))
             for name, t in (summary.get("targets") or {}).items()]  # fmt: skip
 
 
@@ -273,9 +300,13 @@ class RunsSite:
         self.templates.globals["live_script"] = Markup(LIVE_SCRIPT)  # noqa: S704 - our own file, allowed by its hash
         self.templates.globals["live_poll_ms"] = poll_ms
         self.templates.filters["pretty"] = lambda value: json.dumps(value, indent=1, ensure_ascii=False, default=str)
+        self.templates.filters["stage"] = stage_name  # a stage key as the report names it (knee: draft-tree ...)
+        self.templates.filters["per_user"] = lambda i: per_user_text(i, short=True)  # tok/s/user, TPOT p50/p99
         # run id -> (summary.json's mtime, the plots, why there are none)
         self._plots: dict[str, tuple[int, dict[str, bytes], str | None]] = {}
         self._plots_lock = threading.Lock()
+        # (run a, run b) -> (both summaries' mtimes, the page, the overlay PNG): rendered once per pair
+        self._compared: dict[tuple[str, str], tuple[tuple[int, int], ComparePage, bytes | None]] = {}
 
     # --- runs ---------------------------------------------------------------------------------------------
 
@@ -311,6 +342,7 @@ class RunsSite:
         except (OSError, ValueError) as exc:
             page.timeline_note = f"no timeline: {exc}"
         if page.timeline is not None:
+            page.stages = {st.step: st.stage for st in page.timeline.steps if st.step is not None and st.stage}
             page.steps = [StepView(step=st, calls=[CallView(call=c, files=call_files(run_dir, c)) for c in st.calls])
                           for st in page.timeline.steps]  # fmt: skip
             if not summary:
@@ -335,6 +367,43 @@ class RunsSite:
                 cached = self._plots[run_dir.name] = (stamp, plots, note)
         return cached[1], cached[2]
 
+    def compare(self, a: Path, b: Path) -> tuple[ComparePage, bytes | None]:
+        """Runs ``a`` and ``b``'s frontiers (:func:`agent.inspector.run_list.compare_frontiers`, as ``agent runs
+        --compare`` reads them) and their overlay PNG (None: a run the report cannot read, said in the page's
+        note); rendered once per pair and again only when either's ``summary.json`` changes."""
+        stamps = tuple((d / "summary.json").stat().st_mtime_ns if (d / "summary.json").is_file() else 0
+                       for d in (a, b))  # fmt: skip
+        with self._plots_lock:
+            cached = self._compared.get((a.name, b.name))
+            if cached is None or cached[0] != stamps:
+                page, png = ComparePage(run_ids=[a.name, b.name]), None
+                try:
+                    page.comparison = compare_frontiers(self.runs_dir, page.run_ids)
+                except ReportError as exc:
+                    page.note = f"no comparison: {exc}"
+                except Exception as exc:  # noqa: BLE001 - a run the report trips over is still named, not a 500
+                    page.note = f"no comparison: {type(exc).__name__}: {exc}"
+                if page.comparison is not None:
+                    c = page.comparison
+                    png = frontier_overlay([(r, f) for r, f in c.frontiers.items() if f is not None],
+                                           title=f"Pareto frontiers: {' vs '.join(c.run_ids)}",
+                                           simulated=c.simulated)  # fmt: skip
+                cached = self._compared[(a.name, b.name)] = (stamps, page, png)  # type: ignore[assignment]
+        return cached[1], cached[2]
+
+    def _compared_runs(self, raw_path: str) -> tuple[Path, Path] | Response:
+        """The two runs a ``/compare`` request names (``?a=<id>&b=<id>``), or the error page: 400 for a missing
+        or refused name (:meth:`run_dir` raises), 404 for a run that is not there."""
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(raw_path).query)
+        names = [(query.get(k) or [""])[0] for k in ("a", "b")]
+        if not all(names):
+            return self.error(HTTPStatus.BAD_REQUEST, "compare two runs: /compare?a=<run id>&b=<run id>")
+        dirs = [self.run_dir(n) for n in names]
+        for name, d in zip(names, dirs, strict=True):
+            if d is None:
+                return self._not_found(f"no run {name!r} under {self.runs_dir}")
+        return dirs[0], dirs[1]  # type: ignore[return-value]
+
     # --- requests -----------------------------------------------------------------------------------------
 
     def respond(self, raw_path: str) -> Response:
@@ -356,6 +425,16 @@ class RunsSite:
             return self._page("ui_runs.html.j2", HTTPStatus.OK, runs=self.listings())
         if segments == ["glossary"]:
             return self.glossary()
+        if segments in (["compare"], ["compare", "frontiers.png"]):
+            runs = self._compared_runs(raw_path)
+            if isinstance(runs, Response):
+                return runs
+            page, png = self.compare(*runs)
+            if segments == ["compare"]:
+                return self._page("ui_compare.html.j2", HTTPStatus.OK, page=page)
+            if png is None:
+                return self._not_found(f"no overlay: {page.note}")
+            return Response(status=HTTPStatus.OK, content_type="image/png", body=png)
         if segments == ["favicon.ico"]:  # asked for by a browser showing a served file (pages carry theirs inline)
             return Response(status=HTTPStatus.NO_CONTENT, content_type="image/x-icon", body=b"")
         if len(segments) >= 2 and segments[0] == "runs":
@@ -394,12 +473,18 @@ class RunsSite:
         return Response(status=HTTPStatus.OK, content_type=ctype, body=body)
 
     def glossary(self) -> Response:
-        """``docs/glossary.md``, as text inside a page of the site (it is not there yet: a 404 page saying so)."""
+        """``docs/glossary.md`` inside a page of the site, each ``##`` heading with its anchor (``#knee``, as
+        GitHub makes them: the pages link their terms there); the text itself as text (it is not there yet: a
+        404 page saying so)."""
         try:
             text = GLOSSARY.read_text()
         except OSError:
             return self._not_found(f"no glossary: {GLOSSARY.name} is not in {GLOSSARY.parent}")
-        return self._page("ui_doc.html.j2", HTTPStatus.OK, title="glossary", source=GLOSSARY.name, text=text)
+        intro, *parts = re.split(r"^## ", text, flags=re.M)
+        entries = [GlossaryEntry(anchor=glossary_anchor(head), heading=head.strip(), text=body.strip("\n"))
+                   for head, _, body in (part.partition("\n") for part in parts)]  # fmt: skip
+        return self._page("ui_doc.html.j2", HTTPStatus.OK, title="glossary", source=GLOSSARY.name,
+                          text=intro.strip("\n"), entries=entries)  # fmt: skip
 
     def _not_found(self, message: str) -> Response:
         return self.error(HTTPStatus.NOT_FOUND, message)

@@ -12,50 +12,26 @@ import os
 import re
 from pathlib import Path
 
-from pydantic import BaseModel
-
 from ..search import tree_of
+
+# the stages' display names live below the inspector (the live panel names its stage too); re-exported here
+from ..stages import STAGES as STAGES
+from ..stages import StageName as StageName
+from ..stages import stage_name as stage_name
 
 GLOSSARY = Path(__file__).resolve().parents[2] / "docs" / "glossary.md"
 GLOSSARY_LINK = "../../../docs/glossary.md"  # from runs/<id>/review/, where agent review writes the report
 
 
+def glossary_anchor(heading: str) -> str:
+    """The anchor of a glossary heading as GitHub and the web view make it: ``tok/s per user`` -> ``toks-per-user``,
+    ``Pareto frontier`` -> ``pareto-frontier`` (lower case, punctuation dropped, spaces as hyphens)."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
 def glossary_link(out_dir: Path) -> str:
     """The relative link from a report written into ``out_dir`` to ``docs/glossary.md`` of this checkout."""
     return Path(os.path.relpath(GLOSSARY, Path(out_dir).resolve())).as_posix()
-
-
-class StageName(BaseModel):
-    """A stage's display name and what it does, for a stage key a policy writes into its decisions."""
-
-    key: str
-    name: str
-    does: str
-
-
-# the playbook's stages (agent/policies/playbook.py: memo["phase"]), in the order it runs them
-STAGES: dict[str, StageName] = {s.key: s for s in (
-    StageName(key="bringup", name="bring-up", does="launch the model as released on the simplest layout, fix what "
-              "breaks, measure it"),
-    StageName(key="tune", name="kernel tuning", does="tune the MoE shapes the log shows on aiter's untuned fallback"),
-    StageName(key="single", name="single-stream decode", does="speculative decoding (a short draft chain, then the "
-              "draft tree's depth) and knobs, measured with one request at a time"),
-    StageName(key="layout", name="parallel-layout screening", does="screen tensor/data/expert-parallel layouts with "
-              "one burst each; the best few get a full-length knee search"),
-    StageName(key="knee", name="draft-tree search and refinement", does="after the layouts: the runner-up layouts "
-              "with the best's settings, speculative decoding under load, the draft tree's width and verify budget, "
-              "and the references (baseline, ablations) that explain the best"),
-    StageName(key="search", name="search beyond the plan", does="the shared search layer proposes one flag "
-              "change at a time from the best measured"),
-    StageName(key="done", name="done", does="the plan is spent"),
-)}  # fmt: skip
-
-
-def stage_name(key: str | None) -> str:
-    """The display name of a stage key (an unknown key, e.g. an LLM policy's own, is shown as it is)."""
-    if not key:
-        return "-"
-    return STAGES[key].name if key in STAGES else key
 
 
 # a draft tree written as steps/topk/draft-tokens (the playbook's labels: "speculative decoding 3/1/4"); small

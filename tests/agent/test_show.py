@@ -51,6 +51,8 @@ def test_agent_show_prints_it_and_refuses_what_is_not_a_run(tmp_path):
     for text in ("try bring-up at TP8", "up after 114 s", "error: crashed", "warning: the draft needs a fix",
                  "budget exhausted", "simulated: dayzero digital twin"):  # fmt: skip
         assert text in out.stdout, text
+    stages = [line.split("│")[2].strip() for line in out.stdout.splitlines() if "│ stage: " in line]
+    assert stages == ["stage: bring-up", "stage: single-stream decode"], stages  # names, not the trace's keys
     missing = _agent(tmp_path, "show", "nope")
     assert missing.returncode == 2 and missing.stdout.count("\n") == 1 and "no run 'nope'" in missing.stdout
     (tmp_path / "runs" / "bad").mkdir()

@@ -11,6 +11,7 @@ from pathlib import Path
 from rich.console import Console
 
 from agent import cli
+from sandboxes.local import LocalSandbox
 from tests.shared_runs import run_agent
 
 
@@ -55,8 +56,9 @@ def _run_folder(runs: Path, run_id: str, created: str, minutes: float | None, su
     if minutes is not None:
         start = dt.datetime.fromisoformat(created)
         ts = [(start + dt.timedelta(minutes=m)).isoformat().replace("+00:00", "Z") for m in (0, minutes / 2, minutes)]
+        kinds = ("run_started", "note", "run_finished" if summary is not None else "note")  # a finished run's last
         (d / "trace.jsonl").write_text("".join(json.dumps({"kind": k, "ts": t, "engine": "twin"}) + "\n"
-                                               for k, t in zip(("run_started", "note", "note"), ts, strict=True)))  # fmt: skip
+                                               for k, t in zip(kinds, ts, strict=True)))  # fmt: skip
     if checkpoint:
         (d / "checkpoints.sqlite").write_bytes(b"")
     if summary is not None:
@@ -74,19 +76,28 @@ def test_agent_runs_lists_newest_first_with_date_duration_figures_and_node_hours
     _run_folder(runs, "z-new", "2026-12-03T14:57:00+00:00", 150, missed)
     _run_folder(runs, "m-live", "2026-12-02T10:00:00+00:00", 3)
     _run_folder(runs, "b-never", "2026-11-20T10:00:00+00:00", None, checkpoint=False)
-    proc = run_agent(tmp_path, "runs", timeout=60, env={**os.environ, "COLUMNS": "200"})
+    _run_folder(runs, "n-running", "2026-12-02T11:00:00+00:00", 5)
+    sandbox = LocalSandbox(runs / "n-running" / "workspace")
+    sandbox.claim()  # this process is n-running's: it holds the run lock, as a live run's process does
+    try:
+        proc = run_agent(tmp_path, "runs", timeout=60, env={**os.environ, "COLUMNS": "200"})
+    finally:
+        sandbox.release()
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     starts = [i for i, line in enumerate(lines) if line.startswith("│ ") and line[2:3].strip()
               and line.split("│")[2].strip()[:4].isdigit()]  # a row's first line: its run id and start date
     rows = [" ".join(lines[a:b]) for a, b in zip(starts, starts[1:] + [len(lines)], strict=True)]
-    assert [r.split("│")[1].strip() for r in rows] == ["z-new", "m-live", "b-never", "a-old"]  # newest first
-    new, live, never, old = rows
+    assert [r.split("│")[1].strip() for r in rows] == ["z-new", "n-running", "m-live", "b-never", "a-old"]
+    new, running, stopped, never, old = rows  # newest first
     assert "2026-12-03" in new and "14:57 UTC" in new and "took 2.5 h" in new and "trial budget spent" in new
     assert "throughput -/2626" in new and "0.03" in new
     assert "2026-11-01" in old and "took 42 min" in old and "all targets met" in old and "5.28" in old
     assert "throughput 3260/2626" in old and "single_stream 230.8/213" in old
-    assert "not finished (agent resume)" in live and "took 3 min" in live
+    # where each unfinished run stands, from its run lock: a live one is never offered a resume
+    assert f"running (pid {os.getpid()})" in running and "agent resume" not in running
+    assert "stopped (killed or interrupted): continue with agent resume m-live" in " ".join(
+        stopped.replace("│", " ").split()) and "took 3 min" in stopped  # fmt: skip
     assert "never started (nothing to resume)" in never
     assert "node-hours simulated on the digital twin" in proc.stdout
 
@@ -156,3 +167,4 @@ def test_the_live_panel_fills_the_terminal_and_shows_the_last_figure_measured():
         assert "--tp-size 8 --speculative-algorithm EAGLE" in text
         assert f"trials 0/{task.budgets.trials} (1 crashed) | fixes: 1 committed" in text
         assert "now: try layout --tp-size 4 --dp-size 2" in text and "{" not in text
+        assert "stage single-stream decode - step" in text and "stage single " not in text  # its name, not its key

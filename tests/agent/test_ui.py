@@ -122,6 +122,78 @@ def test_a_run_page_shows_targets_trials_and_timeline_escaped(synthetic_site):
     assert unfinished[0] == 200 and "no summary.json" in unfinished[2] and "launch_server" in unfinished[2]
 
 
+USER = {"workload": "throughput", "request_rate": 2.0, "tpot_p50_ms": 40.0, "tpot_p99_ms": 90.5, "itl_p50_ms": 30.0,
+        "itl_p99_ms": 200.0, "tok_s_per_user": 25.0}  # what one user saw behind a figure, as summary.json keeps it
+
+
+def _glossary_links_resolve(server: UiServer, *bodies: str) -> set[str]:
+    """The glossary anchors ``bodies`` link to, each checked to be a heading of the served glossary."""
+    linked = {a for body in bodies for a in re.findall(r'href="/glossary#([^"]+)"', body)}
+    glossary = _get(server, "/glossary")[2]
+    assert linked <= set(re.findall(r'<section class="entry" id="([^"]+)"', glossary)), linked
+    return linked
+
+
+def test_a_run_page_shows_stage_names_and_what_one_user_saw_and_links_the_glossary(tmp_path):
+    runs = tmp_path / "runs"
+    done = _write_run(runs, "done", task="plain", finish_reason="all targets met")
+    summary = json.loads((done / "summary.json").read_text())
+    summary["targets"]["tput"] |= {"interactivity": USER, "bound": "at least 20 tok/s per user"}
+    summary["trials"][0]["interactivity"] = {"tput": USER}
+    (done / "summary.json").write_text(json.dumps(summary))
+    live = _write_run(runs, "live", task="plain", finish_reason=None)
+    _launch(live, 2, {"tp-size": 4})
+    with TraceWriter(live / "trace.jsonl", run_id="live") as w:  # a knee search on it: its seeds at the knee
+        w.emit("tool_call", call_id="s2c1", tool="find_knee", input={"workload": "throughput"}, ok=True,
+               wall_seconds=0.1, result={"summary": "knee 3 req/s", "knee_rate": 3.0, "runs": [
+                   {"workload": "throughput", "request_rate": 1.0, "median_tpot_ms": 20.0, "p99_tpot_ms": 30.0},
+                   {"workload": "throughput", "request_rate": 3.0, "median_tpot_ms": 50.0, "p99_tpot_ms": 120.0},
+                   {"workload": "throughput", "request_rate": 3.0, "median_tpot_ms": 40.0, "p99_tpot_ms": 99.0}]})
+    server = _start(runs)
+    try:
+        page, live_page = _get(server, "/runs/done")[2], _get(server, "/runs/live")[2]
+        targets = re.search(r'<table id="targets">.*?</table>', page, re.S).group(0)
+        assert "25 tok/s/user, TPOT p50/p99 40.0/90.5 ms" in targets and "at least 20 tok/s per user" in targets
+        trials = re.search(r'<table id="trial-table".*?</table>', page, re.S).group(0)
+        assert "tput: 25 tok/s/user, TPOT p50/p99 40.0/90.5 ms" in trials
+        assert '<td class="stage">bring-up</td>' in trials  # its step's stage by name, not the trace's key
+        assert re.search(r'<span class="stage" title="bringup in the trace">bring-up</span>', page)
+        so_far = re.search(r'<table id="trial-table".*?</table>', live_page, re.S).group(0)
+        # the slowest seed at the knee rate, as the benchmark records say
+        assert "throughput: 20 tok/s/user, TPOT p50/p99 50.0/120.0 ms" in so_far, so_far
+        assert '<td class="stage">kernel tuning</td>' in so_far and ">tune<" not in so_far
+        assert {"knee", "toks-per-user", "tpot", "stage", "pareto-frontier"} <= _glossary_links_resolve(
+            server, page, live_page)  # fmt: skip
+    finally:
+        _stop(server)
+
+
+def test_compare_takes_two_runs_by_id_and_refuses_what_the_other_routes_refuse(tmp_path):
+    runs = tmp_path / "runs"
+    for run_id in ("one", "two"):
+        _write_run(runs, run_id, task="plain", finish_reason="done")
+    _write_run(runs, "halfway", task="plain", finish_reason=None)
+    server = _start(runs)
+    try:
+        listing = _get(server, "/")[2]
+        form = re.search(r'<form id="compare-form" method="get" action="/compare">.*?</form>', listing, re.S).group(0)
+        assert re.findall(r'<option value="([^"]+)"', form) == ["two", "one"] * 2  # finished runs only, twice
+        for path, code, says in (("/compare?a=one", 400, "compare two runs"), ("/compare?a=..&b=one", 400, "refused"),
+                                 ("/compare?a=one%2f..%2f..&b=two", 400, "refused"),
+                                 ("/compare/frontiers.png?a=.hidden&b=one", 400, "refused"),
+                                 ("/compare?a=nope&b=one", 404, "no run &#39;nope&#39;"),
+                                 ("/compare/frontiers.png?a=one&b=nope", 404, "no run &#39;nope&#39;"),
+                                 ("/compare/elsewhere?a=one&b=two", 404, "nothing at")):  # fmt: skip
+            status, ctype, body = _get(server, path)
+            assert (status, ctype.split(";")[0]) == (code, "text/html") and says in body, (path, status)
+        # runs the report cannot read (no task file here): the page says why; the overlay is not there
+        status, _, body = _get(server, "/compare?a=one&b=halfway")
+        assert status == 200 and 'id="compare-note"' in body and "no comparison:" in body and "<img" not in body
+        assert _get(server, "/compare/frontiers.png?a=one&b=halfway")[0] == 404
+    finally:
+        _stop(server)
+
+
 def test_unknown_runs_and_plots_are_404_pages(synthetic_site):
     for path, says in (("/runs/nope", "no run &#39;nope&#39;"), ("/runs/not-a-run", "no run"),
                        ("/runs/hostile/plots/nope.png", "no plot"), ("/elsewhere", "nothing at /elsewhere"),
@@ -179,6 +251,7 @@ def test_pages_say_they_load_nothing_from_elsewhere(synthetic_site):
         csp = resp.headers["Content-Security-Policy"]
         body = resp.read().decode()
     assert "default-src 'none'" in csp and "img-src 'self'" in csp
+    assert "form-action 'self'" in csp  # the runs list's compare form goes to this server, nowhere else
     assert "http://" not in body and "https://" not in body and "//" not in body.replace("://", "")
 
 
@@ -568,3 +641,44 @@ def test_in_a_browser_a_running_run_follows_itself_then_finishes_and_a_failed_ru
         sandbox.release()
         _stop(server)
     assert watch.problems == []
+
+
+def test_in_a_browser_two_runs_frontiers_are_compared_from_the_runs_list(chromium, copy_of_finished_run, tmp_path):
+    from agent.inspector.report import build_report
+
+    runs = copy_of_finished_run / "runs"
+    shutil.copytree(runs / FINISHED_RUN_ID, runs / "other", symlinks=True)
+    report = build_report(runs / FINISHED_RUN_ID)
+    top = next(k.point for k in report.frontier.picks if k.role == "max throughput")
+    for r in report.bench_runs:  # the other run never measured the best's configuration
+        if r.trial == top.trial:
+            (runs / "other" / r.file).unlink()
+    server = _start(runs)
+    page = chromium.new_page(viewport={"width": 1100, "height": 900})
+    watch = _Watch(page)
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+    try:
+        page.goto(server.url)
+        page.select_option("#compare-a", FINISHED_RUN_ID)
+        page.select_option("#compare-b", "other")
+        page.click("#compare-button")
+        page.wait_for_url(f"**/compare?a={FINISHED_RUN_ID}&b=other")
+        page.wait_for_function("() => document.getElementById('overlay').complete")
+        assert page.evaluate("() => document.getElementById('overlay').naturalWidth") > 0
+        assert SIMULATED_LABEL in page.inner_text("#simulated-banner")
+        cells = page.locator("#compare-points tr[data-role='max throughput'] td.point").all_inner_texts()
+        ours, theirs = (float(re.search(r"([\d,.]+) tok/s per GPU", c).group(1).replace(",", "")) for c in cells)
+        assert ours == pytest.approx(top.throughput_per_gpu, abs=0.05) and theirs < ours
+        assert f"trial {top.trial} at {top.load}" in cells[0]
+        _fits(page)
+        _screenshot(page, tmp_path, "ui-compare")
+        page.click("a[href='/glossary#pareto-frontier']")  # the term, at its entry of the glossary
+        page.wait_for_url("**/glossary#pareto-frontier")
+        assert page.locator("section.entry:target h2").inner_text() == "Pareto frontier"
+    finally:
+        page.close()
+        _stop(server)
+    assert watch.problems == []
+    assert {urllib.parse.urlsplit(url).hostname for url in requested} == {"127.0.0.1"}, requested
+    assert any("/compare/frontiers.png?" in url for url in requested)
