@@ -31,13 +31,13 @@ from ..secrets import Redactor, run_redactor
 from ..trace import DecisionEvent, ToolCallEvent, TraceError, read_trace
 from .frontier import Frontier, FrontierPoint, frontier_of
 from .wording import (
-    GLOSSARY_LINK,
     STAGES,
     TREE_KEY,
     TREE_TEXT,
+    GlossaryEntry,
     accuracy_delta_words,
     accuracy_goal_words,
-    glossary_link,
+    glossary_entries,
     reference_words,
     stage_name,
     tree_words,
@@ -326,7 +326,7 @@ class RunReport(BaseModel):
     winners: list[WinnerFigures] = Field(default_factory=list)  # per-user figures of each target's best
     stages: list[StageRow] = Field(default_factory=list)
     tree_key: str = TREE_KEY
-    glossary: str = GLOSSARY_LINK  # docs/glossary.md, relative to where the report is written (write_report)
+    glossary: list[GlossaryEntry] = []  # docs/glossary.md's entries, carried inside the report (its last section)
 
     def curve(self, role: str) -> RateCurve | None:
         return next((c for c in self.curves if c.role == role), None)
@@ -1044,9 +1044,9 @@ def write_report(run_dir: Path, out_dir: Path, redactor: Redactor | None = None)
 
     redactor = redactor if redactor is not None else run_redactor(Path(run_dir))
     report = redactor(build_report(Path(run_dir)))  # and the rendered text again below (what a template adds)
+    report.glossary = glossary_entries()[1]
     plots = render_plots(report, with_data_only=True)  # the templates say why a figure is missing
     out_dir = Path(out_dir)
-    report.glossary = glossary_link(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [out_dir / "report.md", out_dir / "report.html"]
     written[0].write_text(redactor.text(render_markdown(report, {name: name for name in plots})))

@@ -46,7 +46,7 @@ from .review import PatchReview, ReviewError, collect_patches
 from .run_list import Comparison, compare_frontiers
 from .run_state import WORKSPACE, RunState, TrialSoFar, run_state, trials_so_far
 from .timeline import SIMULATED_LABEL, Timeline, TimelineCall, TimelineStep, read_timeline
-from .wording import GLOSSARY, glossary_anchor, stage_name
+from .wording import GLOSSARY, glossary_entries, stage_name
 
 TEMPLATES = Path(__file__).parent / "templates"
 # the script a running run's page polls its live parts with; the CSP allows it by its hash, and nothing else
@@ -152,14 +152,6 @@ class ComparePage(BaseModel):
     comparison: Comparison | None = None
     note: str | None = None
     roles: list[str] = ["max throughput", "balanced", "max interactivity"]
-
-
-class GlossaryEntry(BaseModel):
-    """One heading of the glossary and its text, with the anchor pages link to (``/glossary#knee``)."""
-
-    anchor: str
-    heading: str
-    text: str
 
 
 class Response(BaseModel):
@@ -476,15 +468,11 @@ class RunsSite:
         """``docs/glossary.md`` inside a page of the site, each ``##`` heading with its anchor (``#knee``, as
         GitHub makes them: the pages link their terms there); the text itself as text (it is not there yet: a
         404 page saying so)."""
-        try:
-            text = GLOSSARY.read_text()
-        except OSError:
+        intro, entries = glossary_entries(GLOSSARY)
+        if not GLOSSARY.is_file():
             return self._not_found(f"no glossary: {GLOSSARY.name} is not in {GLOSSARY.parent}")
-        intro, *parts = re.split(r"^## ", text, flags=re.M)
-        entries = [GlossaryEntry(anchor=glossary_anchor(head), heading=head.strip(), text=body.strip("\n"))
-                   for head, _, body in (part.partition("\n") for part in parts)]  # fmt: skip
-        return self._page("ui_doc.html.j2", HTTPStatus.OK, title="glossary", source=GLOSSARY.name,
-                          text=intro.strip("\n"), entries=entries)  # fmt: skip
+        return self._page("ui_doc.html.j2", HTTPStatus.OK, title="glossary", source=GLOSSARY.name, text=intro,
+                          entries=entries)  # fmt: skip
 
     def _not_found(self, message: str) -> Response:
         return self.error(HTTPStatus.NOT_FOUND, message)

@@ -2,15 +2,16 @@
 policy's stage names, an accuracy goal as a sentence, a draft tree ``a/b/c`` spelled out. Display text only: the
 internal names (a stage's memo key, which the playbook and checkpoints use) are never changed here.
 
-Every term is explained at more length in ``docs/glossary.md`` (:data:`GLOSSARY`); :func:`glossary_link` is the
-relative link to it from the folder a report is written to (``runs/<id>/review/``: ``../../../docs/glossary.md``).
+Every term is explained at more length in ``docs/glossary.md`` (:data:`GLOSSARY`), read by
+:func:`glossary_entries`: the report embeds it, the web view serves it.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
+
+from pydantic import BaseModel
 
 from ..search import tree_of
 
@@ -20,7 +21,6 @@ from ..stages import StageName as StageName
 from ..stages import stage_name as stage_name
 
 GLOSSARY = Path(__file__).resolve().parents[2] / "docs" / "glossary.md"
-GLOSSARY_LINK = "../../../docs/glossary.md"  # from runs/<id>/review/, where agent review writes the report
 
 
 def glossary_anchor(heading: str) -> str:
@@ -29,9 +29,26 @@ def glossary_anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-def glossary_link(out_dir: Path) -> str:
-    """The relative link from a report written into ``out_dir`` to ``docs/glossary.md`` of this checkout."""
-    return Path(os.path.relpath(GLOSSARY, Path(out_dir).resolve())).as_posix()
+class GlossaryEntry(BaseModel):
+    """One heading of the glossary and its text, with its anchor (``knee``, as GitHub makes it)."""
+
+    anchor: str
+    heading: str
+    text: str
+
+
+def glossary_entries(path: Path | None = None) -> tuple[str, list[GlossaryEntry]]:
+    """``docs/glossary.md`` as its introduction and its ``##`` entries; ("", []) when the file is not there. The
+    report carries them inside itself (a link to the file would be a path of this machine in a shipped report),
+    the web view serves them at ``/glossary``."""
+    try:
+        text = (path or GLOSSARY).read_text()
+    except OSError:
+        return "", []
+    intro, *parts = re.split(r"^## ", text, flags=re.M)
+    entries = [GlossaryEntry(anchor=glossary_anchor(head), heading=head.strip(), text=body.strip("\n"))
+               for head, _, body in (part.partition("\n") for part in parts)]  # fmt: skip
+    return intro.strip("\n"), entries
 
 
 # a draft tree written as steps/topk/draft-tokens (the playbook's labels: "speculative decoding 3/1/4"); small
