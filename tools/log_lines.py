@@ -3,7 +3,8 @@
 What reaches a reader is rarely what the program printed. Launchers put prefixes in front of every line (a docker
 compose service, a Ray actor ``(RayWorkerWrapper pid=269885, ip=10.189.109.87)``, a vLLM worker
 ``(VllmWorker rank=6 pid=6132)``, torchrun's ``[rank3]:``, a logger's time stamp), terminals colour them, Ray folds
-repeats (``[repeated 7x across cluster]``), and a paste from a terminal cuts every long record at the screen's width.
+repeats (``[repeated 7x across cluster]``), a paste from a terminal cuts every long record at the screen's width, and a
+paste that lost its line breaks runs a whole traceback together on one line.
 Every rule that reads a log reads it through :func:`entries`, so that no rule has to know any of this.
 
 A *stream* prefix says which process wrote the line (interleaved ranks must not be mixed up); a *record* prefix (a
@@ -38,6 +39,9 @@ _RECORD_PREFIX = (
 _RECORD_START = re.compile(r"Traceback \(most recent call last\)|\s*File \"|During handling|The above exception")
 # a terminal wrap is at least this wide; narrower repeated lengths are ordinary short lines
 _MIN_WRAP_WIDTH = 60
+# a traceback frame's header; Python prints it on a line of its own, the source line under it, the carets under that
+_FRAME_HEAD = re.compile(r'File "[^"]+", line \d+, in \S+')
+_TRAILING_CARETS = re.compile(r"^(.*?)\s+([\^~]+)\s*$")
 
 
 def _process_tag(line: str) -> int:
@@ -113,6 +117,34 @@ def unwrap(lines: list[str]) -> list[str]:
     return out
 
 
+def unjoin(body: str) -> list[str]:
+    """The records of a line a paste ran together (its line breaks lost), or ``[body]``.
+
+    Python never prints anything after a frame header's function name, so text there, or a second header on the same
+    line, means the lines of a traceback were joined: each header becomes a record again, the source line after it an
+    indented one (as Python prints it) and the carets under it one more. A line that does not open with a header is
+    left alone (a source line may quote ``File "..."`` itself)."""
+    heads = list(_FRAME_HEAD.finditer(body))
+    if not heads or body[: heads[0].start()].strip():
+        return [body]
+    ends = [h.start() for h in heads[1:]] + [len(body)]
+    rests = [body[h.end() : end].strip() for h, end in zip(heads, ends, strict=True)]
+    if len(heads) == 1 and not rests[0]:
+        return [body]
+    out: list[str] = []
+    for head, rest in zip(heads, rests, strict=True):
+        out.append(head.group(0))
+        if m := _TRAILING_CARETS.match(rest):
+            out += [f"    {m.group(1)}", f"    {m.group(2)}"]
+        elif rest:
+            out.append(f"    {rest}")
+    return out
+
+
 def entries(log: str) -> list[tuple[str, str]]:
-    """The log's records, wraps joined, each as (stream, text without prefixes)."""
-    return [split(ln) for ln in unwrap(log.splitlines())]
+    """The log's records, wraps joined and run-together frames split, each as (stream, text without prefixes)."""
+    out: list[tuple[str, str]] = []
+    for line in unwrap(log.splitlines()):
+        source, body = split(line)
+        out += [(source, piece) for piece in unjoin(body)]
+    return out

@@ -63,3 +63,22 @@ def test_equal_long_lines_that_are_complete_stay_apart():
 def test_entries_read_streams_through_wraps():
     log = "(Worker_TP0 pid=160) ERROR 05-20 20:54:32 [multiproc_executor.py:962] torch.OutOfMemoryError: CUDA out\n"
     assert entries(log) == [("(Worker_TP0 pid=160)", "torch.OutOfMemoryError: CUDA out")]
+
+
+def test_frames_a_paste_ran_together_are_records_again():
+    """A paste that lost its line breaks puts a whole traceback on one line (sgl-project/sglang#24607)."""
+    joined = ('File "/sg/loader.py", line 713, in load_weights_and_postprocess model.load_weights(weights) '
+              'File "/sg/models/mimo_v2.py", line 1113, in load_weights default_weight_loader(param, loaded_weight) '
+              'File "/sg/weight_utils.py", line 1210, in default_weight_loader assert param.size() == '
+              "loaded_weight.size(), ( ^^^^^^^^^^^^")  # fmt: skip
+    assert [body for _, body in entries("[rank3]: " + joined)] == [
+        'File "/sg/loader.py", line 713, in load_weights_and_postprocess', "    model.load_weights(weights)",
+        'File "/sg/models/mimo_v2.py", line 1113, in load_weights', "    default_weight_loader(param, loaded_weight)",
+        'File "/sg/weight_utils.py", line 1210, in default_weight_loader',
+        "    assert param.size() == loaded_weight.size(), (", "    ^^^^^^^^^^^^",
+    ]  # fmt: skip
+    assert {src for src, _ in entries("[rank3]: " + joined)} == {"[rank3]:"}
+    # a frame as Python prints it, padded by a terminal, or a code line mentioning a file, stays one record
+    for line in ('  File "x.py", line 1, in f', '  File "x.py", line 1, in f' + " " * 40,
+                 '    open("File \\"y\\"", line)'):  # fmt: skip
+        assert [body for _, body in entries(line)] == [line]
