@@ -18,7 +18,7 @@ from agent.inspector.plots import render_plots
 from agent.inspector.report import SIMULATED_BANNER, ReportError, build_report, write_report
 from agent.trace import read_trace
 from tasks.spec import TaskError, load_task
-from tests.agent.conftest import DEFAULT_TASK, FINISHED_RUN_ID, REPO, run_agent
+from tests.agent.conftest import DEFAULT_TASK, FINISHED_RUN_ID, REPO, other_run_without_the_best, run_agent
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PLOTS = ("pareto.png", "throughput_vs_rate.png", "ttft_vs_rate.png", "best_so_far.png", "time_breakdown.png")
@@ -408,12 +408,7 @@ def test_html_explains_its_shorthand(written):
 
 def test_compare_two_runs_frontiers(copy_of_finished_run):
     runs = copy_of_finished_run / "runs"
-    shutil.copytree(runs / FINISHED_RUN_ID, runs / "other", symlinks=True)
-    report = build_report(runs / FINISHED_RUN_ID)
-    top = next(k.point for k in report.frontier.picks if k.role == "max throughput")
-    for r in report.bench_runs:  # the other run never measured the best's configuration
-        if r.trial == top.trial:
-            (runs / "other" / r.file).unlink()
+    top = other_run_without_the_best(runs)
     proc = run_agent(copy_of_finished_run, "runs", "--compare", FINISHED_RUN_ID, "other", env={**os.environ,
                      "COLUMNS": "160"})  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr

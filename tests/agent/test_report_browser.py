@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import http.server
-import os
 import shutil
 import threading
 from collections.abc import Iterator
@@ -70,24 +69,6 @@ NARROW_CELLS_JS = """() => {
 }"""
 
 
-@pytest.fixture(scope="module")
-def report_browser() -> Iterator[object]:
-    """Debian's chromium driven by Playwright (no browser download)."""
-    executable = shutil.which("chromium")
-    why = None if executable else "no chromium on PATH (apt-get install chromium)"
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        why = "the playwright package is not installed (pip install -e '.[dev]')"
-    if why:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the browser tests: {why}")
-        pytest.skip(f"browser tests skipped: {why}")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, headless=True, args=["--no-sandbox"])
-        yield browser
-        browser.close()
-
 
 class _Recording(http.server.SimpleHTTPRequestHandler):
     """Serves the report's folder and records every request with its status: the browser asks for
@@ -131,8 +112,8 @@ def _screenshot(page, tmp_path: Path, name: str) -> None:  # noqa: ANN001 - a Pl
     shutil.copy(shot, keep / name)
 
 
-def test_report_reads_in_a_browser(report_browser, served_report, tmp_path):
-    page = report_browser.new_page(viewport={"width": 1280, "height": 900})
+def test_report_reads_in_a_browser(chromium, served_report, tmp_path):
+    page = chromium.new_page(viewport={"width": 1280, "height": 900})
     errors: list[str] = []
     failed: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)

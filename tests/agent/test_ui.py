@@ -24,7 +24,7 @@ import pytest
 
 from agent.inspector.ui import SIMULATED_LABEL, UiServer, serve
 from agent.trace import TraceWriter
-from tests.agent.conftest import FINISHED_RUN_ID, REPO
+from tests.agent.conftest import FINISHED_RUN_ID, REPO, other_run_without_the_best
 
 
 def _start(runs_dir: Path, poll_ms: int = 3000) -> UiServer:
@@ -454,24 +454,6 @@ def test_agent_ui_serves_until_stopped_and_refuses_a_missing_runs_folder(finishe
 # ------------------------------------------------------------------------------------------ in a real browser
 
 
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[object]:
-    """Debian's chromium driven by Playwright (no browser download)."""
-    executable = shutil.which("chromium")
-    why = None if executable else "no chromium on PATH (apt-get install chromium)"
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        why = "the playwright package is not installed (pip install -e '.[dev]')"
-    if why:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the browser tests: {why}")
-        pytest.skip(f"browser tests skipped: {why}")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, headless=True, args=["--no-sandbox"])
-        yield browser
-        browser.close()
-
 
 @pytest.fixture(scope="module")
 def finished_site(finished_run_root) -> Iterator[UiServer]:
@@ -644,15 +626,8 @@ def test_in_a_browser_a_running_run_follows_itself_then_finishes_and_a_failed_ru
 
 
 def test_in_a_browser_two_runs_frontiers_are_compared_from_the_runs_list(chromium, copy_of_finished_run, tmp_path):
-    from agent.inspector.report import build_report
-
     runs = copy_of_finished_run / "runs"
-    shutil.copytree(runs / FINISHED_RUN_ID, runs / "other", symlinks=True)
-    report = build_report(runs / FINISHED_RUN_ID)
-    top = next(k.point for k in report.frontier.picks if k.role == "max throughput")
-    for r in report.bench_runs:  # the other run never measured the best's configuration
-        if r.trial == top.trial:
-            (runs / "other" / r.file).unlink()
+    top = other_run_without_the_best(runs)
     server = _start(runs)
     page = chromium.new_page(viewport={"width": 1100, "height": 900})
     watch = _Watch(page)
