@@ -106,15 +106,55 @@ class EngineSource:
                 module = p[len(self.root) + 1:-3].replace("/", ".").removesuffix(".__init__")
                 self.tree(module)
 
-    def parsed(self) -> list[ast.Module]:
-        return [t for t in self._trees.values() if t is not None]
-
     def parsed_modules(self) -> list[str]:
         """The modules parsed so far, in the order they were."""
         return [m for m, t in self._trees.items() if t is not None]
 
-    def text(self, module: str) -> str:
-        return self._texts.get(module, "")
+    # where a 3-tuple may start whose first two items are string literals without a dot, as a
+    # stacked_params_mapping entry does (a lookahead: every start, overlapping ones included)
+    _SHARD_TUPLE = re.compile(r"""(?=(["'])[^"'.\n]*\1\s*,\s*(["'])[^"'.\n]*\2\s*,)""")
+
+    def shard_mappings(self, module: str) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+        """(fused module -> its checkpoint shards, packed ones) that one module's loader mappings hold, worked out
+        once per module (:meth:`ModuleTree._mappings` joins them); a file whose text holds neither a shard tuple
+        nor ``packed_modules_mapping`` has none and is not walked (most of an engine's files)."""
+        memo = self._mapping_parts
+        if module in memo:
+            return memo[module]
+        fused: dict[str, list[str]] = {}
+        packed: dict[str, list[str]] = {}
+        tree = self.tree(module)
+        text = self._texts.get(module, "")
+        has_packed = "packed_modules_mapping" in text
+        starts = [m.start() for m in self._SHARD_TUPLE.finditer(text)]
+        starts += [m.start() for m in re.finditer("packed_modules_mapping", text)] if has_packed else []
+        if tree is not None and starts:
+            for node in _walk_lines(tree, sorted({text.count("\n", 0, at) + 1 for at in starts})):
+                if isinstance(node, ast.Tuple) and len(node.elts) == 3:
+                    a, b = _const_str(node.elts[0]), _const_str(node.elts[1])
+                    if a and b and "." not in a + b:
+                        fused.setdefault(a, []).append(b)
+                pairs: list[tuple[ast.AST, ast.AST]] = []
+                in_packed = False
+                if has_packed and isinstance(node, ast.Assign) and "packed_modules_mapping" in ast.unparse(node.targets[0]):
+                    in_packed = True
+                    if isinstance(node.value, ast.Dict):
+                        pairs = list(zip(node.value.keys, node.value.values, strict=False))
+                    elif isinstance(node.targets[0], ast.Subscript):
+                        pairs = [(node.targets[0].slice, node.value)]
+                elif (has_packed and isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                      and node.func.attr == "update"
+                      and "packed_modules_mapping" in ast.unparse(node.func.value) and node.args
+                      and isinstance(node.args[0], ast.Dict)):  # fmt: skip
+                    in_packed, pairs = True, list(zip(node.args[0].keys, node.args[0].values, strict=False))
+                for k, v in pairs:
+                    shards = [_const_str(e) for e in v.elts] if isinstance(v, ast.List | ast.Tuple) else []
+                    if _const_str(k) and shards and all(shards):
+                        fused.setdefault(_const_str(k), []).extend(shards)  # type: ignore[arg-type]
+                        if in_packed:
+                            packed[_const_str(k)] = shards  # type: ignore[index,assignment]
+        memo[module] = (fused, packed)
+        return fused, packed
 
     def _import_table(self, module: str, tree: ast.Module) -> dict[str, tuple[str | None, str]]:
         """Every name the module imports from another (local imports too), first one first, from one walk."""
@@ -277,55 +317,10 @@ class ModuleTree:
         fused: dict[str, list[str]] = {}
         packed: dict[str, list[str]] = {}
         for module in self.src.parsed_modules():
-            part_fused, part_packed = self._file_mappings(module)
+            part_fused, part_packed = self.src.shard_mappings(module)
             for k, v in part_fused.items():
                 fused.setdefault(k, []).extend(v)
             packed.update(part_packed)
-        return fused, packed
-
-    # where a 3-tuple may start whose first two items are string literals without a dot, as a
-    # stacked_params_mapping entry does (a lookahead: every start, overlapping ones included)
-    _SHARD_TUPLE = re.compile(r"""(?=(["'])[^"'.\n]*\1\s*,\s*(["'])[^"'.\n]*\2\s*,)""")
-
-    def _file_mappings(self, module: str) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-        """One file's part of :meth:`_mappings`, worked out once per file; a file whose text holds neither a
-        shard tuple nor ``packed_modules_mapping`` has none and is not walked (most of an engine's files)."""
-        memo = self.src._mapping_parts
-        if module in memo:
-            return memo[module]
-        fused: dict[str, list[str]] = {}
-        packed: dict[str, list[str]] = {}
-        text = self.src.text(module)
-        tree = self.src.tree(module)
-        has_packed = "packed_modules_mapping" in text
-        starts = [m.start() for m in self._SHARD_TUPLE.finditer(text)]
-        starts += [m.start() for m in re.finditer("packed_modules_mapping", text)] if has_packed else []
-        if tree is not None and starts:
-            for node in _walk_lines(tree, sorted({text.count("\n", 0, at) + 1 for at in starts})):
-                if isinstance(node, ast.Tuple) and len(node.elts) == 3:
-                    a, b = _const_str(node.elts[0]), _const_str(node.elts[1])
-                    if a and b and "." not in a + b:
-                        fused.setdefault(a, []).append(b)
-                pairs: list[tuple[ast.AST, ast.AST]] = []
-                in_packed = False
-                if has_packed and isinstance(node, ast.Assign) and "packed_modules_mapping" in ast.unparse(node.targets[0]):
-                    in_packed = True
-                    if isinstance(node.value, ast.Dict):
-                        pairs = list(zip(node.value.keys, node.value.values, strict=False))
-                    elif isinstance(node.targets[0], ast.Subscript):
-                        pairs = [(node.targets[0].slice, node.value)]
-                elif (has_packed and isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                      and node.func.attr == "update"
-                      and "packed_modules_mapping" in ast.unparse(node.func.value) and node.args
-                      and isinstance(node.args[0], ast.Dict)):  # fmt: skip
-                    in_packed, pairs = True, list(zip(node.args[0].keys, node.args[0].values, strict=False))
-                for k, v in pairs:
-                    shards = [_const_str(e) for e in v.elts] if isinstance(v, ast.List | ast.Tuple) else []
-                    if _const_str(k) and shards and all(shards):
-                        fused.setdefault(_const_str(k), []).extend(shards)  # type: ignore[arg-type]
-                        if in_packed:
-                            packed[_const_str(k)] = shards  # type: ignore[index,assignment]
-        memo[module] = (fused, packed)
         return fused, packed
 
     # --- lookups -------------------------------------------------------------------------------------------
