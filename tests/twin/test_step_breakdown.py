@@ -19,6 +19,7 @@ SPEC = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3", "--s
     [
         ("qwen35_397b_mxfp4_mi355x", ["--tp-size", "2", *SPEC], 4),
         ("glm5_fp8_mi355x", ["--tp-size", "4", "--kv-cache-dtype", "fp8_e4m3"], 1),
+        ("qwen35_397b_mxfp4_mi355x", ["--tp-size", "4", "--attention-backend", "triton"], 1),  # a measured KV stream
     ],
 )
 def test_components_add_up_to_the_terms(scenario: str, flags: list[str], tokens: int) -> None:

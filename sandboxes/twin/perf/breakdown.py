@@ -73,7 +73,7 @@ def decode_components(model: CostModel, batch: int, context: float, tokens_per_s
     moe = 2 * tokens * spec.moe.top_k * s.moe_layers * s.expert_params / m.flop_g
     out.append(Component("MoE GEMM FLOPs", "compute", moe / m.moe_flops, f"{m.moe_flops / 1e12:.0f} TFLOPS/GPU",
                          flops=moe, peak=m.wfmt, kernel="fused MoE"))  # fmt: skip
-    for grp in m.attention:
+    for grp, stream in zip(m.attention, m.decode_kv, strict=True):
         kind = f"{type(grp.attention).__name__} x{grp.count}"
         if grp.linear:
             state = batch * state_traffic(tokens_per_seq) * grp.count * grp.state_bytes
@@ -85,17 +85,19 @@ def decode_components(model: CostModel, batch: int, context: float, tokens_per_s
                                  flops=work, peak="bf16", kernel=kind))  # fmt: skip
             continue
         keys = grp.keys(context)
-        reads = batch * tokens_per_seq**0.5 * grp.count
+        reads = batch * stream.reads(tokens_per_seq) * grp.count
         kv = reads * keys * grp.kv_bytes_per_key
-        out.append(Component(f"{kind}: KV read", "kv_reads", kv / m.bw,
-                             f"{keys:.0f} keys x {grp.kv_bytes_per_key:.0f} B/key/GPU", bytes=kv, kernel=kind))  # fmt: skip
+        via = f", {stream.kernel} at {stream.bandwidth / 1e12:.1f} TB/s" if stream.kernel else ""
+        out.append(Component(f"{kind}: KV read", "kv_reads", kv / stream.bandwidth,
+                             f"{keys:.0f} keys x {grp.kv_bytes_per_key:.0f} B/key/GPU{via}", bytes=kv,
+                             kernel=kind))  # fmt: skip
         work = tokens * grp.count * keys * grp.flops_per_key / m.g
         out.append(Component(f"{kind}: attention FLOPs", "compute", work / m.attention_flops(grp),
                              "sparse-MLA class" if grp.sparse else "dense class", flops=work, peak="bf16",
                              kernel=kind))  # fmt: skip
         if grp.indexer_bytes_per_key:
             index = reads * context * grp.indexer_bytes_per_key
-            out.append(Component(f"{kind}: DSA indexer keys", "kv_reads", index / m.bw,
+            out.append(Component(f"{kind}: DSA indexer keys", "kv_reads", index / stream.bandwidth,
                                  f"{context:.0f} keys x {grp.indexer_bytes_per_key:.0f} B/key", bytes=index,
                                  kernel=kind))  # fmt: skip
             floor = grp.count * m.scenario.calibration.sparse_attention_latency_us * 1e-6

@@ -21,6 +21,7 @@ from ..models.catalogue import ModelDims, checkpoint_modules, layer_entries, ten
 from ..scenario import ModelSpec, QuantSpec, Scenario, expand_ranges
 from . import kernel_sheet, release_profile
 from .attention import LayerGroup, layer_groups, state_traffic
+from .decode_attention import DecodeKV, decode_kv
 from .kernels import draft_layer_kernels, model_kernels
 from .serving_config import ServingConfig
 
@@ -226,6 +227,11 @@ class CostModel:
         )
         # attention by layer kind: keys read, bytes and FLOPs per key, linear attention's state (attention.py)
         self.attention = layer_groups(self.arch, cfg, self.kv_bytes)
+        # how each group's decode (verify) attention streams its KV: the kernel the flags select, at its measured share
+        # of the HBM peak where the kernel sheet has one (perf/decode_attention.py), else at the calibrated stream
+        self.decode_kv: list[DecodeKV] = [
+            decode_kv(grp, cfg, sheet, hw.memory_bandwidth_tbs * 1e12, self.bw) for grp in self.attention
+        ]
         # bytes of the token pools per token of max_total_num_tokens, as the release sizes them (engine/pools.py):
         # each GPU of an attention group holds all of MLA's latent, only its own share of GQA's KV heads, no KV
         # for linear attention, and a hybrid sliding-window model's sliding layers in a smaller pool of their own
@@ -361,18 +367,16 @@ class CostModel:
             fixed = self._decode_fixed[key] = self._batch_terms(batch, tokens_per_seq)
         tokens, linear_terms, base_flops, terms = fixed
         mean_ctx = sum_context / batch if batch else 0.0
-        per_seq_kv = attention = 0.0
-        for grp, linear_term in zip(self.attention, linear_terms, strict=True):  # the layer groups in order
+        kv_time = attention = 0.0
+        for grp, linear_term, kv in zip(self.attention, linear_terms, self.decode_kv, strict=True):  # groups in order
             if linear_term is not None:
                 attention += linear_term
                 continue
-            per_seq_kv += grp.count * (
-                grp.keys(mean_ctx) * grp.kv_bytes_per_key + mean_ctx * grp.indexer_bytes_per_key
-            )
+            per_seq_kv = grp.count * (grp.keys(mean_ctx) * grp.kv_bytes_per_key + mean_ctx * grp.indexer_bytes_per_key)
+            kv_time += batch * kv.reads(tokens_per_seq) * per_seq_kv / kv.bandwidth
             attention += tokens * grp.count * grp.keys(mean_ctx) * grp.flops_per_key / (self.g * self.attention_flops(grp))
-        kv_bytes = batch * tokens_per_seq**0.5 * per_seq_kv
         out = dict(terms)
-        out["kv_reads"] = kv_bytes / self.bw
+        out["kv_reads"] = kv_time
         out["compute"] = base_flops + attention
         return out
 

@@ -14,6 +14,9 @@ carries.
 ``sparse_mla``: the sparse-MLA and DSA indexer kernels (TileLang and aiter on ROCm, SGLang's ``nsa`` backend), of
 the bf16 (indexer: fp8) peak. No public benchmark of them was found; GLM-5 is the only sparse-attention model with
 public figures, so this one number is fitted there, with every other class of GLM-5's step from its own sheet.
+``decode_attention``: the dense (GQA/MHA) decode-attention kernels the sheet has measurements of, by name: the share
+of the HBM peak at which each streams the KV cache, and whether a speculative verify reads each sequence's KV once per
+query token (``perf/decode_attention.py`` says which kernel a server runs).
 Standard library and PyYAML only.
 """
 
@@ -73,10 +76,18 @@ def layer_seconds(
 
 
 @dataclass(frozen=True)
+class DecodeAttentionKernel:
+    bandwidth: float  # share of the HBM peak at which it streams the KV cache
+    verify_reads_per_token: bool = False  # a verify of T tokens reads the KV T times (else the cost model's sqrt(T))
+    source: str = ""
+
+
+@dataclass(frozen=True)
 class KernelSheet:
     arch: str
     fused_moe: MoEKernel | None = None
     sparse_mla_efficiency: float | None = None  # the sparse-MLA and DSA indexer kernels, of the bf16 / fp8 peak
+    decode_attention: dict[str, DecodeAttentionKernel] = field(default_factory=dict)  # by kernel name
     path: str = ""
 
 
@@ -95,5 +106,10 @@ def load(arch: str) -> KernelSheet | None:
                            untuned_share=float(share) if share is not None else None,
                            measured=tuple(moe.get("measured") or ()))  # fmt: skip
     sparse = (data.get("sparse_mla") or {}).get("efficiency")
+    decode = {str(name): DecodeAttentionKernel(bandwidth=float(k["bandwidth"]),
+                                               verify_reads_per_token=bool(k.get("verify_reads_per_token", False)),
+                                               source=str(k.get("source", "")))
+              for name, k in (data.get("decode_attention") or {}).items()}  # fmt: skip
     return KernelSheet(arch=str(data.get("arch", arch)), fused_moe=kernel,
-                       sparse_mla_efficiency=float(sparse) if sparse is not None else None, path=str(path))  # fmt: skip
+                       sparse_mla_efficiency=float(sparse) if sparse is not None else None, decode_attention=decode,
+                       path=str(path))  # fmt: skip

@@ -9,8 +9,11 @@ with the server.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+TRUE_WORDS = ("1", "true", "yes", "y", "on")  # what SGLang's EnvBool reads as set (environ.py)
 
 
 @dataclass(frozen=True)
@@ -21,6 +24,9 @@ class ServingConfig:
     weight_format: str = "mxfp4"  # how the served weights are stored (the checkpoint's format)
     kv_cache_dtype: str = "auto"  # auto | bf16 | fp8_e4m3 | fp8_e5m2
     attention_backend: str = "aiter"
+    # SGLANG_USE_AITER_UNIFIED_ATTN in the engine's environment: the aiter backend decodes dense layers through
+    # aiter's Triton unified attention instead of its HIP paged attention (perf/decode_attention.py)
+    aiter_unified_attention: bool = False
     moe_runner_backend: str = "auto"
     moe_tuned: bool = False  # a tuned kernel selection exists for the model's MoE shape
     speculative_algorithm: str | None = None
@@ -118,3 +124,18 @@ class ServingConfig:
     def from_dict(cls, data: dict[str, Any]) -> ServingConfig:
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def with_engine_environment(cfg: ServingConfig, environ: Mapping[str, str]) -> ServingConfig:
+    """``cfg`` with what the engine's environment changes beyond its flags (SGLang 0.5.12's ``environ.py``):
+    ``SGLANG_USE_AITER_UNIFIED_ATTN`` (the aiter backend decodes dense layers through aiter's Triton unified attention,
+    ``aiter_backend.py``) and ``SGLANG_MAMBA_SSM_DTYPE`` (the recurrent state's dtype, ahead of the config's:
+    ``configs/mamba_utils.py``). A variable not set leaves the field as the flags made it."""
+    changes: dict[str, Any] = {}
+    unified = environ.get("SGLANG_USE_AITER_UNIFIED_ATTN")
+    if unified is not None:
+        changes["aiter_unified_attention"] = unified.strip().lower() in TRUE_WORDS
+    ssm = environ.get("SGLANG_MAMBA_SSM_DTYPE")
+    if ssm:
+        changes["mamba_ssm_dtype"] = ssm
+    return dataclasses.replace(cfg, **changes) if changes else cfg
