@@ -9,7 +9,9 @@ within +-15 % says how far the mechanisms carry beyond GLM-5. Each point runs in
 ``simulate``; no server): InferenceX's workload (random prompts of the nominal ISL/OSL, ``--random-range-ratio
 0.8``, ``--max-concurrency C`` with ``10 x C`` prompts, the chat template on MTP runs) against the server flags of
 InferenceX's scripts (``--mem-fraction-static 0.85``, ``--context-length ISL + OSL + 32``, radix cache off, CUDA
-graphs up to C on MTP runs). Figures: tok/s/GPU = (input + output) tok/s / GPUs used; TPOT = the median's ms.
+graphs up to C on MTP runs), or, for a row that names them (``flags``, ``env``), the server flags and engine
+environment of the source's own launch script. Figures: tok/s/GPU = (input + output) tok/s / GPUs used; TPOT = the
+median's ms.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import yaml
 
 from sandboxes.twin.engine.memory import plan_memory
 from sandboxes.twin.perf.cost_model import CostModel
+from sandboxes.twin.perf.serving_config import with_engine_environment
 from sandboxes.twin.perf.simulator import simulate
 from sandboxes.twin.perf.workload import DatasetSpec, arrival_times, build_requests, prompt_content
 from sandboxes.twin.scenario import QuantSpec, Scenario, load
@@ -52,7 +55,10 @@ class Point:
     tpot_ms: float
     mtp: bool = False
     weight_format: str = ""
+    # the server flags beyond TP of the source's launch script, all of them (empty: InferenceX's GLM-5 scripts')
     flags: tuple[str, ...] = ()
+    # what the script exports that changes the engine (SGLANG_USE_AITER_UNIFIED_ATTN, SGLANG_MAMBA_SSM_DTYPE, ...)
+    env: tuple[tuple[str, str], ...] = ()
     # whether the public run's image shipped a tuned fused-MoE selection for this shape (the source's evidence is
     # beside the row); None: the zoo scenario's claim (``tuned_moe``)
     moe_tuned: bool | None = None
@@ -65,7 +71,9 @@ class Point:
 
 def points(path: Path = DATA) -> list[Point]:
     rows = yaml.safe_load(path.read_text())["points"]
-    return [Point(**{**row, "release": str(row["release"]), "flags": tuple(row.get("flags", ()))}) for row in rows]
+    return [Point(**{**row, "release": str(row["release"]), "flags": tuple(str(f) for f in row.get("flags", ())),
+                     "env": tuple((str(k), str(v)) for k, v in (row.get("env") or {}).items())})
+            for row in rows]  # fmt: skip
 
 
 def scenario_for(point: Point) -> Scenario:
@@ -86,18 +94,28 @@ def tuned_moe(sc: Scenario) -> bool:
 
 
 def server_flags(point: Point) -> list[str]:
+    """The row's own script's flags where it names them; else InferenceX's GLM-5 scripts' (radix cache off, 0.85 of
+    the memory, the workload's context, EAGLE 3/1/4 with CUDA graphs up to the concurrency on MTP runs)."""
+    if point.flags:
+        return ["--tp-size", str(point.tp), *point.flags]
     flags = ["--tp-size", str(point.tp), "--mem-fraction-static", "0.85", "--context-length",
-             str(point.isl + point.osl + 32), "--disable-radix-cache", *point.flags]  # fmt: skip
+             str(point.isl + point.osl + 32), "--disable-radix-cache"]  # fmt: skip
     if point.mtp:
         flags += [*EAGLE_314, "--cuda-graph-max-bs", str(point.concurrency)]
     return flags
 
 
+def point_config(point: Point, sc: Scenario):
+    """The serving configuration the row's server ran: its flags through the release's argument handling, then what
+    its script's environment changes."""
+    tuned = tuned_moe(sc) if point.moe_tuned is None else point.moe_tuned
+    return with_engine_environment(serving_config(sc, server_flags(point), tuned), dict(point.env))
+
+
 def measure(point: Point, seed: int = 1) -> dict[str, Any]:
     """Run one point in the twin; the figures bench_serving would print for it."""
     sc = scenario_for(point)
-    tuned = tuned_moe(sc) if point.moe_tuned is None else point.moe_tuned
-    cfg = serving_config(sc, server_flags(point), tuned)
+    cfg = point_config(point, sc)
     model = CostModel(sc, cfg)
     plan = plan_memory(model)
     rng = random.Random(seed)

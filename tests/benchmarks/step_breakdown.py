@@ -21,8 +21,7 @@ import sys
 from sandboxes.twin.engine.memory import plan_memory
 from sandboxes.twin.perf.breakdown import MEMORY_TERMS, decode_components, paid
 from sandboxes.twin.perf.cost_model import CostModel
-from tests.benchmarks.cost_fingerprint import serving_config
-from tests.benchmarks.heldout_models import Point, points, scenario_for, server_flags, tuned_moe
+from tests.benchmarks.heldout_models import Point, point_config, points, scenario_for
 
 FP8_KV = ("--kv-cache-dtype", "fp8_e4m3")
 # GLM-5 FP8 calibration points (tests/benchmarks/inferencex_calibration.py's PUBLISHED, its TP4 rows)
@@ -36,7 +35,7 @@ DEFAULT = ("TP2 8k/1k c64", "TP8 MTP 8k/1k c64", "fp8 TP4 8k/1k c64", "TP2 MTP 8
 
 def breakdown(point: Point) -> tuple[CostModel, int, float, list]:
     sc = scenario_for(point)
-    cfg = serving_config(sc, server_flags(point), tuned_moe(sc) if point.moe_tuned is None else point.moe_tuned)
+    cfg = point_config(point, sc)
     model = CostModel(sc, cfg)
     plan = plan_memory(model)
     limit = cfg.max_running_per_rank(plan.max_total_num_tokens, cfg.context_length, plan.max_mamba_cache_size)
