@@ -28,7 +28,7 @@ import yaml
 
 from sandboxes.twin.engine.memory import plan_memory
 from sandboxes.twin.perf.cost_model import CostModel
-from sandboxes.twin.perf.serving_config import with_engine_environment
+from sandboxes.twin.perf.serving_config import ServingConfig, with_engine_environment
 from sandboxes.twin.perf.simulator import simulate
 from sandboxes.twin.perf.workload import DatasetSpec, arrival_times, build_requests, prompt_content
 from sandboxes.twin.scenario import QuantSpec, Scenario, load
@@ -105,7 +105,7 @@ def server_flags(point: Point) -> list[str]:
     return flags
 
 
-def point_config(point: Point, sc: Scenario):
+def point_config(point: Point, sc: Scenario) -> ServingConfig:
     """The serving configuration the row's server ran: its flags through the release's argument handling, then what
     its script's environment changes."""
     tuned = tuned_moe(sc) if point.moe_tuned is None else point.moe_tuned
