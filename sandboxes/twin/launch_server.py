@@ -37,7 +37,7 @@ from .engine.loading import loader, weights_cache
 from .engine.loading.platform import Platform
 from .engine.loading.stat_memo import StatMemo
 from .perf.cost_model import CostModel, scored_draft_tokens, single_stream_tpot
-from .perf.serving_config import ServingConfig
+from .perf.serving_config import ServingConfig, with_engine_environment
 from .scenario import Scenario, ScenarioError, load
 
 READY_LINE = messages.READY
@@ -171,10 +171,11 @@ def serving_config(args, ws: Workspace, moe_tuned: bool) -> ServingConfig:
 def config_from_args(args, weight_format: str, model_config: Mapping[str, Any], moe_tuned: bool,
                      environ: Mapping[str, str] = os.environ) -> ServingConfig:  # fmt: skip
     """What the engine serves with these resolved server arguments, for a checkpoint of ``weight_format`` whose
-    config.json is ``model_config`` (``environ``: the engine's environment)."""
+    config.json is ``model_config`` (``environ``: the engine's environment, which sets what SGLang reads from it:
+    ``perf.serving_config.with_engine_environment``)."""
     kv_cache_dtype = "bf16" if args.kv_cache_dtype == "bfloat16" else args.kv_cache_dtype  # the same cache
     context_len = args.context_length or model_config.get("max_position_embeddings", 131072)
-    return ServingConfig(
+    return with_engine_environment(ServingConfig(
         tp_size=args.tp_size, dp_size=args.dp_size, enable_dp_attention=args.enable_dp_attention,
         weight_format=weight_format, kv_cache_dtype=kv_cache_dtype,
         attention_backend=args.attention_backend, moe_runner_backend=args.moe_runner_backend,
@@ -192,7 +193,7 @@ def config_from_args(args, weight_format: str, model_config: Mapping[str, Any], 
         disable_custom_all_reduce=args.disable_custom_all_reduce,
         quick_reduce_quantization=environ.get("ROCM_QUICK_REDUCE_QUANTIZATION", "NONE"),
         watchdog_timeout=args.watchdog_timeout, dist_timeout=args.dist_timeout,
-    )  # fmt: skip
+    ), environ)  # fmt: skip
 
 
 # server arguments that cannot change what the model is built from or how it loads (where it listens, logs)

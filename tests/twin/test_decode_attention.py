@@ -62,3 +62,21 @@ def test_the_engine_environment_sets_what_the_flags_do_not() -> None:
     half = CostModel(sc, env).decode_terms(BATCH, BATCH * CONTEXT)["state_reads"]
     full = CostModel(sc, cfg).decode_terms(BATCH, BATCH * CONTEXT)["state_reads"]
     assert half < 0.55 * full
+
+
+
+def test_the_launcher_reads_the_engine_environment() -> None:
+    """A launched server serves with what its environment sets: the same flags with and without the variable."""
+    from sandboxes.twin.engine import server_args
+    from sandboxes.twin.launch_server import config_from_args
+    from tests.benchmarks.cost_fingerprint import build_config
+
+    sc = load(QWEN)
+    config = build_config(sc)
+    args = server_args.parse(["--model-path", "/nonexistent", "--tp-size", "2"])
+    server_args.resolve(args, server_args.ModelInfo.from_config(config, args.context_length),
+                        server_args.Platform.from_hardware(sc.hardware), env={})  # fmt: skip
+    fmt = sc.quantization.weight_format
+    plain = config_from_args(args, fmt, config, True, environ={})
+    unified = config_from_args(args, fmt, config, True, environ={"SGLANG_USE_AITER_UNIFIED_ATTN": "1"})
+    assert not plain.aiter_unified_attention and unified.aiter_unified_attention
