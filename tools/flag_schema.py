@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 from pathlib import Path
 from typing import Any, Literal
 
@@ -78,7 +79,12 @@ def schema_from_source(text: str, source: str = "") -> FlagSchema | None:
     return FlagSchema(source=source, flags=flags) if flags else None
 
 
-_CACHE: dict[tuple[str, int, int], FlagSchema | None] = {}
+@functools.lru_cache(maxsize=8)
+def _schema_of(text: str, source: str) -> FlagSchema | None:
+    try:
+        return schema_from_source(text, source)
+    except SyntaxError:
+        return None
 
 
 def find_parser(roots: list[Path]) -> Path | None:
@@ -91,14 +97,9 @@ def find_parser(roots: list[Path]) -> Path | None:
 
 
 def load_schema(path: Path) -> FlagSchema | None:
-    st = path.stat()
-    key = (str(path), st.st_mtime_ns, st.st_size)
-    if key not in _CACHE:
-        try:
-            _CACHE[key] = schema_from_source(path.read_text(errors="replace"), str(path))
-        except SyntaxError:
-            _CACHE[key] = None
-    return _CACHE[key]
+    """The flags the parser source at ``path`` declares, parsed once per content: every launch reads the file
+    again (a launch restores the workspace's pristine files, which renews their modification times)."""
+    return _schema_of(path.read_text(errors="replace"), str(path))
 
 
 def _type_ok(spec: FlagSpec, value: Any) -> bool:

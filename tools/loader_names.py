@@ -18,6 +18,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from .parsed import python_ast
+
 
 @dataclass(frozen=True)
 class Rename:
@@ -89,7 +91,7 @@ def renames(sources: dict[str, str], frames: Iterable[tuple[str, str, int]]) -> 
             continue
         if file not in trees:
             try:
-                tree = ast.parse(text)
+                tree = python_ast(text)
             except SyntaxError:
                 continue
             trees[file] = (tree, _bindings(tree))

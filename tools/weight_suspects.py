@@ -24,6 +24,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from .diagnose import Diagnosis
+from .parsed import json_value, python_ast
 
 # which checkpoint modules each of SGLang's linear layer classes loads (the last name component; for FusedMoE a
 # routed expert's projection)
@@ -55,7 +56,7 @@ def _raising_class(read: Callable[[str], str | None], diag: Diagnosis) -> str | 
         if source is None:
             return None
         try:
-            tree = ast.parse(source)
+            tree = python_ast(source)
         except SyntaxError:
             return None
         for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
@@ -125,7 +126,7 @@ def suspects_in_workspace(diag: Diagnosis, read: Callable[[str], str | None], co
     if text is None or index is None:
         return None
     try:
-        config, weight_map = json.loads(text), json.loads(index).get("weight_map", {})
+        config, weight_map = json.loads(text), json_value(index).get("weight_map", {})
     except ValueError:
         return None
     return find_suspects(diag, config, weight_map, read)

@@ -24,6 +24,8 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from tools.parsed import python_ast
+
 Ident = tuple[str, str]  # (python module, top-level name)
 
 
@@ -94,7 +96,7 @@ class EngineSource:
                 text = self.read(p)
                 if text is not None:
                     with contextlib.suppress(SyntaxError):  # a file that does not parse tells nothing
-                        self._trees[module] = ast.parse(text)
+                        self._trees[module] = python_ast(text)
                         self._texts[module] = text
                     break
         return self._trees[module]

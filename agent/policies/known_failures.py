@@ -23,6 +23,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from tools.parsed import python_ast
+
 Op = Literal[">", ">=", "<", "<=", "==", "!="]
 _OPS: dict[type[ast.cmpop], Op] = {ast.Gt: ">", ast.GtE: ">=", ast.Lt: "<", ast.LtE: "<=", ast.Eq: "==", ast.NotEq: "!="}
 _EVAL = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne}
@@ -100,7 +102,7 @@ def trigger_at(source: str, line: int, flags: set[str]) -> list[Condition]:
     ``if`` around it (its ``else`` branch negated), as far as they compare an argument with a constant. Empty when
     there is none, or the source does not parse."""
     try:
-        tree = ast.parse(source)
+        tree = python_ast(source)
     except (SyntaxError, ValueError):
         return []
     found: list[Condition] = []

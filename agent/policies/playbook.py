@@ -27,6 +27,7 @@ from typing import Any
 from agent.state import AgentState, Call, Observation, Trial
 from tasks.spec import TaskSpec
 from tools.loader_names import renamed_prefix, renames
+from tools.parsed import json_value
 from tools.source import unified_diff
 from tools.weight_suspects import layers_from
 
@@ -1122,7 +1123,7 @@ class PlaybookPolicy:
         config = json.loads(text)
         exclude = config.get("quantization_config", {}).get("exclude", [])
         index = config_path.rsplit("/", 1)[0] + "/model.safetensors.index.json"
-        names = json.loads(ctx.workspace.read_file(index)).get("weight_map", {}) if ctx.workspace.exists(index) else {}
+        names = json_value(ctx.workspace.read_file(index)).get("weight_map", {}) if ctx.workspace.exists(index) else {}
         engine_mod, ckpt_mod = _module(diag.get("parameter")), _module(diag.get("checkpoint_parameter"))
         how = "named by the log"
         if ckpt_mod and engine_mod and ckpt_mod != engine_mod:

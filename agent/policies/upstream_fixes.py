@@ -19,6 +19,8 @@ import json
 import re
 import textwrap
 
+from tools.parsed import python_ast
+
 LINE_LENGTH = 88  # black's default, which SGLang uses
 
 # The two functions below are written into the engine's file as they stand here (``inspect.getsource``), in
@@ -127,7 +129,7 @@ def map_draft_excludes(source: str, class_name: str, ckpt_expr: str, ckpt_doc: s
     ``ckpt_doc`` how a comment names it, ``prefix`` the draft's own prefix for that layer, ``own_modules`` the MTP
     layer's own quantized modules, built on the model holding that prefix (``eh_proj``)."""
     try:
-        tree = ast.parse(source)
+        tree = python_ast(source)
     except SyntaxError:
         return None
     found = _init_of(tree, class_name)
@@ -168,7 +170,7 @@ def draft_class(source: str, prefix: str) -> str | None:
     """The class of ``source`` whose ``hf_to_sglang_mapper`` maps a checkpoint layer to ``prefix`` (the draft
     model that registers the checkpoint's extra layer there), or None."""
     try:
-        tree = ast.parse(source)
+        tree = python_ast(source)
     except SyntaxError:
         return None
     for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
@@ -185,7 +187,7 @@ def class_at(source: str, line: int) -> str | None:
     """The class whose body holds ``line`` of ``source`` (the draft class whose code a traceback frame ran), or
     None."""
     try:
-        tree = ast.parse(source)
+        tree = python_ast(source)
     except SyntaxError:
         return None
     for node in tree.body:
@@ -202,7 +204,7 @@ def draft_module_prefix(source: str, class_name: str, engine_top: str, ckpt_top:
     checkpoint's names, the list's entries for the draft's tree apply as written. None when the constructor has no
     such call, or more than one."""
     try:
-        tree = ast.parse(source)
+        tree = python_ast(source)
     except SyntaxError:
         return None
     found = _init_of(tree, class_name)
