@@ -17,6 +17,13 @@ from hypothesis import settings
 
 from tests.shared_runs import FIXTURES, REPO
 
+# Some machines export PYTHONDONTWRITEBYTECODE=1. Under it every process of the suite compiles the repository's
+# modules from source again, and pytest rewrites every test module's asserts again: about 9 CPU-seconds of each
+# worker's collection and 0.45 s of each of the ~150 `agent` commands the tests start. The suite lets Python keep
+# its bytecode, as it does by default (set here, before the workers and the shared runs' builder start).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 # property tests draw the same examples every run (a CI run says what the code does, not what a draw found); a
 # case a draw finds is kept as an explicit test. HYPOTHESIS_PROFILE=explore draws afresh.
 settings.register_profile("repeatable", derandomize=True)
