@@ -181,6 +181,39 @@ def test_the_image_tar_holds_the_rootfs_and_the_package_never_the_marker(tmp_pat
     assert members["./opt/dayzero/sandboxes/twin/image.py"].uid == 0
 
 
+def test_the_image_holds_the_packages_bytecode_for_its_own_python_only(tmp_path):
+    """Compiled here for the rootfs' Python (checked against the source's hash, as a copy's times mean nothing):
+    one per module, none of this machine's own __pycache__; a rootfs with another Python gets none."""
+    import importlib.util
+    import sys
+
+    from sandboxes.twin import image
+
+    base = tmp_path / "rootfs"
+    lib = base / "usr" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    lib.mkdir(parents=True)
+    (lib / "os.py").write_text("")
+    image.write_tar(base, tmp_path / "image.tar")
+    with tarfile.open(tmp_path / "image.tar") as tar:
+        pycs = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.name.endswith(".pyc")}
+    modules = [p for p in image._package_files() if p.suffix == ".py"]
+    assert len(pycs) == len(modules)
+    launch = "./opt/dayzero/sandboxes/twin/" + importlib.util.cache_from_source("launch_server.py")
+    assert launch in pycs and pycs[launch][:4] == importlib.util.MAGIC_NUMBER
+    assert all(int.from_bytes(data[4:8], "little") == 0b11 for data in pycs.values())  # checked source hash
+    source = (image.PACKAGE_ROOT / "twin" / "launch_server.py").read_bytes()
+    assert pycs[launch][8:16] == importlib.util.source_hash(source)
+
+    (lib / "os.py").rename(lib.parent / "os.py")  # no standard library at this version: another Python
+    other = base / "usr" / "lib" / "python3.99"
+    other.mkdir()
+    (other / "os.py").write_text("")
+    assert image.image_python(base) == (3, 99)
+    image.write_tar(base, tmp_path / "other.tar")
+    with tarfile.open(tmp_path / "other.tar") as tar:
+        assert not [n for n in tar.getnames() if n.endswith(".pyc") or "__pycache__" in n]
+
+
 @pytest.fixture
 def docker_engine():
     """The engine, as the Docker tests decide: without one this skips, except in CI (CI=true)."""
