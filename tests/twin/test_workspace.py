@@ -163,6 +163,11 @@ def test_the_checkpoint_index_is_computed_once_per_scenario(tmp_path: Path, monk
     assert materialize_mod.write_index(sc, tmp_path / "cut.json") == other
     assert (tmp_path / "cut.json").read_bytes() == (tmp_path / "other.json").read_bytes()
     assert computed == ["glm52_mi355x"] * 3
+    for kept in (tmp_path / "cache").glob("*.json.gz"):
+        kept.write_bytes(kept.read_bytes()[:100])  # a kept index cut short: computed again, never half copied
+    assert materialize_mod.write_index(sc, tmp_path / "torn.json") == other
+    assert (tmp_path / "torn.json").read_bytes() == (tmp_path / "other.json").read_bytes()
+    assert computed == ["glm52_mi355x"] * 4
 
 
 def test_catalogue_from_config_equals_from_spec() -> None:
