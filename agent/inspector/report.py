@@ -1040,12 +1040,12 @@ def write_report(run_dir: Path, out_dir: Path, redactor: Redactor | None = None)
     """Write ``report.md`` (with its plots as PNG files beside it) and a self-contained ``report.html`` into
     ``out_dir``; returns the paths written (the two reports first). The reports quote the run's records: their
     secrets are masked (``redactor``; default: the run's, :func:`~agent.secrets.run_redactor`)."""
-    from .plots import render_plots
+    from .plot_cache import rendered
 
     redactor = redactor if redactor is not None else run_redactor(Path(run_dir))
     report = redactor(build_report(Path(run_dir)))  # and the rendered text again below (what a template adds)
     report.glossary = glossary_entries()[1]
-    plots = render_plots(report, with_data_only=True)  # the templates say why a figure is missing
+    plots = rendered(report, with_data_only=True)  # the templates say why a figure is missing
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [out_dir / "report.md", out_dir / "report.html"]

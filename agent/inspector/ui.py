@@ -40,7 +40,8 @@ from pydantic import BaseModel, ConfigDict
 from sandboxes.base import is_control
 
 from ..interactivity import Interactivity, from_summary, per_user_text
-from .plots import frontier_overlay, render_plots
+from .plot_cache import rendered
+from .plots import frontier_overlay
 from .report import ReportError, build_report
 from .review import PatchReview, ReviewError, collect_patches
 from .run_list import Comparison, compare_frontiers
@@ -493,7 +494,7 @@ def render_run_plots(run_dir: Path) -> tuple[dict[str, bytes], str | None]:
     """The run report's plots (:func:`agent.inspector.plots.render_plots` of :func:`agent.inspector.report.build_report`), or none
     and the reason (a run the report cannot read)."""
     try:
-        return render_plots(build_report(run_dir)), None
+        return rendered(build_report(run_dir)), None
     except ReportError as exc:
         return {}, f"no plots: {exc}"
     except Exception as exc:  # noqa: BLE001 - a run the report trips over is still shown, without plots
