@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from .shipped_yaml import LOADER as _SHIPPED_LOADER
+
 MiB = 2**20
 MAX_YAML_NODES = 100_000  # values in one YAML document once every alias is expanded (a task has ~500)
 MAX_YAML_DEPTH = 64  # nesting of one YAML document (a task nests ~6 deep)
@@ -112,11 +114,13 @@ def read_text(path: str | Path, max_bytes: int) -> str:
         raise InputFileError("is not UTF-8 text (a binary file?)", line) from None
 
 
-def compose_yaml(text: str) -> yaml.Node | None:
+def compose_yaml(text: str, *, shipped: bool = False) -> yaml.Node | None:
     """The node graph of one YAML document (None: an empty one), checked against alias bombs, deep nesting and
-    recursive aliases before anything is constructed from it."""
+    recursive aliases before anything is constructed from it. ``shipped``: the text is one of the twin's own
+    files (``shipped_yaml.is_shipped``), which libyaml reads into the same graph, faster; any other text is read
+    by PyYAML's pure-Python loader, whose messages and limits the checks here are written for."""
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = yaml.compose(text, Loader=_SHIPPED_LOADER if shipped else yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         raise InputFileError(f"not valid YAML: {_quiet(exc.problem or 'unreadable')}",

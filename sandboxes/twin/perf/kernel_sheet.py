@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
+from .. import shipped_yaml
 
 KERNELS_DIR = Path(__file__).resolve().parents[1] / "data" / "hardware" / "kernels"
 
@@ -96,7 +96,7 @@ def load(arch: str) -> KernelSheet | None:
     path = KERNELS_DIR / f"{arch}.yaml"
     if not path.is_file():
         return None
-    data = yaml.safe_load(path.read_text()) or {}
+    data = shipped_yaml.load(path) or {}
     moe = data.get("fused_moe")
     kernel = None
     if moe:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from .. import shipped_yaml
 
 RELEASES_DIR = Path(__file__).resolve().parents[1] / "data" / "releases"
 
@@ -70,7 +70,7 @@ def _version_key(version: str) -> tuple[int, ...]:
 
 
 def _read(path: Path) -> ReleaseProfile:
-    data = yaml.safe_load(path.read_text()) or {}
+    data = shipped_yaml.load(path) or {}
     schedulers = data.get("schedulers") or {}
     effects = tuple(
         Effect(what=str(e["what"]), source=str(e["source"]),

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import shipped_yaml
 from .hardware import known as known_sheets
 from .hardware import preset
 from .loader import SCENARIO_DIR
@@ -289,9 +290,7 @@ def _yaml_value(v: Any) -> str:
 
 
 def _defaults() -> dict[str, Any]:
-    import yaml
-
-    return yaml.safe_load((SCENARIO_DIR / "glm52_mi355x.yaml").read_text())
+    return shipped_yaml.load(SCENARIO_DIR / "glm52_mi355x.yaml")
 
 
 def generate(config_path: Path, out: Path, *, index_path: Path | None = None, quantization_path: Path | None = None,

@@ -16,7 +16,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-import yaml
+from .. import shipped_yaml
 
 SHEETS_DIR = Path(__file__).resolve().parents[1] / "data" / "hardware"
 NODE_GPUS = 8  # the OAM platforms these GPUs ship in: eight to a node
@@ -33,7 +33,7 @@ def sheet(key: str) -> dict[str, Any]:
     path = SHEETS_DIR / f"{key.lower()}.yaml"
     if not path.is_file():
         raise KeyError(f"no spec sheet {key!r} (known: {', '.join(known())})")
-    data = yaml.safe_load(path.read_text())
+    data = shipped_yaml.load(path)
     peaks = dict(data["peak_tflops"])
     if data.get("mxfp4_runs_as"):
         peaks["mxfp4"] = peaks[data["mxfp4_runs_as"]]

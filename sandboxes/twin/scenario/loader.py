@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from ..safe_input import InputFileError, MiB, compose_yaml, construct_yaml, plain, read_text, shown
+from ..shipped_yaml import is_shipped
 from . import hardware
 from .format import ATTENTION_KINDS, DefectSpec, MTPSpec, Scenario, ScenarioError
 
@@ -53,7 +54,8 @@ def available() -> list[str]:
 def load(name_or_path: str | Path = DEFAULT_SCENARIO) -> Scenario:
     path = resolve(name_or_path)
     try:
-        node = compose_yaml(read_text(path, SCENARIO_MAX_BYTES))
+        text = read_text(path, SCENARIO_MAX_BYTES)
+        node = compose_yaml(text, shipped=is_shipped(text, SCENARIO_DIR))
     except InputFileError as exc:
         raise ScenarioError(f"{path}{f':{exc.line}' if exc.line else ''}: {exc}") from None
     if node is None or not isinstance(node, yaml.MappingNode):
