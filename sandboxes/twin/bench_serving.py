@@ -31,7 +31,6 @@ from datetime import datetime
 from typing import Any
 
 from .engine import faults, serving_faults
-from .engine.memory import plan_memory
 from .perf.cost_model import CostModel
 from .perf.serving_config import ServingConfig
 from .perf.simulator import REFUSED, SimulationResult, simulate
@@ -380,7 +379,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     model = CostModel(scenario, cfg, twin.get("weight_bytes"))
     if twin.get("max_total_num_tokens"):
         kv_capacity, mamba_slots = int(twin["max_total_num_tokens"]), twin.get("max_mamba_cache_size")
-    else:
+    else:  # a server from an older twin publishes no plan
+        from .engine.memory import plan_memory
+
         plan = plan_memory(model)
         kv_capacity, mamba_slots = plan.max_total_num_tokens, plan.max_mamba_cache_size
     arrivals = arrival_times(len(requests), args.request_rate, rng)

@@ -29,9 +29,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .engine import faults, jit, memory, messages, moe_csv, server_args, serving_faults, tracebacks
+from .engine import faults, jit, memory, messages, moe_csv, server_args, tracebacks
 from .engine.http_api import ServerState, make_server
 from .engine.loading import loader, weights_cache
 from .engine.loading.platform import Platform
@@ -39,6 +39,9 @@ from .engine.loading.stat_memo import StatMemo
 from .perf.cost_model import CostModel, scored_draft_tokens, single_stream_tpot
 from .perf.serving_config import ServingConfig, with_engine_environment
 from .scenario import Scenario, ScenarioError, load
+
+if TYPE_CHECKING:
+    from .engine import serving_faults
 
 READY_LINE = messages.READY
 SIMULATED_NOTE = "dayzero digital twin (simulated engine, no GPU used)"
@@ -412,6 +415,8 @@ def serving_failure(state: ServerState, ws_root: Path, data: dict) -> None:
     the engine takes to notice (scaled by TWIN_TIME_SCALE), print what it prints and go as it goes: the launcher's
     SIGQUIT handler kills the process tree (SIGKILL, itself included). A failure nothing notices leaves the server
     up but its scheduler silent."""
+    from .engine import serving_faults  # only a server a benchmark breaks needs it
+
     fault = serving_faults.Fault.from_dict(data)
     cfg = ServingConfig.from_dict(state.twin["serving_config"])
     lines = serving_faults.render(fault, cfg, ws_root, os.getpid(), state.twin.get("model_class", ""))

@@ -46,10 +46,10 @@ import hashlib
 import json
 import logging
 import math
+import os
 import re
 import threading
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -58,6 +58,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from . import problems
+
+
+def _request_id() -> str:
+    """A request id as SGLang makes one (``uuid.uuid4().hex``): 16 random bytes with the version-4 and RFC 4122
+    variant bits set, in hex. Written out: importing ``uuid`` (and the ``platform`` it imports) was a few ms of
+    every engine's start (issue 26)."""
+    b = bytearray(os.urandom(16))
+    b[6] = (b[6] & 0x0F) | 0x40
+    b[8] = (b[8] & 0x3F) | 0x80
+    return b.hex()
 
 logger = logging.getLogger("sglang.twin.http")
 
@@ -297,7 +307,7 @@ class _Engine:
         cached = 0 if self._arg("disable_radix_cache") else self.cache.match_and_insert(prompt)
         prefill_cost = float(self.state.twin.get("prefill_s_per_token", DEFAULT_PREFILL_S_PER_TOKEN))
         first = self.state.ttft_s + (prompt.tokens - cached) * prefill_cost
-        return _Completion(rid=rid or uuid.uuid4().hex, prompt_tokens=prompt.tokens, cached_tokens=cached,
+        return _Completion(rid=rid or _request_id(), prompt_tokens=prompt.tokens, cached_tokens=cached,
                            pieces=pieces, finish=finish,
                            schedule=self._schedule(len(pieces), first, self.state.tpot_s, self.accept_length))
 
@@ -852,7 +862,7 @@ class _Handler(BaseHTTPRequestHandler):
         except RequestError as e:
             self._openai_error(e.status, str(e), e.err_type)
             return
-        rid, created, model = uuid.uuid4().hex, int(time.time()), body.get("model") or self._served()
+        rid, created, model = _request_id(), int(time.time()), body.get("model") or self._served()
         echo = bool(body.get("echo"))
         prompt_tokens = sum(p.tokens for p in prompts) * n
         prefix = [(prompts[i // n].text or "") if echo else "" for i in range(len(comps))]
@@ -919,7 +929,7 @@ class _Handler(BaseHTTPRequestHandler):
         except RequestError as e:
             self._openai_error(e.status, str(e), e.err_type)
             return
-        rid, created, model = uuid.uuid4().hex, int(time.time()), body.get("model") or self._served()
+        rid, created, model = _request_id(), int(time.time()), body.get("model") or self._served()
         prompt_tokens = prompt.tokens
         if not body.get("stream"):
             self._wait_all(comps)

@@ -28,7 +28,6 @@ release writes), and RCCL's own WARN lines. Standard library only.
 
 from __future__ import annotations
 
-import ast
 import math
 import random
 from dataclasses import dataclass, field
@@ -333,6 +332,8 @@ def model_forward(sglang_root: Path | None, model_class: str) -> Frame:
     """The frame of the served model's own forward where it computes the logits: ``model_class`` is the
     ``file:Class`` the release built (the class's forward, or that of the first base class that defines one, in
     its file or the file it imports the base from). DeepSeek V2's when none can be read."""
+    import ast  # only here: a benchmark's process imports this module and rarely renders a fault
+
     file, _, name = model_class.partition(":")
     seen: set[tuple[str, str]] = set()
     while sglang_root and file and name and (file, name) not in seen:
