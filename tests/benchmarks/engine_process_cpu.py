@@ -4,7 +4,7 @@ tens of ``launch_server`` and ``bench_serving`` processes). Prints a table; asse
     python -m tests.benchmarks.engine_process_cpu [N]      # N runs of each (default 5)
 
 Each row is the mean user+sys CPU of one child process, read from ``getrusage(RUSAGE_CHILDREN)`` after it was
-waited for: importing each entry module, one ``launch_server`` from start to its ready line to SIGTERM on a
+waited for: each program's ``--help`` (its imports), one ``launch_server`` from start to its ready line to SIGTERM on a
 materialised workspace (``TWIN_TIME_SCALE=0``: simulated time is not slept), and ``bench_serving`` runs against it
 (a short production-workload run and a single-stream run, as an agent's screening and single-stream runs are).
 """
@@ -52,9 +52,10 @@ def _measured(run: Callable[[], None]) -> float:
     return _children_cpu() - before
 
 
-def _import(module: str) -> Callable[[], None]:
+def _help(module: str) -> Callable[[], None]:
+    """``python -m MODULE --help``: the program's imports, as its own process makes them, and its parser."""
     def run() -> None:
-        subprocess.run([sys.executable, "-c", f"import {module}"], env=_env(), check=True)
+        subprocess.run([sys.executable, "-m", module, "--help"], env=_env(), check=True, stdout=subprocess.DEVNULL)
     return run
 
 
@@ -116,7 +117,7 @@ def main() -> None:
         for _ in range(n):
             add("python -c pass", _measured(_bare))
             for module in ("sandboxes.twin.launch_server", "sandboxes.twin.bench_serving"):
-                add(f"import {module}", _measured(_import(module)))
+                add(f"{module.rsplit('.', 1)[1]} --help (its imports)", _measured(_help(module)))
             before = _children_cpu()
             server = _Server(ws)
             try:
