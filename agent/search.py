@@ -42,6 +42,7 @@ KNOBS_FOR = {
     "communication": ("enable-aiter-allreduce-fusion", "tp-size", "dp-size", "enable-dp-attention"),
     "overhead": ("cuda-graph-max-bs", SPECULATIVE, *SPEC_DEPENDENT, "max-running-requests"),
 }  # fmt: skip
+ENV = "env:"  # how a knob that is an environment variable is named (``SearchSpace.knob_order``)
 MAX_ASKS = 200  # samples TPE may draw before the space counts as exhausted (invalid or measured ones are redrawn)
 
 optuna.logging.set_verbosity(logging.WARNING)
@@ -64,6 +65,8 @@ class Measured(BaseModel):
     value: float
     crashed: bool = False
     crash_category: str | None = None  # the diagnosis category of a crash (e.g. out_of_memory)
+    serving: dict[str, Any] | None = None  # how the engine served it (its /server_info), when it came up
+    near: float | None = None  # when it did not reach a knee: what it served at the rate it did not sustain
 
 
 def with_draft_path(space: dict[str, list[Any]], flags: dict[str, Any]) -> dict[str, Any]:
@@ -132,37 +135,61 @@ class SearchSpace:
                         found.setdefault(c.key(), (used, c.flags))
         return [flags for _, flags in sorted(found.values(), key=lambda uf: -uf[0])]
 
-    def neighbours(self, best: Candidate, shares: dict[str, float] | None = None,
-                   serving: dict[str, Any] | None = None) -> list[Candidate]:  # fmt: skip
-        """The best's valid one-knob changes, the knobs on its largest time shares first. The layout counts as one
-        knob (``layouts``: the splits that use the whole node first). ``serving`` is how the best is served (its
-        ``/server_info``): a value the engine already runs with for a flag the best leaves unset is no change, and
-        is not proposed."""
+    def knob_order(self, shares: dict[str, float] | None = None) -> list[str]:
+        """The space's knobs, those that act on the largest time ``shares`` first (``KNOBS_FOR``; without shares the
+        space's own order). The layout is one knob, ``"layout"``: a change of the TP and DP split that keeps the
+        node's GPUs busy is one move, where changing the TP size alone would leave GPUs idle or ask for more than
+        the node has. Each environment variable is a knob too (``"env:NAME"``), after the flags."""
         order = list(self.flags)
         if shares:
             ranked: list[str] = []
             for part, _ in sorted(shares.items(), key=lambda kv: -kv[1]):
                 ranked += [k for k in KNOBS_FOR.get(part, ()) if k in self.flags and k not in ranked]
             order = ranked + [k for k in order if k not in ranked]
-        # the layout is one knob: a change of the TP and DP split that keeps the node's GPUs busy is one move,
-        # where changing the TP size alone would leave GPUs idle or ask for more than the node has
         at = min((order.index(k) for k in LAYOUT if k in order), default=None)
         order = [k for k in order if k not in LAYOUT]
         if at is not None:
             order.insert(at, "layout")
-        per_knob: list[list[Candidate]] = []
-        for name in order:
-            if name == "layout":
-                rest = {k: v for k, v in best.flags.items() if k not in LAYOUT}
-                changes = [Candidate(flags={**rest, **layout}, env=best.env) for layout in self.layouts()]
-            else:
-                values = [v for v in self.flags[name] if name in best.flags or not _serves(serving, name, v)]
-                changes = [Candidate(flags={**best.flags, name: v}, env=best.env) for v in values]
-            per_knob.append([c for c in map(self.canonical, changes) if c is not None and c.key() != best.key()])
-        for name, values in self.env.items():
-            changes = [Candidate(flags=best.flags, env={**best.env, name: v}) for v in values]
-            per_knob.append([c for c in map(self.canonical, changes) if c is not None and c.key() != best.key()])
-        # one value of each knob in turn, so the first knobs of the ranking each get a try early
+        return order + [f"{ENV}{name}" for name in self.env]
+
+    def settings(self, best: Candidate, knob: str, serving: dict[str, Any] | None = None) -> list[Candidate]:
+        """What one knob can be set to, each as a partial candidate (the flags or variable it sets): the layout's
+        splits (``layouts``), a flag's allowed values, a variable's. ``serving`` is how the best is served (its
+        ``/server_info``): a value the engine already runs with for a flag the best leaves unset is no change, and
+        is not proposed."""
+        if knob == "layout":
+            return [Candidate(flags=layout) for layout in self.layouts()]
+        if knob.startswith(ENV):
+            return [Candidate(env={knob[len(ENV):]: v}) for v in self.env[knob[len(ENV):]]]
+        values = [v for v in self.flags[knob] if knob in best.flags or not _serves(serving, knob, v)]
+        return [Candidate(flags={knob: v}) for v in values]
+
+    def apply(self, best: Candidate, *settings: Candidate) -> Candidate | None:
+        """The best with each setting applied (a layout replaces the best's whole split), as the engine would run
+        it (None: not valid on this node)."""
+        flags, env = dict(best.flags), dict(best.env)
+        for s in settings:
+            if any(k in LAYOUT for k in s.flags):
+                flags = {k: v for k, v in flags.items() if k not in LAYOUT}
+            flags.update(s.flags)
+            env.update(s.env)
+        return self.canonical(Candidate(flags=flags, env=env))
+
+    def knob_moves(self, best: Candidate, shares: dict[str, float] | None = None,
+                   serving: dict[str, Any] | None = None) -> dict[str, list[Candidate]]:  # fmt: skip
+        """Each knob (``knob_order``) with the best's valid one-knob changes along it (none that leaves it as it
+        is)."""
+        moves: dict[str, list[Candidate]] = {}
+        for knob in self.knob_order(shares):
+            changed = [self.apply(best, s) for s in self.settings(best, knob, serving)]
+            moves[knob] = [c for c in changed if c is not None and c.key() != best.key()]
+        return moves
+
+    def neighbours(self, best: Candidate, shares: dict[str, float] | None = None,
+                   serving: dict[str, Any] | None = None) -> list[Candidate]:  # fmt: skip
+        """The best's valid one-knob changes (``knob_moves``), one value of each knob in turn, so that the first
+        knobs of the ranking (the largest time shares) each get a try early."""
+        per_knob = list(self.knob_moves(best, shares, serving).values())
         out: list[Candidate] = []
         for i in range(max(map(len, per_knob), default=0)):
             out += [values[i] for values in per_knob if i < len(values)]
