@@ -53,6 +53,7 @@ from ..search import (
     with_draft_path,
 )
 from .base import Decision, PolicyContext
+from .joint_moves import pair_moves, rescale_to_meant
 from .known_failures import (
     KernelBlock,
     changed_flags,
@@ -305,6 +306,7 @@ class PlaybookPolicy:
                                "keep_as": item["keep_as"], "group": item.get("group"),
                                "feature": item.get("feature"), "start_rate": item.get("start_rate"),
                                "candidate": item.get("candidate"), "from": item.get("from", "none"),
+                               "meant": dict(item.get("meant") or {}),
                                "step": "launch", "fixes": 0, "seen": []}  # fmt: skip
             if item.get("upstream"):  # patch the engine, then launch with the config as released
                 memo["current"].update(step="upstream", upstream=item["upstream"], pristine=[item["upstream"]["config"]])
@@ -452,11 +454,21 @@ class PlaybookPolicy:
         return None
 
     @staticmethod
-    def _record(memo: dict, config: dict, value: float, crashed: bool = False, category: str | None = None) -> None:
-        """What a configuration achieved on the knee target (0: it did not serve it), for the search layer."""
+    def _record(memo: dict, config: dict, value: float, crashed: bool = False, category: str | None = None,
+                serving: dict | None = None, near: float | None = None) -> None:  # fmt: skip
+        """What a configuration achieved on the knee target (0: it did not serve it), for the search layer: with
+        how the engine served it and, short of a knee, what it served at the rate it did not sustain."""
         cand = Candidate(flags=config["flags"], env=config["env"])
         memo.setdefault("measured", []).append(Measured(candidate=cand, value=value, crashed=crashed,
-                                                        crash_category=category).model_dump())  # fmt: skip
+                                                        crash_category=category, serving=serving or None,
+                                                        near=near).model_dump(exclude_none=True))  # fmt: skip
+
+    @staticmethod
+    def _near(obs: Observation) -> float | None:
+        """A knee search that found no knee (a configuration that must beat one stops at the first rate it does not
+        sustain): the most it served at a rate it tried."""
+        runs = obs.result.get("runs") or [] if obs.tool == "find_knee" else []
+        return max((r.get("output_throughput") or 0.0 for r in runs), default=None)
 
     @staticmethod
     def _time_shares(obs: Observation) -> dict[str, float] | None:
@@ -478,6 +490,12 @@ class PlaybookPolicy:
             cand = space.canonical(mine) or mine
             if current is not None and cand.key() == current.key():
                 cand = None  # this run reached it already
+        meant: dict = {}
+        if cand is None and current is not None:  # single moves from the best stall: two knobs the engine ties
+            pairs = pair_moves(space, current, best.get("serving"), history)
+            if pairs:
+                cand, meant, why = pairs[0]
+                memo.setdefault("tried", []).append(f"pair move: {why}")
         cand = cand or next_candidate(space, history, current, best.get("shares"), seed=len(history),
                                       serving=best.get("serving"))
         if cand is None:
@@ -488,7 +506,8 @@ class PlaybookPolicy:
         what += [f"{k}={cand.env.get(k) or '(unset)'}" for k in sorted({*cand.env, *base.env})
                  if cand.env.get(k) != base.env.get(k)]  # fmt: skip
         return {"label": f"search: {', '.join(what)}", "from": "throughput", "set": cand.flags, "env": cand.env,
-                "exact": True, "candidate": cand.model_dump(), "measure": "knee", "keep_as": "throughput"}  # fmt: skip
+                "exact": True, "candidate": cand.model_dump(), "measure": "knee", "keep_as": "throughput",
+                "meant": meant}  # fmt: skip
 
     @staticmethod
     def _runner_up_items(task: TaskSpec, memo: dict) -> list[dict]:
@@ -517,8 +536,12 @@ class PlaybookPolicy:
                                  conf["flags"].get("enable-dp-attention"))  # fmt: skip
             what = [f"{k}={v}" for k, v in cand.flags.items() if k not in LAYOUT and conf["flags"].get(k) != v]
             what += [f"{k}={v}" for k, v in cand.env.items() if conf["env"].get(k) != v]
+            # each setting is meant as the best is served: a flag the engine scales on this layout is set again
+            serving = best.get("serving") or {}
+            meant = {k: serving[k.replace("-", "_")] for k in cand.flags
+                     if k not in LAYOUT and k.replace("-", "_") in serving}  # fmt: skip
             items.append({"label": f"runner-up layout {shape} with the best's {', '.join(what) or 'settings'}",
-                          "from": "throughput", "set": cand.flags, "env": cand.env, "exact": True,
+                          "from": "throughput", "set": cand.flags, "env": cand.env, "exact": True, "meant": meant,
                           "candidate": cand.model_dump(), "measure": "knee", "keep_as": "throughput"})  # fmt: skip
         return items
 
@@ -637,12 +660,19 @@ class PlaybookPolicy:
                 if obs.result.get("moe_fallback_shapes") and not memo.get("tuning"):
                     memo["fallback_shapes"] = obs.result["moe_fallback_shapes"]
                 cur["serving"] = obs.result.get("serving_config") or {}
+                if change := rescale_to_meant(task.search_space.flags, cur):  # a flag served otherwise than meant
+                    memo.setdefault("tried", []).append(f"{cur['label']}: launched again with {change}")
+                    cur["label"] += f" (launched as {change.split(' (')[0]})"
+                    cur["step"] = "launch"
+                    return None
                 failed = memo.get("failed_serving", {}).get(self._serving_signature(cur))
                 if failed is not None:  # the engine serves what already failed under load: it would fail again
                     memo.setdefault("tried", []).append(f"{cur['label']}: serves what failed before ({failed['why']}); "
                                                         "not measured again")  # fmt: skip
                     return self._serving_failure(ctx, memo, cur, failed["diagnosis"], failed["why"], again=True)
                 prior = memo.get("served", {}).get(self._served_key(cur))
+                if prior is not None and not prior["value"] and cur["measure"] == "baseline":
+                    prior = None  # a knee it did not beat says nothing of its own: a reference measures it
                 if prior is not None:  # the engine serves what was measured already: the trace has the answer
                     memo["current"] = None
                     if cur["measure"] in KNEE_MEASURES:
@@ -694,7 +724,8 @@ class PlaybookPolicy:
             if key := self._served_key(cur):
                 memo.setdefault("served", {})[key] = {"label": cur["label"], "value": value}
             if cur["measure"] in KNEE_MEASURES:
-                self._record(memo, cur.get("candidate") or cur, value)
+                self._record(memo, cur.get("candidate") or cur, value, serving=cur.get("serving"),
+                             near=None if value else self._near(obs))  # fmt: skip
             if cur["measure"] == "knee_full":  # a layout the screen confirmed, and how the engine served it
                 memo.setdefault("confirmed", []).append({"flags": cur["flags"], "env": cur["env"],
                                                          "serving": cur.get("serving") or {}})  # fmt: skip
