@@ -17,7 +17,9 @@ from .state import AgentState
 
 GROUPS = {"layout": LAYOUT, "speculative decoding": (SPECULATIVE, *SPEC_DEPENDENT)}
 
-MIN_PAIR_VALUE = 0.0  # a configuration that served nothing (crashed, or failed the probe) isolates nothing
+# a knee search that ran to its end and sustained no rate is a figure (0: ``outcomes.sustained_no_rate``); crashes
+# and probes that only asked whether a known knee is beaten are not (they record no figure, or ``crashed``)
+MIN_PAIR_VALUE = 0.0
 
 
 class Change(BaseModel):
@@ -85,7 +87,7 @@ def changes_from(bringup: Candidate, best: Candidate) -> list[str]:
 def explain(bringup: Candidate, best: Candidate, best_value: float, measured: list[Measured]) -> Explanation:
     """Each change from ``bringup`` to ``best`` with its effect where two measured configurations isolate it.
     ``measured`` holds canonical configurations (as ``agent.search.SearchSpace.canonical`` gives them)."""
-    value = {m.candidate.key(): m.value for m in measured if not m.crashed and m.value > MIN_PAIR_VALUE}
+    value = {m.candidate.key(): m.value for m in measured if not m.crashed and m.value >= MIN_PAIR_VALUE}
     a, b = _groups(bringup), _groups(best)
     changes = []
     for name in changes_from(bringup, best):

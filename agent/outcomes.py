@@ -65,7 +65,7 @@ def apply_observations(state: AgentState, run: Run) -> dict[str, Any]:
                         trial.interactivity[t.name] = inter
                     if miss := t.interactivity_miss(inter.tpot_p50_ms if inter else None):
                         trial.bound_missed[t.name] = f"{o['value']:.1f}: {miss}"
-                    else:
+                    elif o["value"] > 0:  # a knee that failed says nothing of why: no figure (as with find_knee)
                         trial.metrics[t.name] = o["value"]
                 trials.append(trial)
             budget = budget.model_copy(update={"trials": budget.trials + len(obs.result.get("outcomes", []))})
@@ -85,6 +85,11 @@ def apply_observations(state: AgentState, run: Run) -> dict[str, Any]:
             trial.serving_failure = f"{diag.get('category', 'unknown')}: {diag.get('summary') or obs.error or ''}"
             trial.excerpt = crash_excerpt(diag) if diag else trial.excerpt
             server_flags, server_env = None, {}
+        elif obs.tool == "find_knee" and trials and trials[-1].status == "up" and sustained_no_rate(obs):
+            # a figure, not a failure: nothing this configuration serves holds the limits (an ablation may read it)
+            for t in run.task.targets:
+                if t.metric == "throughput_at_knee" and t.workload == obs.args.get("workload"):
+                    trials[-1].metrics.setdefault(t.name, 0.0)
         elif obs.ok and trials and trials[-1].status == "up":
             if obs.tool in ("run_benchmark", "find_knee"):
                 trials[-1].served = True
@@ -110,6 +115,14 @@ def apply_observations(state: AgentState, run: Run) -> dict[str, Any]:
                                             interactivity=c.interactivity)  # fmt: skip
     return {"trials": trials, "patches": patches, "candidates": candidates, "budget": budget, "history": history,
             "server_flags": server_flags, "server_env": server_env}  # fmt: skip
+
+
+def sustained_no_rate(obs: Observation) -> bool:
+    """Whether a knee search ran to its end and no rate held: searched down to its resolution (not a probe that
+    only asked whether a known knee is beaten, ``min_rate``), not stopped by its allowance, the server not lost."""
+    r = obs.result
+    return (not obs.ok and bool(r.get("runs")) and r.get("knee_rate") is None and r.get("first_failing_rate") is not None
+            and not r.get("stopped_by_budget") and not r.get("server_lost") and obs.args.get("min_rate") is None)  # fmt: skip
 
 
 def benchmark_runs(obs: Observation) -> int:
