@@ -10,8 +10,9 @@ then changes two things: the knob it sets and the one the engine re-derived, and
   another layout) and was served a multiple of it is launched again with the allowed flag value the engine serves
   as meant, before anything is measured;
 - **pairs** (``pair_moves``), once single moves from the best stall: each single move that made the engine
-  re-derive another knob, with that knob held where the best has it; then the single moves that came closest to
-  beating the best (what they served at the rate they were tried at), two of them together.
+  re-derive another knob, with that knob held where the best has it, and the single moves that came closest to
+  beating the best (their knee, else what they served at the rate they did not sustain) two by two; those whose
+  single moves came closest first.
 """
 
 from __future__ import annotations

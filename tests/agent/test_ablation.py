@@ -52,3 +52,21 @@ def test_from_the_runs_trials():
     e = explain_best(state, TASK, "single_stream")
     assert [(c.name, c.effect) for c in e.changes] == [("speculative decoding", 100.0)]
     assert explain_best(state, TASK, "throughput") is None  # no best yet
+
+
+def test_a_knee_search_that_held_no_rate_is_a_figure_a_probe_is_not():
+    """The best without a change whose knee search went down to its resolution and held no rate isolates that
+    change (0 is what it serves within the limits); a probe that only asked whether a known knee is beaten, or a
+    search stopped by its allowance, records no figure."""
+    from agent.outcomes import sustained_no_rate
+    from agent.state import Observation
+
+    no_env = Candidate(flags=BEST.flags)
+    e = explain(BRINGUP, BEST, 3100.0, [Measured(candidate=no_env, value=0.0), Measured(candidate=BEST, value=3100.0)])
+    assert {c.name: c.effect for c in e.changes}["env TUNED"] == 3100.0
+    result = {"runs": [{"request_rate": 0.3}], "knee_rate": None, "first_failing_rate": 0.309}
+    full = Observation(call_id="c", tool="find_knee", args={"workload": "throughput"}, ok=False, result=result)
+    assert sustained_no_rate(full)
+    assert not sustained_no_rate(full.model_copy(update={"args": {"workload": "throughput", "min_rate": 3.5}}))
+    assert not sustained_no_rate(full.model_copy(update={"result": {**result, "stopped_by_budget": True}}))
+    assert not sustained_no_rate(full.model_copy(update={"result": {**result, "first_failing_rate": None}}))
