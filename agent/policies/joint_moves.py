@@ -104,10 +104,10 @@ def _held(space: SearchSpace, name: str, wanted: Any) -> Any | None:
 def pair_moves(space: SearchSpace, best: Candidate, best_serving: dict[str, Any] | None,
                history: list[Measured]) -> list[tuple[Candidate, dict[str, Any], str]]:  # fmt: skip
     """Two-knob moves from ``best`` once its single moves stall (``MIN_SINGLES`` measured, none better): each as
-    (candidate, meant, why), ``meant`` the served value each held flag is set for (``rescale_to_meant``). First every
-    single move that made the engine re-derive a knob it did not set, with that knob held at the best's served
-    value, and the ``CLOSEST`` single moves two by two; those whose single moves came closest first. None measured
-    or in a crash region."""
+    (candidate, meant, why), ``meant`` the served value each held flag is set for (``rescale_to_meant``). Of the
+    ``CLOSEST`` single moves (of distinct knobs; their knee, else what they served): each that made the engine
+    re-derive a knob it did not set, with that knob held at the best's served value, and the moves two by two;
+    those whose single moves came closest first. None measured or in a crash region."""
     singles = single_moves(space, best, history)
     if len(singles) < MIN_SINGLES:
         return []
@@ -120,7 +120,12 @@ def pair_moves(space: SearchSpace, best: Candidate, best_serving: dict[str, Any]
             seen.add(cand.key())
             out.append((score, cand, meant, why))
 
+    closest: list[tuple[str, Measured]] = []
     for knob, m in singles:
+        if knob not in [k for k, _ in closest]:
+            closest.append((knob, m))
+    closest = closest[:CLOSEST]
+    for knob, m in closest:
         served = m.serving or {}
         for name in space.flags:
             key = name.replace("-", "_")
@@ -133,11 +138,7 @@ def pair_moves(space: SearchSpace, best: Candidate, best_serving: dict[str, Any]
             cand = space.canonical(Candidate(flags={**m.candidate.flags, name: value}, env=m.candidate.env))
             add(_score(m), cand, {name: best_serving[key]}, f"{knob} as measured, with {name} held at the best's "
                 f"{best_serving[key]} (the engine re-derived it to {served[key]})")  # fmt: skip
-    closest: list[tuple[str, Measured]] = []
-    for knob, m in singles:
-        if knob not in [k for k, _ in closest]:
-            closest.append((knob, m))
-    for (ka, a), (kb, b) in itertools.combinations(closest[:CLOSEST], 2):
+    for (ka, a), (kb, b) in itertools.combinations(closest, 2):
         moved = [Candidate(flags={k: v for k, v in c.candidate.flags.items() if k in _knob_flags(k_)},
                            env={k: v for k, v in c.candidate.env.items() if f"{ENV}{k}" == k_})
                  for k_, c in ((ka, a), (kb, b))]  # fmt: skip
