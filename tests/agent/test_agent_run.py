@@ -22,6 +22,10 @@ from tests.shared_runs import run_agent as agent
 
 REPO = Path(__file__).resolve().parents[2]
 TASK = REPO / "tasks" / "glm52_mi355x.yaml"
+# the best throughput knee the twin allows for the default task (python -m tests.benchmarks.best_knee, 2026-12-03:
+# TP8 x DP8 with DP attention, a 32768-token prefill chunk, FP8 KV cache, all-reduce fusion, tuned MoE; no one- or
+# two-knob change of it is better)
+BEST_KNEE = 3383.0
 
 
 def check_finished_run(run_dir: Path) -> dict:
@@ -77,6 +81,9 @@ def test_agent_run_meets_the_targets(finished_run_root, tmp_path):
     assert after["stopped_because"].startswith("the after-targets budget is spent") or (
         "buys no more benchmark runs" in after["stopped_because"]
         and after["spent"]["node_hours"] >= 0.9 * after["budget_node_hours"])  # fmt: skip
+    # within 2 % of the best configuration the twin allows: the runner-up layout gets the chunk each of its ranks
+    # must prefill to serve as the best does (two knobs the engine ties: agent/policies/joint_moves.py)
+    assert summary["targets"]["throughput"]["achieved"] >= 0.98 * BEST_KNEE
     for name in ("throughput", "single_stream"):
         bought = after["bought"][name]
         assert bought["final"] == summary["targets"][name]["achieved"] >= bought["at_targets_met"] >= \
