@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from .shipped_yaml import LOADER as _SHIPPED_LOADER
+from . import shipped_yaml
 
 MiB = 2**20
 MAX_YAML_NODES = 100_000  # values in one YAML document once every alias is expanded (a task has ~500)
@@ -120,7 +120,7 @@ def compose_yaml(text: str, *, shipped: bool = False) -> yaml.Node | None:
     files (``shipped_yaml.is_shipped``), which libyaml reads into the same graph, faster; any other text is read
     by PyYAML's pure-Python loader, whose messages and limits the checks here are written for."""
     try:
-        node = yaml.compose(text, Loader=_SHIPPED_LOADER if shipped else yaml.SafeLoader)
+        node = shipped_yaml.compose(text) if shipped else yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         raise InputFileError(f"not valid YAML: {_quiet(exc.problem or 'unreadable')}",
