@@ -206,7 +206,7 @@ class SearchSpace:
         flags = {k: v for k, v in best.flags.items() if k not in LAYOUT}
         flags.update({k: v for k, v in other.flags.items() if k in LAYOUT})
         for name, values in self.flags.items():
-            key = name.replace("-", "_")
+            key = serving_key(name)
             if name in LAYOUT or not best_serving or not other_serving or key not in best_serving:
                 continue
             if name in flags:
@@ -393,11 +393,16 @@ def in_crash_region(cand: Candidate, history: list[Measured]) -> bool:
     return False
 
 
+def serving_key(flag: str) -> str:
+    """The key under which ``/server_info`` reports a server flag (``--chunked-prefill-size``: ``chunked_prefill_size``)."""
+    return flag.replace("-", "_")
+
+
 def _serves(serving: dict[str, Any] | None, flag: str, value: Any) -> bool:
     """Whether a server reporting ``serving`` (``/server_info``) already runs with ``flag`` at ``value``."""
     if not serving:
         return False
-    key = flag.replace("-", "_")
+    key = serving_key(flag)
     return key in serving and str(serving[key]).lower() == str(value).lower()
 
 

@@ -21,7 +21,7 @@ import itertools
 import math
 from typing import Any
 
-from ..search import ENV, LAYOUT, Candidate, Measured, SearchSpace, in_crash_region
+from ..search import ENV, LAYOUT, Candidate, Measured, SearchSpace, in_crash_region, serving_key
 
 CLOSEST = 3  # the single moves whose pairs are tried: those that came closest to beating the best
 MIN_SINGLES = 2  # single moves from the best measured (none better) before pairs are proposed: the search stalls
@@ -51,7 +51,7 @@ def rescale_to_meant(allowed: dict[str, list[Any]], cur: dict) -> str | None:
     serving, meant = cur.get("serving") or {}, cur.get("meant") or {}
     changed = []
     for name in list(meant):
-        key = name.replace("-", "_")
+        key = serving_key(name)
         if name not in cur["flags"] or key not in serving:
             continue
         value = flag_for(allowed.get(name, []), cur["flags"][name], serving[key], meant[name])
@@ -128,7 +128,7 @@ def pair_moves(space: SearchSpace, best: Candidate, best_serving: dict[str, Any]
     for knob, m in closest:
         served = m.serving or {}
         for name in space.flags:
-            key = name.replace("-", "_")
+            key = serving_key(name)
             if name in LAYOUT or knob == name or name in m.candidate.flags or key not in served or \
                     key not in best_serving or served[key] == best_serving[key]:  # fmt: skip
                 continue

@@ -48,6 +48,7 @@ from ..search import (
     Measured,
     SearchSpace,
     next_candidate,
+    serving_key,
     tree_neighbours,
     tree_of,
     with_draft_path,
@@ -538,8 +539,7 @@ class PlaybookPolicy:
             what += [f"{k}={v}" for k, v in cand.env.items() if conf["env"].get(k) != v]
             # each setting is meant as the best is served: a flag the engine scales on this layout is set again
             serving = best.get("serving") or {}
-            meant = {k: serving[k.replace("-", "_")] for k in cand.flags
-                     if k not in LAYOUT and k.replace("-", "_") in serving}  # fmt: skip
+            meant = {k: serving[serving_key(k)] for k in cand.flags if k not in LAYOUT and serving_key(k) in serving}
             items.append({"label": f"runner-up layout {shape} with the best's {', '.join(what) or 'settings'}",
                           "from": "throughput", "set": cand.flags, "env": cand.env, "exact": True, "meant": meant,
                           "candidate": cand.model_dump(), "measure": "knee", "keep_as": "throughput"})  # fmt: skip
@@ -569,7 +569,7 @@ class PlaybookPolicy:
         serving, sets = base.get("serving") or {}, item.get("set") or {}
         dropped = item.get("exact") and (any(k not in sets for k in base.get("flags", {}))
                                          or item.get("env", {}) != base.get("env", {}))  # fmt: skip
-        if not sets or item.get("unset") or dropped or any(serving.get(k.replace("-", "_"), object()) != v for k, v in sets.items()):
+        if not sets or item.get("unset") or dropped or any(serving.get(serving_key(k), object()) != v for k, v in sets.items()):
             return None
         return "the engine already serves " + ", ".join(f"{k}={v}" for k, v in sets.items())
 
