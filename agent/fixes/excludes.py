@@ -1,8 +1,9 @@
 """Exclude entries for a draft's MTP layer: only what the engine would build quantized, in the list's own style.
 
 The checkpoint names its MTP layer's unquantized modules under its own prefix (``model.layers.<N>``); the draft
-builds that layer under another (the decoder at ``model.decoder``, the layer's own modules such as ``eh_proj`` on the
-model holding it). Each checkpoint module the list covers is looked up in the draft's module tree
+builds that layer under another prefix the draft's loader maps it to (``<owner>.<layer>``), and the layer's own
+modules (a projection of the draft alone) on the model holding it, ``<owner>``; both are read from the draft class
+and the crash, never assumed. Each checkpoint module the list covers is looked up in the draft's module tree
 (``engine_modules.ModuleTree``): a norm, a router gate or an embedding is never quantized and gets no entry, a name
 the draft never builds gets none either, a fused MoE is named once by its own prefix. Where the checkpoint keeps the
 whole layer unquantized and the list says so with a ``re:`` pattern, one whole-layer pattern for the draft's
@@ -58,7 +59,8 @@ def own_modules(tree: ModuleTree, ep: str) -> tuple[str, ...]:
 
 def whole_layer_entry(tree: ModuleTree, ep: str, style: str) -> str | None:
     """One ``re:`` entry for every quantized child of the model holding the MTP layer, in the style of the list's
-    own whole-layer entry ``style`` (dots escaped or not): ``re:model.decoder.*``, ``re:model\\.(decoder\\..*|eh_proj)``."""
+    own whole-layer entry ``style`` (dots escaped or not): ``re:<owner>.<layer>.*``, or with the owner's own quantized
+    modules ``re:<owner>\\.(<layer>\\..*|<module>)``."""
     owner = ep.rpartition(".")[0]
     kids = tree.quantized_children(owner)
     if not kids or not owner:
