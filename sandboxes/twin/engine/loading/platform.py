@@ -12,6 +12,8 @@ Standard library only.
 from __future__ import annotations
 
 import ast
+import copy
+import functools
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,9 +36,15 @@ def release_server_arg_defaults(sglang_root: Any) -> dict[str, Any]:
         return {}
     path = Path(sglang_root) / "python" / "sglang" / "srt" / "server_args.py"
     try:
-        tree = ast.parse(path.read_text())
+        return copy.deepcopy(_literal_defaults(path.read_text()))  # the values may be lists: the caller's own
     except (OSError, SyntaxError):
         return {}
+
+
+@functools.lru_cache(maxsize=8)
+def _literal_defaults(text: str) -> dict[str, Any]:
+    """``release_server_arg_defaults`` of a ``server_args.py`` text (by text: every workspace holds a copy)."""
+    tree = ast.parse(text)
     cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs"), None)
     out: dict[str, Any] = {}
     for node in cls.body if cls else []:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import collections
 import itertools
 import sys
 import types
@@ -84,6 +85,9 @@ def _is_stdlib_import(node: ast.stmt) -> bool:
 
 _MODULE_NUMBERS = itertools.count(1)
 _PARSED: dict[Path, tuple[tuple[int, int], ast.Module]] = {}
+# the same text under another path (every workspace holds a copy of the release): parsed once, a few hundred files
+_BY_TEXT: collections.OrderedDict[str, ast.Module] = collections.OrderedDict()
+_BY_TEXT_MAX = 512
 
 
 def parsed_files() -> list[Path]:
@@ -92,7 +96,7 @@ def parsed_files() -> list[Path]:
 
 
 def parse(path: Path) -> ast.Module:
-    """The file's syntax tree (cached while the file is unchanged; callers never modify it)."""
+    """The file's syntax tree (cached while the file is unchanged, and by its text; callers never modify it)."""
     try:
         st = path.stat()
         cached = _PARSED.get(path)
@@ -101,9 +105,17 @@ def parse(path: Path) -> ast.Module:
         source = path.read_text()
     except FileNotFoundError:
         raise PureCodeError(f"No such file: {path}", path=path, kind="ModuleNotFoundError") from None
+    tree = _BY_TEXT.get(source)
+    if tree is not None:
+        _BY_TEXT.move_to_end(source)
+        _PARSED[path] = ((st.st_mtime_ns, st.st_size), tree)
+        return tree
     try:
         tree = ast.parse(source, filename=str(path))
         _PARSED[path] = ((st.st_mtime_ns, st.st_size), tree)
+        _BY_TEXT[source] = tree
+        if len(_BY_TEXT) > _BY_TEXT_MAX:
+            _BY_TEXT.popitem(last=False)
         return tree
     except SyntaxError as exc:
         error = PureCodeError(f"{exc.msg} ({path.name}, line {exc.lineno})", path=path, line=exc.lineno or 0,
