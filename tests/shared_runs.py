@@ -16,6 +16,8 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from tests.agent_process import run_cli
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TASK = REPO / "tasks" / "glm52_mi355x.yaml"
 FINISHED_RUN_ID = "e2e"
@@ -26,17 +28,18 @@ NO_PACING = 'engines:\n  twin:\n    env: {TWIN_TIME_SCALE: "0"}\n'
 
 
 def run_agent(cwd: Path, *args: str, timeout: float = 600, env: Mapping[str, str] | None = None,
-              ) -> subprocess.CompletedProcess:  # fmt: skip
+              fresh: bool = False) -> subprocess.CompletedProcess:  # fmt: skip
     """``agent ARGS`` in ``cwd`` (its ``runs/`` folder), as a user's shell would run it (``env``: its whole
-    environment, else this process's)."""
-    return subprocess.run([sys.executable, "-c", "from agent.cli import app; app()", *args], cwd=cwd,
-                          env=None if env is None else dict(env), capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
+    environment, else this process's), in a process forked from a preloaded interpreter unless ``fresh``
+    (``tests/agent_process.py``)."""
+    return run_cli(args, cwd=cwd, env=env, timeout=timeout, fresh=fresh)
 
 
 def build_finished(root: Path) -> None:
     """``runs/e2e``: a finished playbook run of the default task, and ``agent-run.stdout``, what the user saw."""
-    proc = run_agent(root, "run", str(DEFAULT_TASK), "--policy", "playbook", "--run-id", FINISHED_RUN_ID)
+    # built by a fresh interpreter, as a user's shell starts one (the builder process runs nothing else)
+    proc = run_agent(root, "run", str(DEFAULT_TASK), "--policy", "playbook", "--run-id", FINISHED_RUN_ID,
+                     fresh=True)  # fmt: skip
     if proc.returncode != 0:
         raise RuntimeError(f"agent run exited {proc.returncode}:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
     (root / "agent-run.stdout").write_text(proc.stdout)
@@ -46,7 +49,7 @@ def build_short(root: Path) -> None:
     """``runs/short``: the same run stopped at its targets (nothing spent after them), unpaced."""
     task = root / "to_targets.yaml"
     task.write_text(f"extends: {DEFAULT_TASK}\nbudgets:\n  after_targets: {{node_hours: 0}}\n{NO_PACING}")
-    proc = run_agent(root, "run", str(task), "--policy", "playbook", "--run-id", SHORT_RUN_ID)
+    proc = run_agent(root, "run", str(task), "--policy", "playbook", "--run-id", SHORT_RUN_ID, fresh=True)
     if proc.returncode != 0:
         raise RuntimeError(f"agent run exited {proc.returncode}:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
 

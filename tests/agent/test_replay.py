@@ -17,19 +17,13 @@ from agent.inspector.audit import audit_run
 from agent.inspector.replay import compare_traces
 from agent.trace import read_trace
 from tests.agent.conftest import FINISHED_RUN_ID, SHORT_RUN_ID
+from tests.agent_process import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _agent(cwd: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", "from agent.cli import app; app()", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    return run_cli(args, cwd=cwd, timeout=timeout, env={**os.environ, "COLUMNS": "200"})
 
 
 @pytest.fixture

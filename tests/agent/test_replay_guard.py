@@ -5,10 +5,10 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 from agent.trace import TraceWriter, read_trace
+from tests.agent_process import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -24,8 +24,7 @@ def _trace(path: Path, task: str) -> Path:
 
 
 def _agent(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "from agent.cli import app; app()", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+    return run_cli(args, cwd=cwd, env={**os.environ, "COLUMNS": "200"})
 
 
 def test_another_tasks_trace_is_refused_in_one_line(tmp_path):

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
 from agent.trace import read_trace
 from tests.agent.llm_server import ScriptedLLM
+from tests.agent_process import run_cli
 from tests.shared_runs import NO_PACING
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,8 +29,7 @@ def _task(tmp_path: Path, **budgets: int) -> Path:
 def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
     env = {**os.environ, "OPENAI_API_KEY": "sk-test-bounds", "COLUMNS": "200"}
     env.pop("OPENAI_BASE_URL", None)
-    proc = subprocess.run([sys.executable, "-c", "from agent.cli import app; app()", "run", *args], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    proc = run_cli(["run", *args], cwd=tmp_path, env=env)
     summary = json.loads((tmp_path / "runs" / "bounded" / "summary.json").read_text())
     return proc, summary
 

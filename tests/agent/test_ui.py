@@ -25,6 +25,7 @@ import pytest
 from agent.inspector.ui import SIMULATED_LABEL, UiServer, serve
 from agent.trace import TraceWriter
 from tests.agent.conftest import FINISHED_RUN_ID, REPO, other_run_without_the_best
+from tests.agent_process import run_cli
 
 
 def _start(runs_dir: Path, poll_ms: int = 3000) -> UiServer:
@@ -436,16 +437,14 @@ def test_agent_ui_serves_until_stopped_and_refuses_a_missing_runs_folder(finishe
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    missing = subprocess.run([sys.executable, "-c", "from agent.cli import app; app()", "ui", "--runs",
-                              str(tmp_path / "none")], capture_output=True, text=True, timeout=60)  # fmt: skip
+    missing = run_cli(["ui", "--runs", str(tmp_path / "none")], timeout=60)
     assert missing.returncode == 2 and missing.stdout.count("\n") == 1 and "no runs folder" in missing.stdout
     assert "Traceback" not in missing.stdout + missing.stderr
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        busy = subprocess.run([sys.executable, "-c", "from agent.cli import app; app()", "ui", "--port",
-                               str(taken.getsockname()[1])], cwd=finished_run_root, capture_output=True, text=True,
-                              timeout=60, env={**os.environ, "COLUMNS": "80"})  # fmt: skip
+        busy = run_cli(["ui", "--port", str(taken.getsockname()[1])], cwd=finished_run_root, timeout=60,
+                       env={**os.environ, "COLUMNS": "80"})  # fmt: skip
     assert busy.returncode == 2 and busy.stdout.count("\n") == 1, busy.stdout + busy.stderr
     assert "cannot serve on 127.0.0.1:" in busy.stdout
     assert "Traceback" not in busy.stdout + busy.stderr

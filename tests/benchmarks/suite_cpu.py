@@ -22,13 +22,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.agent_process import forked_cpu
+
 _OUT = "DAYZERO_SUITE_CPU_DIR"
 _file = None
 
 
 def _cpu() -> float:
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime + forked_cpu()
 
 
 @pytest.hookimpl(hookwrapper=True)
