@@ -63,11 +63,17 @@ def run_cli(args: Sequence[str], *, cwd: Path | str | None = None, env: Mapping[
         return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
             socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:  # fmt: skip
-        conn.connect(server)
         request = json.dumps({"argv": list(args), "cwd": os.fspath(cwd), "env": env}).encode()
-        socket.send_fds(conn, [len(request).to_bytes(8, "big")], [0, out.fileno(), err.fileno()])
-        conn.sendall(request)
-        pid = int(_line(conn))
+        try:
+            conn.connect(server)
+            socket.send_fds(conn, [len(request).to_bytes(8, "big")], [0, out.fileno(), err.fileno()])
+            conn.sendall(request)
+            started = _line(conn)
+        except OSError:
+            started = ""
+        if not started:  # the server went away or could not fork: the command never started, so start it fresh
+            return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+        pid = int(started)
         conn.settimeout(timeout)
         try:
             line = _line(conn)

@@ -28,3 +28,20 @@ def test_a_forked_command_reads_paths_from_its_own_folder(tmp_path):
 def test_a_command_past_its_timeout_is_killed(tmp_path):
     with pytest.raises(subprocess.TimeoutExpired):
         run_cli(["ui", "--port", "0", "--runs", str(tmp_path)], cwd=tmp_path, timeout=5)
+
+
+def test_a_lost_fork_server_is_replaced_and_an_unreachable_one_falls_back_to_a_fresh_process(tmp_path):
+    from tests import agent_process
+
+    assert run_cli(["--help"], cwd=tmp_path).returncode == 0
+    owner, server, path = agent_process._server
+    server.kill()
+    server.wait()
+    assert run_cli(["--help"], cwd=tmp_path).returncode == 0  # a new server
+    assert agent_process._server[1] is not server and agent_process._server[1].poll() is None
+    os.unlink(agent_process._server[2])  # its socket gone: nothing can connect
+    before = agent_process.forked_cpu()
+    answer = run_cli(["no-such-command"], cwd=tmp_path)
+    assert answer.returncode == 2 and "No such command" in answer.stderr
+    assert agent_process.forked_cpu() == before  # not forked: a fresh interpreter answered
+    agent_process._stop(agent_process._server[1])  # the next test starts its own
