@@ -8,8 +8,9 @@ code or killing signal, atexit handlers and threads joined at exit) but forks it
 server (``serve``), which imported the libraries once and runs nothing else. ``agent.cli`` itself is imported
 in each command, after its environment is set (its console reads ``COLUMNS`` and colour settings when made).
 
-What a fork cannot give, a fresh process is used for (``fresh=True``, or on its own when the environment
-changes what an interpreter reads at start-up: ``PYTHON*``, locale; every command with ``DAYZERO_TESTS_FRESH=1``): a test of what the process looks like from
+Where a fork cannot be faithful, a fresh interpreter runs the command: with ``fresh=True``, when the environment
+changes what an interpreter reads at start-up (``PYTHON*``, locale), for every command under
+``DAYZERO_TESTS_FRESH=1``, and when the server is gone or unreachable. A test of what the process looks like from
 outside (``/proc/<pid>/environ``, its parent, signals sent to its group) starts its own with ``subprocess``. The
 forks share one hash seed, the server's.
 """
@@ -51,8 +52,8 @@ def forked_cpu() -> float:
     return _forked_cpu
 
 
-def run_cli(args: Sequence[str], *, cwd: Path | str | None = None, env: Mapping[str, str] | None = None, timeout: float = 600,
-            fresh: bool = False) -> subprocess.CompletedProcess:  # fmt: skip
+def run_cli(args: Sequence[str], *, cwd: Path | str | None = None, env: Mapping[str, str] | None = None,
+            timeout: float = 600, fresh: bool = False) -> subprocess.CompletedProcess:  # fmt: skip
     """``agent ARGS`` in ``cwd`` with ``env`` (else this process's environment), its output captured as text, as
     ``subprocess.run(..., capture_output=True, text=True, timeout=timeout)`` would return it."""
     env, cwd = dict(os.environ if env is None else env), os.getcwd() if cwd is None else cwd
@@ -118,8 +119,9 @@ def _running_server() -> str | None:
     if _server is not None and _server[0] == os.getpid() and _server[1].poll() is None:
         return _server[2]
     path = os.path.join(tempfile.mkdtemp(prefix="dz-fork-"), "s")
-    proc = subprocess.Popen([sys.executable, "-c", f"import tests.agent_process as s; s.serve({path!r})"], cwd=REPO,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", f"import tests.agent_process as s; s.serve({path!r})"],
+                            cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True)  # fmt: skip
     if proc.stdout.readline().strip() != "ready":
         proc.kill()
         proc.wait()
