@@ -66,12 +66,13 @@ def decode_components(model: CostModel, batch: int, context: float, tokens_per_s
     touched = m.experts_touched(tokens)
     per_expert = tokens * spec.moe.top_k / max(touched, 1e-9)
     experts = s.moe_layers * touched * m.expert_bytes / m.moe_g
-    out.append(Component("routed experts (touched)", "weight_reads", experts / m.moe_bw,
+    moe_bw, moe_rate = m.moe_rates(tokens)
+    out.append(Component("routed experts (touched)", "weight_reads", experts / moe_bw,
                          f"{touched:.0f}/{spec.moe.num_experts} experts x {s.moe_layers} layers, "
                          f"{per_expert:.1f} tok/expert, {experts / 1e9:.2f} GB/GPU", bytes=experts,
                          kernel="fused MoE"))  # fmt: skip
     moe = 2 * tokens * spec.moe.top_k * s.moe_layers * s.expert_params / m.flop_g
-    out.append(Component("MoE GEMM FLOPs", "compute", moe / m.moe_flops, f"{m.moe_flops / 1e12:.0f} TFLOPS/GPU",
+    out.append(Component("MoE GEMM FLOPs", "compute", moe / moe_rate, f"{moe_rate / 1e12:.0f} TFLOPS/GPU",
                          flops=moe, peak=m.wfmt, kernel="fused MoE"))  # fmt: skip
     for grp, stream in zip(m.attention, m.decode_kv, strict=True):
         kind = f"{type(grp.attention).__name__} x{grp.count}"

@@ -199,6 +199,8 @@ class CostModel:
         backend = MOE_BACKEND_EFFICIENCY.get(cfg.moe_runner_backend, 0.7)
         fallback = 1.0 if cfg.moe_tuned else cal.moe_fallback_efficiency
         moe_kernel = sheet.fused_moe if sheet else None
+        self._moe_sheet: tuple[kernel_sheet.MoEKernel, dict] | None = None
+        self._moe_factors: dict[float, float] = {}
         inter_dim = sc.model.moe.intermediate_size / max(self.moe_g, 1)
         kernel_eff = moe_kernel.compute_efficiency(fmt, inter_dim) if moe_kernel else None
         if moe_kernel is not None and kernel_eff is not None:
@@ -206,6 +208,11 @@ class CostModel:
                 fallback = moe_kernel.untuned_share
             self.moe_flops = hw.peak_tflops[fmt] * 1e12 * kernel_eff * backend * fallback
             self.moe_bw = hw.memory_bandwidth_tbs * 1e12 * moe_kernel.bandwidth * fallback**0.5
+            # where the sheet lists the very shape the experts run (the shared expert runs beside them, with the
+            # dense weights), that row's measured time replaces the curve's (``moe_rates``)
+            self._moe_sheet = (moe_kernel, {"model_dim": sc.model.hidden_size, "inter_dim": inter_dim,
+                                            "experts": sc.model.moe.num_experts, "top_k": sc.model.moe.top_k,
+                                            "dtype": fmt})  # fmt: skip
         else:
             self.moe_flops = hw.peak_tflops[fmt] * 1e12 * cal.gemm_efficiency[fmt] * shard * backend * fallback
             self.moe_bw = self.bw * cal.moe_bandwidth_efficiency * fallback**0.5
@@ -246,6 +253,20 @@ class CostModel:
 
     def total_weight_bytes(self) -> float:
         return float(self.loaded_bytes)
+
+    def moe_rates(self, tokens: float) -> tuple[float, float]:
+        """The routed experts' stream (bytes/s a GPU) and FLOP rate with ``tokens`` tokens in the layer: the kernel
+        sheet's curve, or the tuned kernel's measured time where the sheet lists the model's exact shape
+        (``kernel_sheet.MoEKernel.shape_factor``), or the calibration's constants where it has no sheet."""
+        if self._moe_sheet is None:
+            return self.moe_bw, self.moe_flops
+        factor = self._moe_factors.get(tokens)
+        if factor is None:
+            kernel, shape = self._moe_sheet
+            hw = self.scenario.hardware
+            factor = kernel.shape_factor(shape, tokens, hw.peak_tflops, hw.memory_bandwidth_tbs)
+            self._moe_factors[tokens] = factor
+        return self.moe_bw / factor, self.moe_flops / factor
 
     def experts_touched(self, tokens: float) -> float:
         e, k = self.scenario.model.moe.num_experts, self.scenario.model.moe.top_k
@@ -326,7 +347,8 @@ class CostModel:
         k = self.scenario.model.moe.top_k
         moe_flops = 2 * tokens * k * s.moe_layers * s.expert_params
         moe_bytes = s.moe_layers * self.experts_touched(tokens) * self.expert_bytes
-        c.prefill_moe = max(moe_flops / (self.flop_g * self.moe_flops), moe_bytes / (self.moe_g * self.moe_bw))
+        moe_bw, moe_rate = self.moe_rates(tokens)
+        c.prefill_moe = max(moe_flops / (self.flop_g * moe_rate), moe_bytes / (self.moe_g * moe_bw))
         c.communication = self.allreduce_time(tokens)
         c.overhead = self.kernel_overhead(batch=10**9) + self.scenario.calibration.scheduler_overhead_ms * 1e-3
         return c
@@ -395,9 +417,10 @@ class CostModel:
         state_bytes = batch * state_traffic(tokens_per_seq) * per_seq_state
         moe_flops = 2 * tokens * self.scenario.model.moe.top_k * s.moe_layers * s.expert_params
         flops = (2 * tokens * self.active_linear_params) / (self.flop_g * self.linear_flops)
-        flops += moe_flops / (self.flop_g * self.moe_flops)
+        moe_bw, moe_rate = self.moe_rates(tokens)
+        flops += moe_flops / (self.flop_g * moe_rate)
         terms = {
-            "weight_reads": self.fixed_weight_bytes / self.moe_g / self.bw + expert_bytes / self.moe_bw,
+            "weight_reads": self.fixed_weight_bytes / self.moe_g / self.bw + expert_bytes / moe_bw,
             "kv_reads": 0.0,
             "state_reads": state_bytes / self.bw,
             "compute": 0.0,
@@ -433,7 +456,7 @@ class CostModel:
             layers = s.layers if cfg.draft_is_target else 1
             experts = layers * self.experts_touched(batch * k) * self.expert_bytes / self.moe_g
             per_step = (layers * self.layer_fixed_bytes + self.lm_head_bytes) / self.moe_g / self.bw
-            per_step += experts / self.moe_bw
+            per_step += experts / self.moe_rates(batch * k)[0]
             per_step += self.kernel_overhead(batch, layers=layers) + self.allreduce_time(batch * k) * layers / s.layers
             per_step += SPEC_STEP_OVERHEAD_S
             draft = cfg.speculative_num_steps * per_step

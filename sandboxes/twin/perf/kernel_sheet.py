@@ -30,6 +30,8 @@ from pathlib import Path
 from .. import shipped_yaml
 
 KERNELS_DIR = Path(__file__).resolve().parents[1] / "data" / "hardware" / "kernels"
+BYTES_PER_PARAM = {"fp8": 1.0, "mxfp4": 4.25 / 8}  # MXFP4: 4-bit values and one e8m0 scale per 32
+MEASURED_FROM_TOKENS = 16  # below, the tuned kernels sit on a latency floor that neither the curve nor a row covers
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,33 @@ class MoEKernel:
                 w = math.log(inter_dim / lo) / math.log(hi / lo)
                 return e_lo * (e_hi / e_lo) ** w
         return points[-1][1]
+
+
+    def measured_us(self, shape: dict, tokens: float) -> float | None:
+        """The tuned kernel's measured microseconds for one layer of exactly ``shape`` (``model_dim``, ``inter_dim``
+        on one GPU, ``experts``, ``top_k``, ``dtype``) at ``tokens`` tokens: log-linear between the row's listed
+        counts, from ``MEASURED_FROM_TOKENS`` to its last; None where no row lists the shape or outside that range."""
+        key = ("model_dim", "inter_dim", "experts", "top_k", "dtype")
+        row = next((r for r in self.measured if all(r[k] == shape[k] for k in key)), None)
+        if row is None:
+            return None
+        points = sorted((int(t), float(us)) for t, us in row["us_by_tokens"].items() if int(t) >= MEASURED_FROM_TOKENS)
+        if not points or not points[0][0] <= tokens <= points[-1][0]:
+            return None
+        for (lo, us_lo), (hi, us_hi) in zip(points, points[1:], strict=False):
+            if tokens <= hi:
+                w = math.log(tokens / lo) / math.log(hi / lo)
+                return us_lo * (us_hi / us_lo) ** w
+        return points[-1][1]
+
+    def shape_factor(self, shape: dict, tokens: float, peak_tflops: dict[str, float], memory_tbs: float) -> float:
+        """How much longer than the curve the tuned kernel measured for exactly ``shape`` at ``tokens`` (1.0 where
+        no row lists it): the curve is a fit over every table, a listed shape is its own measurement."""
+        measured = self.measured_us(shape, tokens)
+        if measured is None:
+            return 1.0
+        curve = layer_seconds(self, shape, tokens, peak_tflops, memory_tbs, BYTES_PER_PARAM[shape["dtype"]])
+        return measured * 1e-6 / curve
 
 
 def touched_experts(experts: int, top_k: int, tokens: float, shared_fused: bool) -> float:
