@@ -14,7 +14,7 @@ from sandboxes.twin.perf.serving_config import ServingConfig
 from sandboxes.twin.scenario import load
 from sandboxes.twin.scenario.hardware import sheet
 
-BYTES_PER_PARAM = {"fp8": 1.0, "mxfp4": 4.25 / 8}  # MXFP4: 4-bit values and one e8m0 scale per 32
+BYTES_PER_PARAM = kernel_sheet.BYTES_PER_PARAM
 
 
 def test_the_moe_curve_reproduces_aiters_measured_kernels():

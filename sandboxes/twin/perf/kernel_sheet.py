@@ -47,16 +47,7 @@ class MoEKernel:
         between the measured sizes, the nearest measured one outside them (no extrapolation); None for a dtype the
         sheet has no measurement of."""
         points = sorted(self.compute.get(dtype, {}).items())
-        if not points:
-            return None
-        if inter_dim <= points[0][0]:
-            return points[0][1]
-        for (lo, e_lo), (hi, e_hi) in zip(points, points[1:], strict=False):
-            if inter_dim <= hi:
-                w = math.log(inter_dim / lo) / math.log(hi / lo)
-                return e_lo * (e_hi / e_lo) ** w
-        return points[-1][1]
-
+        return _log_linear(points, inter_dim) if points else None
 
     def measured_us(self, shape: dict, tokens: float) -> float | None:
         """The tuned kernel's measured microseconds for one layer of exactly ``shape`` (``model_dim``, ``inter_dim``
@@ -69,11 +60,7 @@ class MoEKernel:
         points = sorted((int(t), float(us)) for t, us in row["us_by_tokens"].items() if int(t) >= MEASURED_FROM_TOKENS)
         if not points or not points[0][0] <= tokens <= points[-1][0]:
             return None
-        for (lo, us_lo), (hi, us_hi) in zip(points, points[1:], strict=False):
-            if tokens <= hi:
-                w = math.log(tokens / lo) / math.log(hi / lo)
-                return us_lo * (us_hi / us_lo) ** w
-        return points[-1][1]
+        return _log_linear(points, tokens)
 
     def shape_factor(self, shape: dict, tokens: float, peak_tflops: dict[str, float], memory_tbs: float) -> float:
         """How much longer than the curve the tuned kernel measured for exactly ``shape`` at ``tokens`` (1.0 where
@@ -83,6 +70,17 @@ class MoEKernel:
             return 1.0
         curve = layer_seconds(self, shape, tokens, peak_tflops, memory_tbs, BYTES_PER_PARAM[shape["dtype"]])
         return measured * 1e-6 / curve
+
+
+def _log_linear(points: list[tuple[float, float]], x: float) -> float:
+    """The value at ``x`` of sorted ``(x, value)`` points, log-linear in both between neighbours, the nearest end's
+    outside them."""
+    if x <= points[0][0]:
+        return points[0][1]
+    for (lo, v_lo), (hi, v_hi) in zip(points, points[1:], strict=False):
+        if x <= hi:
+            return v_lo * (v_hi / v_lo) ** (math.log(x / lo) / math.log(hi / lo))
+    return points[-1][1]
 
 
 def touched_experts(experts: int, top_k: int, tokens: float, shared_fused: bool) -> float:
