@@ -68,13 +68,7 @@ def test_throughput_never_falls_when_capacity_rises(cfg, rate, factor):
 @given(cfg=configs, kv=st.integers(200_000, 2_000_000), more=st.floats(1.1, 4.0), rate=st.floats(0.5, 4.0))
 def test_more_kv_cache_never_lowers_throughput(cfg, kv, more, rate):
     model = CostModel(SC, cfg)
-    rng = random.Random(3)
-    reqs = build_requests(DatasetSpec("generated-shared-prefix", gsp_num_groups=6, gsp_prompts_per_group=20,
-                                      gsp_system_prompt_len=12000, gsp_question_len=8000,
-                                      gsp_output_len=300), rng)  # fmt: skip
-    arrivals = arrival_times(len(reqs), rate, rng)
-
-    base, more_kv = (_kv_run(model, reqs, arrivals, capacity) for capacity in (kv, int(kv * more)))
+    base, more_kv = _kv_runs(model, rate, kv, int(kv * more))
     assert more_kv.tput >= base.tput * (1 - _allowed_loss(model, cfg, base, more_kv))
 
 
@@ -86,21 +80,36 @@ class _KvRun:
     prefill_s: float  # rank-seconds of prefill
 
 
-def _kv_run(model, reqs, arrivals, capacity) -> _KvRun:
-    r = simulate(model, reqs, arrivals, capacity)
-    return _KvRun(sum(t.req.output_len for t in r.traces if not t.error) / r.duration, r.duration, r.retracted,
-                  sum(v for k, v in r.breakdown.items() if k.startswith("prefill")))  # fmt: skip
+def _kv_runs(model, rate: float, *capacities: int) -> list[_KvRun]:
+    """The same shared-prefix workload (six groups of 20 prompts, a 12k-token system prompt) at ``rate`` requests a
+    second, served with each KV capacity."""
+    rng = random.Random(3)
+    reqs = build_requests(DatasetSpec("generated-shared-prefix", gsp_num_groups=6, gsp_prompts_per_group=20,
+                                      gsp_system_prompt_len=12000, gsp_question_len=8000,
+                                      gsp_output_len=300), rng)  # fmt: skip
+    arrivals = arrival_times(len(reqs), rate, rng)
+    runs = []
+    for capacity in capacities:
+        r = simulate(model, reqs, arrivals, capacity)
+        runs.append(_KvRun(sum(t.req.output_len for t in r.traces if not t.error) / r.duration, r.duration,
+                           r.retracted, sum(v for k, v in r.breakdown.items() if k.startswith("prefill"))))  # fmt: skip
+    return runs
+
+
+def _step_grain(model, cfg, run: _KvRun) -> float:
+    """How far admitting more can move a run's last completion, as a share of it: a scheduler step, the longest being
+    a whole prefill chunk (at TP8 a 16k-token chunk of this model takes over half a second)."""
+    chunk = model.prefill(cfg.chunked_prefill_size, [(0, cfg.chunked_prefill_size)]).total
+    return max(STEP_GRAIN, chunk / run.duration)
 
 
 def _allowed_loss(model, cfg, base: _KvRun, more_kv: _KvRun) -> float:
-    """What more KV cache may cost, as a share of the run: admitting more requests can move the last completion by a
-    scheduler step, the longest being a whole prefill chunk (at TP8 a 16k-token chunk of this model takes over half
-    a second); and SGLang admits on an estimate of the output still to come (``new_token_ratio``), so a bigger pool
-    admits more and can run out mid-decode, where ``retract_decode`` sends requests back to prefill again: the
-    prefill those extra retractions add (the whole run's, which may all land on one DP rank) is the other loss."""
-    chunk = model.prefill(cfg.chunked_prefill_size, [(0, cfg.chunked_prefill_size)]).total
+    """What more KV cache may cost, as a share of the run: a scheduler step (``_step_grain``); and SGLang admits on an
+    estimate of the output still to come (``new_token_ratio``), so a bigger pool admits more and can run out
+    mid-decode, where ``retract_decode`` sends requests back to prefill again: the prefill those extra retractions add
+    (the whole run's, which may all land on one DP rank) is the other loss."""
     again = max(more_kv.prefill_s - base.prefill_s, 0.0) if more_kv.retracted > base.retracted else 0.0
-    return max(STEP_GRAIN, chunk / base.duration, again / base.duration)
+    return max(_step_grain(model, cfg, base), again / base.duration)
 
 
 def test_more_kv_cache_at_dp2_found_by_a_draw():
@@ -111,16 +120,10 @@ def test_more_kv_cache_at_dp2_found_by_a_draw():
                         speculative_num_steps=0, speculative_num_draft_tokens=0, enable_aiter_allreduce_fusion=False,
                         cuda_graph_max_bs=64)  # fmt: skip
     model = CostModel(SC, cfg)
-    rng = random.Random(3)
-    reqs = build_requests(DatasetSpec("generated-shared-prefix", gsp_num_groups=6, gsp_prompts_per_group=20,
-                                      gsp_system_prompt_len=12000, gsp_question_len=8000,
-                                      gsp_output_len=300), rng)  # fmt: skip
-    arrivals = arrival_times(len(reqs), 3.0, rng)
-    base, more_kv = (_kv_run(model, reqs, arrivals, capacity) for capacity in (200_000, int(200_000 * 1.1015625)))
+    base, more_kv = _kv_runs(model, 3.0, 200_000, int(200_000 * 1.1015625))
     assert more_kv.retracted > base.retracted and more_kv.prefill_s > base.prefill_s
     lost = 1 - more_kv.tput / base.tput
-    chunk = model.prefill(cfg.chunked_prefill_size, [(0, cfg.chunked_prefill_size)]).total
-    assert lost > max(STEP_GRAIN, chunk / base.duration)  # what the draw found: more than a step's grain
+    assert lost > _step_grain(model, cfg, base)  # what the draw found: more than a step's grain
     assert lost <= _allowed_loss(model, cfg, base, more_kv)  # and no more than the retractions' prefill
 
 
