@@ -60,8 +60,11 @@ def run_cli(args: Sequence[str], *, cwd: Path | str | None = None, env: Mapping[
     cmd = [sys.executable, "-c", COMMAND, *args]
     fresh = fresh or bool(os.environ.get("DAYZERO_TESTS_FRESH"))  # every command fresh, to compare
     server = None if fresh or not _same_startup(env) else _running_server()
-    if server is None:
+    def in_a_fresh_interpreter() -> subprocess.CompletedProcess:
         return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+    if server is None:
+        return in_a_fresh_interpreter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
             socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:  # fmt: skip
         request = json.dumps({"argv": list(args), "cwd": os.fspath(cwd), "env": env}).encode()
@@ -73,7 +76,7 @@ def run_cli(args: Sequence[str], *, cwd: Path | str | None = None, env: Mapping[
         except OSError:
             started = ""
         if not started:  # the server went away or could not fork: the command never started, so start it fresh
-            return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+            return in_a_fresh_interpreter()
         pid = int(started)
         conn.settimeout(timeout)
         try:
