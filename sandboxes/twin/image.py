@@ -1,5 +1,6 @@
 """Build the twin's Docker image without pulling anything: a minimal Debian root filesystem (debootstrap, with
-python3, python3-yaml and cpp) plus the twin's package, imported into Docker.
+python3, python3-yaml and cpp) plus the twin's package and the libraries it imports (``libraries``: the real
+transformers and what it requires, copied from this installation), imported into Docker.
 
     agent twin image                       # -> dayzero-twin:latest
     python -m sandboxes.twin.image --tag dayzero-twin:latest
@@ -33,7 +34,7 @@ from pathlib import Path
 
 import docker
 
-from sandboxes.twin import cache_files
+from sandboxes.twin import cache_files, libraries
 from sandboxes.twin.workspace import release
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # sandboxes/
@@ -42,8 +43,9 @@ ROOTFS_NAME = "twin-rootfs"
 SUITE = "bookworm"
 PACKAGES = "python3,python3-yaml,cpp"
 INSTALL = "opt/dayzero"  # where the package lies in the image (PYTHONPATH)
+LIBRARIES = INSTALL + "/lib"  # where the libraries it imports lie (PYTHONPATH, after the package)
 BUILD_LABEL = "org.dayzero.twin-build"  # the hash of what the image was made from
-CHANGES = ["ENV PYTHONPATH=/" + INSTALL, "ENV PYTHONUNBUFFERED=1", "WORKDIR /workspace",
+CHANGES = [f"ENV PYTHONPATH=/{INSTALL}:/{LIBRARIES}", "ENV PYTHONUNBUFFERED=1", "WORKDIR /workspace",
            'LABEL org.dayzero.simulated="true"', "CMD [\"python3\", \"-m\", \"sandboxes.twin\", \"scenarios\"]"]  # fmt: skip
 
 
@@ -134,14 +136,30 @@ def build_id(base: Path) -> str:
     image's settings and whether it holds their bytecode (for which Python)."""
     digest = hashlib.sha256((base / cache_files.COMPLETE).read_bytes() + json.dumps(CHANGES).encode())
     digest.update(f"bytecode:{sys.implementation.cache_tag if _bytecode(base) else None}".encode())
+    digest.update("\n".join(libraries.describe(libraries.distributions())).encode())
     for p in _package_files():
         digest.update(p.relative_to(PACKAGE_ROOT).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
     return digest.hexdigest()[:32]
 
 
+def library_files(base: Path) -> list[tuple[Path, str]]:
+    """The libraries the twin imports, as (file here, name in the image). Their compiled parts (tokenizers,
+    numpy, ...) are built for this Python, so the image's must be the same version."""
+    theirs = image_python(base)
+    if theirs != sys.version_info[:2]:
+        shown = "none" if theirs is None else f"{theirs[0]}.{theirs[1]}"
+        raise ImageError(f"the root filesystem's Python is {shown} and this one is {sys.version_info[0]}."
+                         f"{sys.version_info[1]}: the libraries the twin imports (transformers, tokenizers, numpy) "
+                         "are copied from this installation, so build the image with a Python of the image's version")
+    try:
+        return [(path, f"./{LIBRARIES}/{rel}") for path, rel in libraries.files(libraries.distributions())]
+    except libraries.MissingLibrary as exc:
+        raise ImageError(str(exc)) from None
+
+
 def write_tar(base: Path, dest: Path) -> None:
-    """The image's files: the root filesystem (less its marker and any older copy of the package) and the
-    package under ``/opt/dayzero/sandboxes``, owned by root."""
+    """The image's files: the root filesystem (less its marker and any older copy of the package), the
+    package under ``/opt/dayzero/sandboxes`` and its libraries under ``/opt/dayzero/lib``, owned by root."""
     ours = ("./" + INSTALL, "./" + cache_files.COMPLETE, "./workspace")
 
     def rootfs_member(ti: tarfile.TarInfo) -> tarfile.TarInfo | None:
@@ -166,6 +184,17 @@ def write_tar(base: Path, dest: Path) -> None:
             tar.addfile(ti)
         tar.add(PACKAGE_ROOT / "__init__.py", arcname=f"./{INSTALL}/sandboxes/__init__.py", filter=package_member)
         tar.add(PACKAGE_ROOT / "twin", arcname=f"./{INSTALL}/sandboxes/twin", filter=package_member)
+        made: set[str] = {"./" + INSTALL}
+        for path, name in library_files(base):
+            parts = name.split("/")
+            for i in range(3, len(parts)):
+                folder = "/".join(parts[:i])
+                if folder not in made:
+                    made.add(folder)
+                    ti = tarfile.TarInfo(folder)
+                    ti.type, ti.mode, ti.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
+                    tar.addfile(owned_by_root(ti))
+            tar.add(path, arcname=name, filter=owned_by_root)
         if _bytecode(base):
             with tempfile.TemporaryDirectory(prefix="dayzero-bytecode-") as tmp:
                 compiled = write_bytecode(Path(tmp))

@@ -169,14 +169,23 @@ def test_the_image_tar_holds_the_rootfs_and_the_package_never_the_marker(tmp_pat
     base = image.rootfs(tmp_path / "cache" / "twin-rootfs", log=lambda _: None)
     (base / "opt" / "dayzero" / "sandboxes").mkdir(parents=True)  # as an older build copied it in place
     (base / "opt" / "dayzero" / "sandboxes" / "stale.py").write_text("")
+    lib = base / "usr" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"  # debootstrap's Python
+    lib.mkdir(parents=True)
+    (lib / "os.py").write_text("")
     image.write_tar(base, tmp_path / "image.tar")
     with tarfile.open(tmp_path / "image.tar") as tar:
         names = tar.getnames()
         members = {m.name: m for m in tar.getmembers()}
+        flags = {int.from_bytes(tar.extractfile(m).read()[4:8], "little") for m in tar.getmembers()
+                 if m.name.endswith(".pyc")}  # fmt: skip
     assert "./usr/bin/cpp" in names and "./etc/debootstrap-done" in names and "./workspace" in names
     assert "./opt/dayzero/sandboxes/twin/image.py" in names and "./opt/dayzero/sandboxes/__init__.py" in names
+    # the libraries the twin imports (the real transformers and what it requires), with their metadata
+    assert "./opt/dayzero/lib/transformers/configuration_utils.py" in names
+    assert any(n.startswith("./opt/dayzero/lib/transformers-") and n.endswith(".dist-info/METADATA") for n in names)
+    assert "./opt/dayzero/lib/yaml/__init__.py" in names
     assert "./.dayzero-complete" not in names and "./opt/dayzero/sandboxes/stale.py" not in names
-    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    assert flags == {0b11}  # the image's own bytecode (hash-checked), never this machine's (timestamped)
     assert len(names) == len(set(names))
     assert members["./opt/dayzero/sandboxes/twin/image.py"].uid == 0
 
@@ -195,7 +204,8 @@ def test_the_image_holds_the_packages_bytecode_for_its_own_python_only(tmp_path)
     (lib / "os.py").write_text("")
     image.write_tar(base, tmp_path / "image.tar")
     with tarfile.open(tmp_path / "image.tar") as tar:
-        pycs = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.name.endswith(".pyc")}
+        pycs = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.name.endswith(".pyc")
+                and "/lib/" not in m.name}
     modules = [p for p in image._package_files() if p.suffix == ".py"]
     assert len(pycs) == len(modules)
     launch = "./opt/dayzero/sandboxes/twin/" + importlib.util.cache_from_source("launch_server.py")
@@ -209,9 +219,9 @@ def test_the_image_holds_the_packages_bytecode_for_its_own_python_only(tmp_path)
     other.mkdir()
     (other / "os.py").write_text("")
     assert image.image_python(base) == (3, 99)
-    image.write_tar(base, tmp_path / "other.tar")
-    with tarfile.open(tmp_path / "other.tar") as tar:
-        assert not [n for n in tar.getnames() if n.endswith(".pyc") or "__pycache__" in n]
+    # the libraries' compiled parts are this Python's: another Python's image is refused in one line
+    with pytest.raises(image.ImageError, match=r"Python is 3\.99 and this one is 3\.\d+"):
+        image.write_tar(base, tmp_path / "other.tar")
 
 
 @pytest.fixture

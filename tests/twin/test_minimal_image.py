@@ -1,19 +1,18 @@
-"""The twin needs nothing but the standard library, PyYAML and cpp (it must run in a minimal Debian image).
+"""The twin needs nothing but the standard library, its libraries (``sandboxes.twin.libraries``: PyYAML, the real
+transformers and what it requires) and cpp: it must run in a minimal Debian image that holds just those.
 
 The twin's programs run here with ``python -S`` (no site-packages) and a path holding only this repository
-and a copy of PyYAML, so an accidental import of pydantic, numpy or anything else fails the test.
+and those libraries, so an accidental import of anything else (the agent's langgraph, docker, ...) fails the test.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import yaml
-
+from sandboxes.twin import libraries
 from tests.twin.conftest import READY, free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -21,7 +20,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 def minimal_env(tmp_path: Path) -> dict:
     libs = tmp_path / "libs"
-    shutil.copytree(Path(yaml.__file__).parent, libs / "yaml")
+    libs.mkdir()
+    tops: dict[str, Path] = {}  # each top-level entry the libraries installed, linked (as the image copies them)
+    for path, rel in libraries.files(libraries.distributions()):
+        parts = rel.split("/")
+        tops.setdefault(parts[0], path.parents[len(parts) - 2] if len(parts) > 1 else path)
+    for name, source in tops.items():
+        (libs / name).symlink_to(source)
     return {"PYTHONPATH": f"{REPO}{os.pathsep}{libs}", "PATH": os.environ["PATH"], "TWIN_TIME_SCALE": "0"}
 
 
@@ -31,7 +36,7 @@ def py(env, *args, **kw):
 
 def test_twin_runs_without_site_packages(tmp_path):
     env = minimal_env(tmp_path)
-    probe = py(env, "-c", "import pydantic")
+    probe = py(env, "-c", "import langgraph")
     assert probe.returncode != 0, "site-packages leaked into the minimal environment"
     ws = tmp_path / "ws"
     assert py(env, "-m", "sandboxes.twin", "materialize", "--dest", str(ws)).returncode == 0

@@ -287,7 +287,7 @@ def _other_scenario(tmp_path: Path) -> Path:
     data = yaml.safe_load(scenario_mod.resolve(scenario_mod.DEFAULT_SCENARIO).read_text())
     data["name"] = "other_moe_test"
     model = data["model"]
-    model.update(served_name="acme/Other-MoE", architecture="DeepseekV32ForCausalLM", model_type="other_moe",
+    model.update(served_name="acme/Other-MoE", architecture="DeepseekV32ForCausalLM", model_type="deepseek_v32",
                  hidden_size=4096, num_hidden_layers=40, vocab_size=100000, first_k_dense_replace=1,
                  dense_intermediate_size=8192)
     model["moe"].update(num_experts=64, top_k=4, intermediate_size=1024)

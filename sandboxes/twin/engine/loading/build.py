@@ -2,26 +2,28 @@
 
 ``build_model(executor, config)`` follows ``model_loader/loader.py``: the model class the release's registry
 maps ``config.json``'s ``architectures`` to (each ``models/*.py`` file's ``EntryClass``), the config object the
-release makes of ``config.json`` (its own config class where ``configs/`` registers one for the model type, else
-transformers' generic config with the file's values), the quantization config ``quantization_config`` names
+release makes of ``config.json`` (its own ``get_config``, run as written: the real transformers' ``AutoConfig``
+with the release's registered config classes, nested configs as objects with their defaults), the quantization config ``quantization_config`` names
 (``QuarkConfig``, ``Fp8Config``, ``Mxfp4Config``... run as written) with the class's ``hf_to_sglang_mapper``
 applied to it, and then ``model_class(config=..., quant_config=...)``. For the draft model of speculative
 decoding, ``ModelConfig._config_draft_model`` of the workspace rewrites the architecture first, as the draft
-worker does. Standard library only.
+worker does. Standard library and transformers only.
 """
 
 from __future__ import annotations
 
-import ast
+import contextlib
 import functools
+import json
 import re
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .executor import Executor
-from .pure_code import PureCodeError, parse
+from . import fake_torch
+from .executor import ExecutionError, Executor
 
 MODELS = "python/sglang/srt/models"
 CONFIGS = "python/sglang/srt/configs"
@@ -97,48 +99,49 @@ def resolve(sglang_root: Path, architectures: list[str]) -> ModelClass:
                      f"dict_keys({sorted(known)!r})")  # fmt: skip
 
 
-REGISTRY_FILE = "python/sglang/srt/utils/hf_transformers/common.py"
+CONFIG_LOADER = "sglang.srt.utils.hf_transformers.config"  # the release's get_config (model_config.py calls it)
 
 
-def _registered_config_names(executor: Executor) -> list[str]:
-    """The class names ``_CONFIG_REGISTRY`` is built from (``{cls.model_type: cls for cls in [...]}``)."""
-    try:
-        tree = parse(executor.root / REGISTRY_FILE)
-    except PureCodeError:
-        return []
-    for node in tree.body:
-        target = node.target if isinstance(node, ast.AnnAssign) else (node.targets[0] if isinstance(node, ast.Assign) else None)
-        if isinstance(target, ast.Name) and target.id == "_CONFIG_REGISTRY" and node.value is not None:
-            return [n.id for n in ast.walk(node.value) if isinstance(n, ast.Name) and n.id[:1].isupper()]
-    return []
+@contextlib.contextmanager
+def _model_folder(config: Mapping[str, Any], model_dir: Path | None) -> Iterator[Path]:
+    """The folder the release reads ``config.json`` from: the checkpoint's own, else a scratch one holding it."""
+    if model_dir is not None:
+        yield Path(model_dir)
+        return
+    with tempfile.TemporaryDirectory(prefix="dz-config-") as tmp:
+        (Path(tmp) / "config.json").write_text(json.dumps(dict(config)))
+        yield Path(tmp)
 
 
-def config_class(executor: Executor, model_type: str) -> Any:
-    """The release's own config class for ``model_type`` (``_CONFIG_REGISTRY``), or None (transformers')."""
-    package = executor.module("sglang.srt.configs")
-    for name in _registered_config_names(executor):
+def _torch_dtypes(obj: Any, torch: Any, seen: set[int] | None = None) -> None:
+    """What ``PretrainedConfig.__init__`` does where torch is installed: a ``dtype`` given as a name becomes the
+    torch dtype of that name, in the config and in each nested config."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen or not hasattr(obj, "__dict__"):
+        return
+    seen.add(id(obj))
+    value = obj.__dict__.get("dtype")
+    if isinstance(value, str) and isinstance(getattr(torch, value, None), fake_torch.dtype):
+        obj.__dict__["dtype"] = getattr(torch, value)
+    for child in list(obj.__dict__.values()):
+        if type(child).__module__.startswith(("transformers.", "sglang.")) and hasattr(child, "to_dict"):
+            _torch_dtypes(child, torch, seen)
+
+
+def hf_config(executor: Executor, config: Mapping[str, Any], model_dir: Path | None = None) -> Any:
+    """``config.json`` as the config object the model class receives, made by the release's own ``get_config``
+    (transformers' ``AutoConfig`` with the release's registered config classes, its per-model fix-ups) from
+    ``model_dir`` (a scratch folder holding ``config`` when None). Raises ``BuildError`` with what it raised."""
+    trust = bool(executor.platform.server_args.get("trust_remote_code", False))
+    with executor.hf_registry(), _model_folder(config, model_dir) as folder:
         try:
-            cls = getattr(package, name)
-            value = cls._resolve() if hasattr(cls, "_resolve") else cls
-        except Exception:
-            continue
-        if isinstance(value, type) and getattr(value, "model_type", None) == model_type:
-            return value
-    return None
-
-
-def hf_config(executor: Executor, config: Mapping[str, Any]) -> Any:
-    """``config.json`` as the config object the model class receives."""
-    values = {k: v for k, v in config.items() if k != "quantization_config"}
-    cls = config_class(executor, str(config.get("model_type", "")))
-    if cls is None:
-        cls = executor.transformers.PretrainedConfig
-    try:
-        obj = cls(**values)
-    except Exception as exc:
-        raise BuildError(f"config.json: {cls.__name__}: {type(exc).__name__}: {exc}", exc) from exc
-    if config.get("quantization_config") is not None:
-        obj.quantization_config = dict(config["quantization_config"])
+            loader = executor.module(CONFIG_LOADER)
+            obj = loader.get_config(str(folder), trust_remote_code=trust)
+        except ExecutionError as exc:
+            raise BuildError(f"{CONFIG_LOADER}: {type(exc.cause).__name__}: {exc.cause}", exc.cause) from exc
+        except Exception as exc:
+            raise BuildError(f"config.json: {type(exc).__name__}: {exc}", exc) from exc
+    _torch_dtypes(obj, executor.torch["torch"])
     return obj
 
 
@@ -197,9 +200,11 @@ class Built:
     config: Any
 
 
-def build_model(executor: Executor, config: Mapping[str, Any], *, draft: bool = False) -> Built:
-    """Construct the target (or the draft) model of ``config``. Raises ``BuildError``."""
-    obj = hf_config(executor, config)
+def build_model(executor: Executor, config: Mapping[str, Any], *, draft: bool = False,
+                model_dir: Path | None = None) -> Built:
+    """Construct the target (or the draft) model of ``config`` (read from ``model_dir`` when given, as the release
+    reads it). Raises ``BuildError``."""
+    obj = hf_config(executor, config, model_dir)
     if draft:
         draft_architecture(executor, obj)
     archs = list(getattr(obj, "architectures", None) or config.get("architectures") or [])

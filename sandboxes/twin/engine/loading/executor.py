@@ -13,10 +13,12 @@ checkpoint through that class's own ``load_weights``. Those files import torch a
 * **pure**: any other function of the workspace is its real definition, executed with its module's imports
   going through this same hook; when it fails on something stubbed it answers a stub, unless the failure came
   through real model code (a model's error is never swallowed);
+* **library**: ``transformers`` is the real library (``hf_library``): configs, ``AutoConfig`` and its registry;
+  only what needs torch there is a stub;
 * **stub**: everything else (torch beyond ``fake_torch``, triton, aiter, kernels) is a ``StubValue``: callable,
   indexable, falsy, answering every attribute.
 
-Standard library only.
+Standard library and transformers only.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import fake_torch
+from . import fake_torch, hf_library
 from .platform import ABSENT, Platform
 from .pure_code import PureCodeError, _closure, bound_names, parse
 from .stubs import StubValue
@@ -39,8 +41,10 @@ from .stubs import StubValue
 _STDLIB = set(getattr(sys, "stdlib_module_names", ())) | {"__future__"}
 _FUTURE_ANNOTATIONS = __import__("__future__").annotations.compiler_flag
 # executed as written (prefixes of module names)
-REAL_PACKAGES = ("sglang.srt.models.", "sglang.srt.configs.", "sglang.srt.layers.quantization.quark.")
+REAL_PACKAGES = ("sglang.srt.models.", "sglang.srt.configs.", "sglang.srt.layers.quantization.quark.",
+                 "sglang.srt.utils.hf_transformers.")  # the last: how the release makes a config (get_config)
 REAL_MODULES = (
+    "sglang.srt.configs",  # the package: its __init__ imports every config class the registry names
     # the layers whose constructors make the parameters and whose weight_loaders check what is loaded
     "sglang.srt.layers.linear",
     "sglang.srt.layers.parameter",
@@ -313,28 +317,6 @@ def _stub_module(name: str) -> types.ModuleType:
     return module
 
 
-def _transformers_logging() -> None:
-    """What importing transformers does to the standard library: ``transformers.utils.logging`` adds
-    ``warning_once``, ``info_once`` and ``warning_advice`` to ``logging.Logger``, and SGLang's model code calls them."""
-    import functools
-    import logging
-
-    if hasattr(logging.Logger, "warning_once"):
-        return
-
-    @functools.lru_cache(None)
-    def warning_once(self: logging.Logger, *args: Any, **kwargs: Any) -> None:
-        self.warning(*args, **kwargs)
-
-    @functools.lru_cache(None)
-    def info_once(self: logging.Logger, *args: Any, **kwargs: Any) -> None:
-        self.info(*args, **kwargs)
-
-    logging.Logger.warning_once = warning_once  # type: ignore[attr-defined]
-    logging.Logger.info_once = info_once  # type: ignore[attr-defined]
-    logging.Logger.warning_advice = logging.Logger.warning  # type: ignore[attr-defined]
-
-
 class Executor:
     """The import hook and the modules it has made, for one workspace (``sglang_root/python/sglang``) on one
     simulated ``platform``. ``simulated`` adds to what the platform provides (module name -> names);
@@ -352,12 +334,21 @@ class Executor:
             self.simulated.setdefault(name, {}).update(names)
         self.real_modules = set(REAL_MODULES) | set(real)
         self.modules: dict[str, types.ModuleType] = {}
-        _transformers_logging()
         self.torch = fake_torch.build_modules(stub_class, cuda=self.platform.cuda())
-        self.transformers = self._transformers()
+        self.transformers_modules: dict[str, Any] = {}  # the real library's modules as workspace code sees them
+        self.transformers_registry: dict[str, Any] = {}  # the model types this workspace's code registers
         self.executed: list[Path] = []  # every workspace file run as written (what a result depends on)
 
     # --- what a module is ---------------------------------------------------------------------------------
+
+    @property
+    def transformers(self) -> Any:
+        """The ``transformers`` package as the workspace's code imports it (``hf_library``)."""
+        return hf_library.bridge("transformers", stub_class, self.transformers_modules)
+
+    def hf_registry(self) -> Any:
+        """A context in which transformers' ``AutoConfig`` knows the model types this workspace registers."""
+        return hf_library.isolated_registry(self.transformers_registry)
 
     def files(self, module: str) -> list[Path]:
         base = self.python.joinpath(*module.split("."))
@@ -535,7 +526,7 @@ class Executor:
                 return self.torch.get(name) or self._stub(name)
             return self.torch["torch"]
         if top == "transformers":
-            return self.transformers
+            return hf_library.bridge(name if fromlist else top, stub_class, self.transformers_modules)
         if top == "sglang":
             if fromlist:
                 return self.module(name)
@@ -554,54 +545,3 @@ class Executor:
             for attr, value in self.simulated.get(name, {}).items():  # a kernel the twin answers with real shapes
                 setattr(self.modules[name], attr, value)
         return self.modules[name]
-
-    @staticmethod
-    def _transformers() -> types.ModuleType:
-        module = _stub_module("transformers")
-
-        class PretrainedConfig:
-            """transformers' config base: keyword arguments become attributes over the base class's defaults; any
-            other attribute is missing (``getattr(config, "x", default)`` falls back, as with transformers)."""
-
-            model_type = ""
-            # PretrainedConfig.__init__'s own defaults (the ones model code reads)
-            _defaults: dict[str, Any] = {
-                "torch_dtype": "bfloat16", "tie_word_embeddings": True, "is_encoder_decoder": False,
-                "output_hidden_states": False, "output_attentions": False, "return_dict": True,
-                "pad_token_id": None, "bos_token_id": None, "eos_token_id": None, "architectures": None,
-                "tokenizer_class": None, "pruned_heads": {}, "problem_type": None, "id2label": {0: "LABEL_0", 1: "LABEL_1"},
-                "label2id": {"LABEL_0": 0, "LABEL_1": 1}, "num_labels": 2, "use_return_dict": True,
-                "is_decoder": False, "add_cross_attention": False, "chunk_size_feed_forward": 0,
-            }
-
-            def __init__(self, **kwargs: Any) -> None:
-                for key, value in {**self._defaults, **kwargs}.items():
-                    with contextlib.suppress(AttributeError):  # a read-only property of the subclass
-                        setattr(self, key, value)
-                if "dtype" in kwargs and "torch_dtype" not in kwargs:
-                    self.torch_dtype = kwargs["dtype"]
-                if isinstance(self.__dict__.get("torch_dtype"), str):  # transformers makes it a torch dtype
-                    self.torch_dtype = fake_torch.DTYPES.get(self.torch_dtype, fake_torch.DTYPES["bfloat16"])
-                    self.dtype = self.torch_dtype
-                if "rope_parameters" not in self.__dict__ and ("rope_theta" in kwargs or "rope_scaling" in kwargs):
-                    # transformers v5 standardises rope_theta and rope_scaling into rope_parameters
-                    params = dict(kwargs.get("rope_scaling") or {})
-                    params.setdefault("rope_type", params.get("type", "default"))
-                    params["rope_theta"] = kwargs.get("rope_theta", 10000.0)
-                    if "partial_rotary_factor" in kwargs:
-                        params.setdefault("partial_rotary_factor", kwargs["partial_rotary_factor"])
-                    with contextlib.suppress(AttributeError):
-                        self.rope_parameters = params
-
-            def __contains__(self, key: str) -> bool:
-                return key in self.__dict__
-
-            def to_dict(self) -> dict[str, Any]:
-                return dict(self.__dict__)
-
-            def get_text_config(self, *args: Any, **kwargs: Any) -> Any:
-                return self.__dict__.get("text_config") or self
-
-        module.PretrainedConfig = PretrainedConfig
-        module.PreTrainedConfig = PretrainedConfig
-        return module

@@ -80,9 +80,11 @@ def _twin_sources(twin: Path) -> Iterator[Path]:
 
 def _code() -> str:
     """The hash of the twin's own code (an entry computed by other code is not this code's outcome), but for the
-    packages a load never imports (``NOT_LOADED``)."""
+    packages a load never imports (``NOT_LOADED``), and of the transformers version that makes the config."""
     if not _CODE:
-        digest = hashlib.sha256(repr(sys.version_info[:2]).encode())
+        from .hf_library import version
+
+        digest = hashlib.sha256(repr((sys.version_info[:2], version())).encode())
         twin = Path(__file__).resolve().parents[2]  # sandboxes/twin
         for path in sorted(_twin_sources(twin), key=lambda p: p.parts):  # Path order: by parts
             digest.update(str(path.relative_to(twin)).encode() + b"\0" + path.read_bytes())

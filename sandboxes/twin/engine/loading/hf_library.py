@@ -1,0 +1,147 @@
+"""``transformers`` as the workspace's code sees it: the real library, with only what needs torch stood in for.
+
+The release makes a model's config with ``transformers`` (``AutoConfig``, the per-model config classes and their
+nested text / vision / per-block configs, with their defaults) and registers its own classes into it; the twin
+does the same with the real library, the version the pinned release requires, installed beside the twin. What
+the library cannot give without torch (its model classes, ``transformers.activations``, anything whose module
+imports torch) is a stub class, as every other engine class the twin does not simulate is; the library reports
+those itself (an object of its ``DummyObject`` metaclass, or a module whose import fails for want of torch).
+
+transformers keeps its model-type registry (``AutoConfig.register``) in the process: each executor gets its own
+(``isolated_registry``), so a class one workspace registers never answers for another workspace's copy.
+
+The library's advice that PyTorch is missing, and that an image processor falls back for want of torchvision, are
+true of the twin's process and never printed on a node, so they are not printed here either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import os
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+# library warnings about backends the twin's process lacks and a node has (torch, torchvision)
+_ABSENT_BACKEND_WARNINGS = ("PyTorch was not found", "requires torchvision (not installed)", "requires torch (not installed)")
+
+
+class _NodeOnlyFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(text in message for text in _ABSENT_BACKEND_WARNINGS)
+
+
+def library() -> types.ModuleType:
+    """The real ``transformers`` package (imported once per process, without its advice about torch)."""
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a node's configs are local files; the twin never downloads
+    root = logging.getLogger("transformers")
+    if not any(isinstance(f, _NodeOnlyFilter) for f in root.filters):
+        root.addFilter(_NodeOnlyFilter())
+    import transformers
+
+    for handler in logging.getLogger("transformers").handlers:
+        if not any(isinstance(f, _NodeOnlyFilter) for f in handler.filters):
+            handler.addFilter(_NodeOnlyFilter())  # records of the library's child loggers pass the root's handler
+    return transformers
+
+
+def version() -> str:
+    """The installed library's version (what a cached result of the config's parsing depends on)."""
+    try:
+        from importlib.metadata import version as dist_version
+
+        return dist_version("transformers")
+    except Exception:
+        return "absent"
+
+
+def _needs_torch(value: Any) -> bool:
+    from transformers.utils.import_utils import DummyObject
+
+    return isinstance(value, DummyObject) or isinstance(type(value), DummyObject)
+
+
+class _Bridge(types.ModuleType):
+    """A module of the library: its attributes as the library has them, a stub class where one needs torch."""
+
+    def __init__(self, real: types.ModuleType, stub: Callable[[str], Any], bridges: dict[str, Any]) -> None:
+        super().__init__(real.__name__)
+        self.__dict__["_dz_real"] = real
+        self.__dict__["_dz_stub"] = stub
+        self.__dict__["_dz_bridges"] = bridges
+        self.__path__ = list(getattr(real, "__path__", []))
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name not in ("__version__",):
+            raise AttributeError(name)
+        real, stub = self.__dict__["_dz_real"], self.__dict__["_dz_stub"]
+        qualified = f"{real.__name__}.{name}"
+        try:
+            value = getattr(real, name)
+        except AttributeError:
+            sub = bridge(qualified, stub, self.__dict__["_dz_bridges"], missing_ok=True)
+            if sub is None:
+                raise
+            value = sub
+        except Exception:  # the library's lazy import of the name failed (it needs torch)
+            return stub(qualified)
+        if isinstance(value, types.ModuleType):
+            return bridge(value.__name__, stub, self.__dict__["_dz_bridges"])
+        if _needs_torch(value):
+            return stub(qualified)
+        return value
+
+
+def bridge(name: str, stub: Callable[[str], Any], bridges: dict[str, Any], *, missing_ok: bool = False) -> Any:
+    """The module ``name`` of the library as workspace code imports it (``bridges``: the executor's made ones).
+    A module whose import needs torch is a stub module; a module the library does not have raises as import does
+    (``missing_ok``: None instead)."""
+    if name in bridges:
+        return bridges[name]
+    library()
+    try:
+        real = importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] in ("torch", "torchvision", "torchaudio"):
+            bridges[name] = _torch_stub_module(name, stub)
+            return bridges[name]
+        if missing_ok:
+            return None
+        raise
+    except ImportError:  # an import of the module needs what the twin stands in for
+        bridges[name] = _torch_stub_module(name, stub)
+        return bridges[name]
+    bridges[name] = _Bridge(real, stub, bridges)
+    return bridges[name]
+
+
+def _torch_stub_module(name: str, stub: Callable[[str], Any]) -> types.ModuleType:
+    module = types.ModuleType(name)
+    module.__path__ = []
+
+    def getattr_(attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return stub(f"{name}.{attr}")
+
+    module.__getattr__ = getattr_  # type: ignore[attr-defined]
+    return module
+
+
+@contextlib.contextmanager
+def isolated_registry(own: dict[str, Any]) -> Iterator[None]:
+    """While the block runs, ``AutoConfig``'s registered model types are ``own`` (the executor's), not those of
+    every executor the process made before."""
+    library()
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    saved = CONFIG_MAPPING._extra_content
+    CONFIG_MAPPING._extra_content = own
+    try:
+        yield
+    finally:
+        CONFIG_MAPPING._extra_content = saved
