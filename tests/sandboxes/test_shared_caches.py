@@ -31,8 +31,9 @@ FAKE_DEBOOTSTRAP = """#!/bin/sh
 target="$4"
 echo "$$ $target" >> "$FAKE_DEBOOTSTRAP_LOG"
 [ -n "$FAKE_DEBOOTSTRAP_FAIL" ] && { echo "E: fake failure" >&2; exit 1; }
-mkdir -p "$target/usr/bin" "$target/etc" "$target/proc" "$target/opt"
+mkdir -p "$target/usr/bin" "$target/etc" "$target/proc" "$target/opt" "$target/usr/lib/$FAKE_DEBOOTSTRAP_PYTHON"
 echo python > "$target/usr/bin/python3"
+echo "" > "$target/usr/lib/$FAKE_DEBOOTSTRAP_PYTHON/os.py"
 sleep "${FAKE_DEBOOTSTRAP_SLEEP1:-1}"
 echo cpp > "$target/usr/bin/cpp"
 sleep "${FAKE_DEBOOTSTRAP_SLEEP2:-1}"
@@ -52,6 +53,7 @@ def fake_debootstrap(tmp_path, monkeypatch) -> Path:
     log.touch()
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_DEBOOTSTRAP_LOG", str(log))
+    monkeypatch.setenv("FAKE_DEBOOTSTRAP_PYTHON", f"python{sys.version_info[0]}.{sys.version_info[1]}")  # this one
     monkeypatch.setenv("DAYZERO_CACHE", str(tmp_path / "cache"))
     return log
 
@@ -169,9 +171,6 @@ def test_the_image_tar_holds_the_rootfs_and_the_package_never_the_marker(tmp_pat
     base = image.rootfs(tmp_path / "cache" / "twin-rootfs", log=lambda _: None)
     (base / "opt" / "dayzero" / "sandboxes").mkdir(parents=True)  # as an older build copied it in place
     (base / "opt" / "dayzero" / "sandboxes" / "stale.py").write_text("")
-    lib = base / "usr" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"  # debootstrap's Python
-    lib.mkdir(parents=True)
-    (lib / "os.py").write_text("")
     image.write_tar(base, tmp_path / "image.tar")
     with tarfile.open(tmp_path / "image.tar") as tar:
         names = tar.getnames()

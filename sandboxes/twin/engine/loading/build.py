@@ -28,12 +28,6 @@ from .executor import ExecutionError, Executor
 MODELS = "python/sglang/srt/models"
 CONFIGS = "python/sglang/srt/configs"
 MODEL_CONFIG = "sglang.srt.configs.model_config"
-# quantization_config.quant_method -> (module, class) of the release's config class (layers/quantization/__init__.py)
-QUANT_CONFIGS = {
-    "quark": ("sglang.srt.layers.quantization.quark.quark", "QuarkConfig"),
-    "fp8": ("sglang.srt.layers.quantization.fp8", "Fp8Config"),
-    "mxfp4": ("sglang.srt.layers.quantization.mxfp4", "Mxfp4Config"),
-}
 
 
 class BuildError(RuntimeError):
@@ -145,50 +139,89 @@ def hf_config(executor: Executor, config: Mapping[str, Any], model_dir: Path | N
     return obj
 
 
-def quant_config(executor: Executor, config: Mapping[str, Any], model_cls: Any = None) -> Any:
-    """The release's quantization config for ``quantization_config`` (None for an unquantized checkpoint), made as
-    ``model_loader/loader.py`` ``_get_quantization_config`` makes it: the model class's ``packed_modules_mapping``
-    (Quark adds the fused ``gate_up_proj`` and ``fused_qkv_a_proj_with_mqa``) handed to ``from_config`` with it."""
-    qc = config.get("quantization_config")
-    if qc is None and isinstance(config.get("text_config"), Mapping):
-        qc = config["text_config"].get("quantization_config")
-    if not qc:
-        return None
-    method = str(qc.get("quant_method", ""))
-    if method not in QUANT_CONFIGS:
-        raise BuildError(f"the twin does not simulate quantization method {method!r} (it knows "
-                         f"{', '.join(QUANT_CONFIGS)})")  # fmt: skip
-    packed = getattr(model_cls, "packed_modules_mapping", None) if model_cls is not None else None
-    if not isinstance(packed, dict):
-        packed = {}
-    if method == "quark":
-        packed.update({"gate_up_proj": ["gate_proj", "up_proj"],
-                       "fused_qkv_a_proj_with_mqa": ["q_a_proj", "kv_a_proj_with_mqa"]})  # fmt: skip
-    hf_quant_config = dict(qc)
-    hf_quant_config["packed_modules_mapping"] = packed
-    module, name = QUANT_CONFIGS[method]
-    cls = getattr(executor.module(module), name)
-    return cls.from_config(hf_quant_config)
+LOADER = "sglang.srt.model_loader.loader"  # _get_quantization_config, _initialize_model
+LOAD_CONFIG = "sglang.srt.configs.load_config"
 
 
-def draft_architecture(executor: Executor, config_obj: Any) -> Any:
-    """Run the workspace's ``ModelConfig._config_draft_model`` on ``config_obj`` (it renames the architecture to
-    the draft class and sets what the draft needs, e.g. ``num_nextn_predict_layers``)."""
-    model_config = executor.module(MODEL_CONFIG)
-    holder = type("DraftModelConfig", (), {})()
-    holder.is_draft_model = True
-    holder.hf_config = config_obj
-    model_config.ModelConfig._config_draft_model(holder)
-    return config_obj
+def _raw(fn: Any) -> Any:
+    """A workspace function as written, without the executor's tolerance of what is stubbed (a failure here is
+    the engine's, never a stub value)."""
+    fn = fn._resolve() if hasattr(fn, "_resolve") else fn
+    return getattr(fn, "__wrapped__", fn)
+
+
+class ReleaseRegistry:
+    """``sglang.srt.models.registry.ModelRegistry`` as the release behaves: the classes each ``models/*.py`` file
+    names in ``EntryClass`` (read, not all imported: a class is built when it is asked for), an architecture it
+    does not list resolved to the release's Transformers fallback, the release's message for one it cannot serve."""
+
+    TRANSFORMERS_FALLBACK = "TransformersForCausalLM"
+
+    def __init__(self, executor: Executor) -> None:
+        self.executor = executor
+        self.classes = registry(executor.root)
+
+    def get_supported_archs(self) -> Any:
+        return self.classes.keys()
+
+    def resolve_model_cls(self, architectures: Any) -> tuple[Any, str]:
+        archs = [architectures] if isinstance(architectures, str) else list(architectures or [])
+        known = [a for a in archs if a in self.classes]
+        if len(known) != len(archs):
+            known.append(self.TRANSFORMERS_FALLBACK)  # what the release's _normalize_archs appends
+        for arch in known:
+            if arch in self.classes:
+                ref = self.classes[arch]
+                return getattr(self.executor.module(ref.module), ref.name), arch
+        raise ValueError(f"Model architectures {known} are not supported for now. Supported architectures: "
+                         f"{self.classes.keys()}")  # fmt: skip
+
+
+def _install_registry(executor: Executor) -> None:
+    names = executor.simulated.setdefault("sglang.srt.models.registry", {})
+    if "ModelRegistry" not in names:
+        names["ModelRegistry"] = ReleaseRegistry(executor)
+
+
+def release_model_config(executor: Executor, model_dir: Path, *, draft: bool = False) -> Any:
+    """The release's ``ModelConfig.from_server_args`` for the checkpoint in ``model_dir`` with the launch's
+    arguments (``Platform.server_args``): its config, its checks (quantization, dtype, ...) and its accounting
+    (attention architecture, KV heads, hybrid layers). Raises ``BuildError`` with what the release raised."""
+    _install_registry(executor)
+    args = executor.platform.server_args_object()
+    args.model_path = str(model_dir)
+    with executor.hf_registry():
+        try:
+            model_config = executor.module(MODEL_CONFIG).ModelConfig
+            made = model_config.from_server_args(args, model_path=str(model_dir), is_draft_model=draft)
+        except ExecutionError:
+            raise
+        except Exception as exc:
+            raise BuildError(f"{type(exc).__name__}: {exc}", exc) from exc
+    _torch_dtypes(made.hf_config, executor.torch["torch"])
+    return made
+
+
+def load_config(executor: Executor) -> Any:
+    """The release's ``LoadConfig`` with its defaults (``load_format=auto``)."""
+    return executor.module(LOAD_CONFIG).LoadConfig()
+
+
+def quant_config(executor: Executor, model_config: Any) -> Any:
+    """The release's quantization config of the checkpoint (None when unquantized), made by its own
+    ``_get_quantization_config``: the model class's packed modules, the device capability and dtype checks, the
+    class's ``hf_to_sglang_mapper`` applied."""
+    with executor.hf_registry():
+        return _raw(executor.module(LOADER)._get_quantization_config)(model_config, load_config(executor))
 
 
 def draft_class_of(sglang_root: Path, config: Mapping[str, Any]) -> str:
     """The architecture the release's draft worker builds for a model of ``config`` (its own
     ``ModelConfig._config_draft_model``; the model's own architecture when it renames nothing)."""
     executor = Executor(Path(sglang_root))
-    obj = hf_config(executor, config)
-    draft_architecture(executor, obj)
-    archs = getattr(obj, "architectures", None) or config.get("architectures") or [""]
+    with _model_folder(config, None) as folder:
+        model_config = release_model_config(executor, folder, draft=True)
+    archs = getattr(model_config.hf_config, "architectures", None) or config.get("architectures") or [""]
     return str(archs[0])
 
 
@@ -197,23 +230,27 @@ class Built:
     model: Any
     model_class: ModelClass
     quant_config: Any
-    config: Any
+    config: Any  # the hf_config the class received
+    model_config: Any = None  # the release's ModelConfig it was made from
 
 
 def build_model(executor: Executor, config: Mapping[str, Any], *, draft: bool = False,
                 model_dir: Path | None = None) -> Built:
-    """Construct the target (or the draft) model of ``config`` (read from ``model_dir`` when given, as the release
-    reads it). Raises ``BuildError``."""
-    obj = hf_config(executor, config, model_dir)
-    if draft:
-        draft_architecture(executor, obj)
-    archs = list(getattr(obj, "architectures", None) or config.get("architectures") or [])
-    cls_ref = resolve(executor.root, archs)
-    module = executor.module(cls_ref.module)
-    cls = getattr(module, cls_ref.name)
-    quant = quant_config(executor, config, cls)
-    mapper = getattr(cls, "hf_to_sglang_mapper", None)
-    if mapper is not None and quant is not None and hasattr(quant, "apply_weight_name_mapper"):
-        quant.apply_weight_name_mapper(mapper)  # model_loader/loader.py _get_quantization_config
-    model = cls(config=obj, quant_config=quant)
-    return Built(model=model, model_class=cls_ref, quant_config=quant, config=obj)
+    """Construct the target (or the draft) model of the checkpoint in ``model_dir`` (a scratch folder holding
+    ``config`` when None) as the release's loader does: ``ModelConfig`` from the launch's arguments, its
+    ``_get_quantization_config`` and ``_initialize_model``. Raises ``BuildError``."""
+    with _model_folder(config, model_dir) as folder:
+        model_config = release_model_config(executor, folder, draft=draft)
+        try:
+            with executor.hf_registry():
+                quant = quant_config(executor, model_config)
+                _, arch = ReleaseRegistry(executor).resolve_model_cls(model_config.hf_config.architectures)
+                model = _raw(executor.module(LOADER)._initialize_model)(
+                    model_config, load_config(executor), quant)
+        except ExecutionError:
+            raise  # a workspace file that does not import: the loader shows it as the import error it is
+        except Exception as exc:
+            raise BuildError(f"{type(exc).__name__}: {exc}", exc) from exc
+    ref = registry(executor.root).get(arch) or ModelClass(arch, type(model).__module__, type(model).__name__)
+    return Built(model=model, model_class=ref, quant_config=quant, config=model_config.hf_config,
+                 model_config=model_config)

@@ -41,10 +41,17 @@ from .stubs import StubValue
 _STDLIB = set(getattr(sys, "stdlib_module_names", ())) | {"__future__"}
 _FUTURE_ANNOTATIONS = __import__("__future__").annotations.compiler_flag
 # executed as written (prefixes of module names)
-REAL_PACKAGES = ("sglang.srt.models.", "sglang.srt.configs.", "sglang.srt.layers.quantization.quark.",
+REAL_PACKAGES = ("sglang.srt.models.", "sglang.srt.configs.", "sglang.srt.layers.quantization.",
                  "sglang.srt.utils.hf_transformers.")  # the last: how the release makes a config (get_config)
+# third-party libraries the engine's code uses that are pure Python and installed with the twin (transformers
+# requires them): the real ones (``packaging.version.parse(torch.__version__)``)
+REAL_LIBRARIES = frozenset({"packaging", "numpy"})
+# under a real package, but what the twin provides instead (its names come from ``simulated``): the model
+# registry imports every model file at import time; the twin's registry builds a class when it is asked for
+NOT_REAL = frozenset({"sglang.srt.models.registry"})
 REAL_MODULES = (
     "sglang.srt.configs",  # the package: its __init__ imports every config class the registry names
+    "sglang.srt.layers.quantization",  # QUANTIZATION_METHODS: every method the release has, by its name
     # the layers whose constructors make the parameters and whose weight_loaders check what is loaded
     "sglang.srt.layers.linear",
     "sglang.srt.layers.parameter",
@@ -123,6 +130,18 @@ def _stub_result(fn: Any) -> Callable[[], Any]:
     return StubValue
 
 
+_BACKEND_CHECKS = ("is_torch_available", "is_torchvision_available", "is_torchaudio_available")
+
+
+def _backend_guard(node: ast.stmt) -> bool:
+    """An ``if`` whose test asks whether a backend the twin stands in for is installed, and whose body imports."""
+    if not isinstance(node, ast.If) or not node.body:
+        return False
+    asked = {n.func.id if isinstance(n.func, ast.Name) else getattr(n.func, "attr", "")
+             for n in ast.walk(node.test) if isinstance(n, ast.Call)}  # fmt: skip
+    return bool(asked & set(_BACKEND_CHECKS)) and all(isinstance(n, ast.Import | ast.ImportFrom) for n in node.body)
+
+
 def _definitions(path: Path, names: list[str]) -> ast.Module:
     """The file's imports (each allowed to fail: an optional dependency the image lacks) and the named top-level
     definitions with everything they use."""
@@ -131,6 +150,13 @@ def _definitions(path: Path, names: list[str]) -> ast.Module:
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.module == "__future__":
             continue  # compiled with the annotations flag instead
+        if _backend_guard(node):  # `if is_torch_available(): import torch`: the twin stands in for that backend
+            node = ast.Module(body=list(node.body), type_ignores=[])
+            for inner in node.body:
+                guard = ast.Try(body=[inner], handlers=[ast.ExceptHandler(type=ast.Name("Exception", ast.Load()),
+                                name=None, body=[ast.Pass()])], orelse=[], finalbody=[])  # fmt: skip
+                imports.append(ast.copy_location(guard, inner))
+            continue
         if isinstance(node, ast.Import | ast.ImportFrom) or (
                 isinstance(node, ast.Try) and any(isinstance(n, ast.Import | ast.ImportFrom) for n in node.body)):
             guard = ast.Try(body=[node], handlers=[ast.ExceptHandler(type=ast.Name("Exception", ast.Load()),
@@ -179,6 +205,9 @@ class _StubMeta(abc.ABCMeta):
 
     def __getitem__(cls, item: Any) -> Any:
         return cls
+
+    def __setitem__(cls, item: Any, value: Any) -> None:
+        pass  # a registry of the engine's the twin does not simulate (``ALL_ATTENTION_FUNCTIONS["sglang"] = ...``)
 
     def register(cls, *args: Any, **kwargs: Any) -> Any:  # not ABCMeta's: AutoConfig.register(name, cls)
         return StubValue()
@@ -253,6 +282,25 @@ class _Lazy:
         return self._resolve() == other
 
     __hash__ = object.__hash__
+
+    # a constant of the engine (``torch_release >= (2, 7)``, ``x in SUPPORTED``) compares as its value
+    def __lt__(self, other: Any) -> bool:
+        return self._resolve() < other
+
+    def __le__(self, other: Any) -> bool:
+        return self._resolve() <= other
+
+    def __gt__(self, other: Any) -> bool:
+        return self._resolve() > other
+
+    def __ge__(self, other: Any) -> bool:
+        return self._resolve() >= other
+
+    def __contains__(self, item: Any) -> bool:
+        return item in self._resolve()
+
+    def __len__(self) -> int:
+        return len(self._resolve())
 
     def __mro_entries__(self, bases: tuple[Any, ...]) -> tuple[type, ...]:
         value = self._resolve()
@@ -344,17 +392,23 @@ class Executor:
     @property
     def transformers(self) -> Any:
         """The ``transformers`` package as the workspace's code imports it (``hf_library``)."""
-        return hf_library.bridge("transformers", stub_class, self.transformers_modules)
+        return hf_library.bridge("transformers", stub_class, self.transformers_modules, self.definition)
 
     def hf_registry(self) -> Any:
         """A context in which transformers' ``AutoConfig`` knows the model types this workspace registers."""
         return hf_library.isolated_registry(self.transformers_registry)
 
     def files(self, module: str) -> list[Path]:
-        base = self.python.joinpath(*module.split("."))
+        parts = module.split(".")
+        if parts[0] == "transformers":  # the library's own source (a definition it keeps for torch)
+            base = hf_library.source_root().joinpath(*parts[1:])
+        else:
+            base = self.python.joinpath(*parts)
         return [p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()]
 
     def is_real(self, module: str) -> bool:
+        if module in NOT_REAL:
+            return False
         return module in self.real_modules or module.startswith(REAL_PACKAGES)
 
     def module(self, name: str) -> types.ModuleType:
@@ -430,7 +484,7 @@ class Executor:
                 value = self._load(path, module, [name])[name]
             except PureCodeError:
                 break
-            return value if not callable(value) else self._tolerant(value)
+            return value if not callable(value) or isinstance(value, StubValue) else self._tolerant(value)
         return stub_class(f"{module}.{name}")
 
     def _reexport(self, module: str, path: Path, tree: ast.Module, name: str) -> str | None:
@@ -517,7 +571,7 @@ class Executor:
         top = name.split(".")[0]
         if top == "concurrent":
             return _FUTURES if fromlist and name == "concurrent.futures" else _CONCURRENT
-        if top in _STDLIB:
+        if top in _STDLIB or top in REAL_LIBRARIES:
             return builtins.__import__(name, globals, locals, fromlist, 0)
         if top in ABSENT:
             raise ModuleNotFoundError(f"No module named '{name}'", name=name)
@@ -526,7 +580,7 @@ class Executor:
                 return self.torch.get(name) or self._stub(name)
             return self.torch["torch"]
         if top == "transformers":
-            return hf_library.bridge(name if fromlist else top, stub_class, self.transformers_modules)
+            return hf_library.bridge(name if fromlist else top, stub_class, self.transformers_modules, self.definition)
         if top == "sglang":
             if fromlist:
                 return self.module(name)

@@ -314,6 +314,11 @@ class Tensor:
 
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _elementwise
     __neg__ = __abs__ = exp = log = sqrt = abs = neg = sigmoid = _elementwise
+    # the integer and power operators loaders use on packed weights (Quark's mxfp4_to_f32: ``x & 0x0F``, ``>>``;
+    # rotary tables: ``theta ** (arange / dim)``)
+    __pow__ = __rpow__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = _elementwise
+    __and__ = __rand__ = __or__ = __ror__ = __xor__ = __rxor__ = __invert__ = _elementwise
+    __lshift__ = __rlshift__ = __rshift__ = __rrshift__ = _elementwise
 
     def __getattr__(self, name: str) -> Any:
         # torch's other tensor methods compute values, which the twin never needs: elementwise ones keep the shape,

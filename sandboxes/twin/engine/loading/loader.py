@@ -299,13 +299,12 @@ def _culprits(exc: BaseException, param_names: dict[int, str]) -> tuple[str | No
 
 def _failure(root: Path, head: list[Frame], exc: BaseException, *, draft: bool,
              param_names: dict[int, str] | None = None) -> WeightLoadError:  # fmt: skip
-    cause = exc.cause if isinstance(exc, ExecutionError) else exc
-    if isinstance(exc, BuildError) and exc.cause is not None:
-        cause = exc.cause
-    if isinstance(cause, ExecutionError):
+    cause = exc.cause if isinstance(exc, BuildError) and exc.cause is not None else exc
+    imported = isinstance(cause, ExecutionError)
+    while isinstance(cause, ExecutionError):  # a module importing a module that failed: the innermost failure
         cause = cause.cause
     summary = _exception_line(cause)
-    cls = WorkspaceImportError if isinstance(exc, ExecutionError) or isinstance(cause, SyntaxError | ImportError) else WeightLoadError
+    cls = WorkspaceImportError if imported or isinstance(cause, SyntaxError | ImportError) else WeightLoadError
     if isinstance(exc, BuildError) and exc.cause is None:
         return cls(str(exc), render(root, head, [f"ValueError: {exc}"]), draft=draft)
     param, checkpoint = _culprits(cause, param_names or {})
@@ -380,10 +379,10 @@ class _Loaded:
 
 
 def _load_one(executor: Executor, root: Path, config: dict[str, Any], entries: list[Entry], *, draft: bool,
-              report: WeightLoadReport, eagle3: bool = False) -> _Loaded:  # fmt: skip
+              report: WeightLoadReport, eagle3: bool = False, model_dir: Path | None = None) -> _Loaded:  # fmt: skip
     worker = DRAFT_WORKER if draft else TARGET_WORKER
     try:
-        built = build_model(executor, config, draft=draft)
+        built = build_model(executor, config, draft=draft, model_dir=model_dir)
     except (BuildError, ExecutionError, Exception) as exc:  # the constructor (or an import it needed) raised
         raise _failure(root, SCHEDULER_START + worker + RUNNER_INIT, exc, draft=draft) from None
     checkpoint = _Checkpoint(entries)
@@ -403,7 +402,9 @@ def _load_one(executor: Executor, root: Path, config: dict[str, Any], entries: l
     finally:
         fake_torch.Tensor.copy_ = original  # type: ignore[method-assign]
     report.num_tensors += sum(w for _, _, _, w in checkpoint.entries)
-    missing = [n for n, p in built.model.named_parameters() if id(p) not in loaded]
+    # a parameter the release marks as optional in a checkpoint (a KV cache method's k_scale/v_scale) is not missing
+    missing = [n for n, p in built.model.named_parameters()
+               if id(p) not in loaded and not p.__dict__.get("_skip_weight_check")]  # fmt: skip
     if draft:  # the draft worker hands the draft the target's embedding, and LM head (EAGLEWorker.__init__)
         # EAGLE3 keeps its own LM head over its draft vocabulary unless the class asks for the target's
         own_head = eagle3 and not getattr(built.model, "load_lm_head_from_target", False)
@@ -551,14 +552,15 @@ def load_weights(model_dir: Path, sglang_root: Path, *, with_draft: bool, tp_siz
     logging.getLogger().addHandler(capture)
     try:
         executor = Executor(root, platform)
-        target = _load_one(executor, root, config, entries, draft=False, report=report)
+        target = _load_one(executor, root, config, entries, draft=False, report=report, model_dir=model_dir)
         report.target_bytes_by_category, report.target_class = target.bytes_by_category, target.model_class
         report.unquantized_modules = target.unquantized
         missing = target.missing
         if with_draft and eagle3:
             _capture_aux_states(root, target.model, draft_config)
         if with_draft:
-            drafted = _load_one(executor, root, draft_config, draft_entries, draft=True, report=report, eagle3=eagle3)
+            drafted = _load_one(executor, root, draft_config, draft_entries, draft=True, report=report, eagle3=eagle3,
+                                model_dir=Path(draft_dir) if draft_config is not config else model_dir)
             report.draft_bytes_by_category, report.draft_class = drafted.bytes_by_category, drafted.model_class
             if draft_config is not config:
                 report.draft_layers = int(draft_config.get("num_hidden_layers") or 1)
