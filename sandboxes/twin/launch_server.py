@@ -122,8 +122,11 @@ def load_workspace_module(root: Path, rel: str, name: str) -> ModuleType:
 
 
 def moe_selection(ws: Workspace, scale: float) -> bool:
-    """Look the model's MoE shape up in the tuned CSV the environment names; log aiter's lines."""
+    """Look the model's MoE shape up in the tuned CSV the environment names; log aiter's lines. A model without
+    routed experts runs no fused-MoE kernel: nothing to look up (True: no untuned path)."""
     sc = ws.scenario
+    if sc.model.moe is None:
+        return True
     aiter_root = ws.model_dir.parent / "aiter"  # the image's aiter tree (workspace aiter/)
     csv_path = os.environ.get("AITER_CONFIG_FMOE") or str(aiter_root / sc.engine.default_moe_config)
     try:

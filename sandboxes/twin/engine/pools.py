@@ -115,10 +115,20 @@ def ssm_dtype(a: LinearAttention, cfg: ServingConfig) -> str:
     return a.ssm_dtype if a.ssm_dtype in STATE_DTYPE_SIZE else MAMBA_SSM_DTYPE
 
 
-def linear_state(a: LinearAttention, attn_tp: int, ssm: str = MAMBA_SSM_DTYPE, conv: str = MAMBA_CONV_DTYPE) -> LinearState:
-    """``Mamba2StateShape.create`` as ``Qwen3NextConfig.mamba2_cache_params`` calls it: the convolution's channels
-    are the values and two key groups (widened to a multiple of the TP degree when they do not divide it), split
-    over the attention TP group with the value heads."""
+def linear_state(a: LinearAttention, attn_tp: int, ssm: str = MAMBA_SSM_DTYPE,
+                 conv_dtype: str = MAMBA_CONV_DTYPE) -> LinearState:  # fmt: skip
+    """One layer's state on one GPU of an attention TP group of ``attn_tp``: the shapes the release's own
+    ``mamba2_cache_params`` gives at that size, as the model's description recorded them (``LinearAttention.states``);
+    for a hand-written model without them, ``Mamba2StateShape.create`` as ``Qwen3NextConfig.mamba2_cache_params``
+    calls it (the convolution's channels are the values and two key groups, widened to a multiple of the TP degree
+    when they do not divide it, split over the attention TP group with the value heads)."""
+    by_tp = {tp: (conv, tuple(temporal)) for tp, conv, temporal in a.states}
+    if attn_tp in by_tp:  # a size the release's shapes were asked at; any other is worked out (and checked) below
+        conv, temporal = by_tp[attn_tp]
+        kept = max(a.conv_kernel - 1, 1)
+        h, v, k = (tuple(temporal) + (1, 1, 1))[:3] if temporal else (0, 1, 1)
+        return LinearState(conv_shape=(conv // kept, kept), temporal_shape=(h, v, k), conv_dtype=conv_dtype,
+                           ssm_dtype=ssm)  # fmt: skip
     groups = a.num_key_heads
     if groups % attn_tp:  # extra_groups_for_head_shards
         groups += attn_tp - groups
@@ -126,7 +136,7 @@ def linear_state(a: LinearAttention, attn_tp: int, ssm: str = MAMBA_SSM_DTYPE, c
     return LinearState(
         conv_shape=(_divide(conv_dim, attn_tp), a.conv_kernel - 1),
         temporal_shape=(_divide(a.num_value_heads, attn_tp), a.value_head_dim, a.key_head_dim),
-        conv_dtype=conv,
+        conv_dtype=conv_dtype,
         ssm_dtype=ssm,
     )
 

@@ -76,9 +76,10 @@ def _registry(models_dir: str, stamp: tuple[tuple[str, float], ...]) -> dict[str
     return out
 
 
-def registry(sglang_root: Path) -> dict[str, ModelClass]:
-    """Architecture name -> its class, as the release's ``ModelRegistry`` collects them (``EntryClass``)."""
-    models = Path(sglang_root) / MODELS
+def registry(sglang_root: Path, *, package: Path | None = None) -> dict[str, ModelClass]:
+    """Architecture name -> its class, as the release's ``ModelRegistry`` collects them (``EntryClass``), of the
+    tree at ``sglang_root`` (or of the unpacked ``sglang`` ``package``)."""
+    models = Path(package) / "srt" / "models" if package is not None else Path(sglang_root) / MODELS
     stamp = tuple((p.name, p.stat().st_mtime) for p in sorted(models.glob("*.py")))
     return _registry(str(models), stamp)
 
@@ -234,6 +235,18 @@ class Built:
     model_config: Any = None  # the release's ModelConfig it was made from
 
 
+def _initialized(executor: Executor, model_config: Any, quant: Any) -> Any:
+    """``_initialize_model`` under ``set_default_torch_dtype(model_config.dtype)``, as ``DefaultModelLoader.load_model``
+    calls it: a parameter made without a dtype (a norm's weight) gets the model's."""
+    previous = fake_torch.default_dtype()
+    dtype = model_config.dtype if isinstance(model_config.dtype, fake_torch.dtype) else previous
+    fake_torch.set_default_dtype(dtype)
+    try:
+        return _raw(executor.module(LOADER)._initialize_model)(model_config, load_config(executor), quant)
+    finally:
+        fake_torch.set_default_dtype(previous)
+
+
 def build_model(executor: Executor, config: Mapping[str, Any], *, draft: bool = False,
                 model_dir: Path | None = None) -> Built:
     """Construct the target (or the draft) model of the checkpoint in ``model_dir`` (a scratch folder holding
@@ -245,8 +258,7 @@ def build_model(executor: Executor, config: Mapping[str, Any], *, draft: bool = 
             with executor.hf_registry():
                 quant = quant_config(executor, model_config)
                 _, arch = ReleaseRegistry(executor).resolve_model_cls(model_config.hf_config.architectures)
-                model = _raw(executor.module(LOADER)._initialize_model)(
-                    model_config, load_config(executor), quant)
+                model = _initialized(executor, model_config, quant)
         except ExecutionError:
             raise  # a workspace file that does not import: the loader shows it as the import error it is
         except Exception as exc:

@@ -59,11 +59,13 @@ REAL_MODULES = (
     "sglang.srt.layers.layernorm",
     "sglang.srt.layers.moe.fused_moe_triton.layer",
     "sglang.srt.layers.radix_attention",
-    "sglang.srt.layers.attention.nsa.nsa_indexer",
+    "sglang.srt.layers.attention.nsa.nsa_indexer",  # a sparse-MLA layer's indexer (0.5.12's name)
+    "sglang.srt.layers.attention.dsa.dsa_indexer",  # the same indexer, as 0.5.13 names its folder
     "sglang.srt.layers.attention.fla.layernorm_gated",  # Gated DeltaNet's output norm (its weight is in the checkpoint)
     "sglang.srt.layers.attention.fla.fused_norm_gate",  # the same norm, fused, when piecewise CUDA graphs are off
     "sglang.srt.layers.attention.mamba.mamba",  # mamba_v2_sharded_weight_loader: how a conv1d weight is loaded
     "sglang.srt.layers.attention.vision",  # a vision tower's attention (qkv_proj, proj)
+    "sglang.srt.layers.conv",  # a vision tower's patch embedding (Conv2dLayer, Conv3dLayer)
     "sglang.srt.model_loader.weight_utils",
     # the quantization configs that decide which layer is quantized how, and their methods' create_weights
     "sglang.srt.layers.quantization.base_config",

@@ -388,8 +388,19 @@ class UninitializedParameter(Parameter):
     """torch's lazily shaped parameter: nothing the twin builds is one."""
 
 
+_DEFAULT_DTYPE = ["float32"]  # torch.set_default_dtype: what a tensor made without a dtype gets
+
+
+def default_dtype() -> dtype:
+    return DTYPES[_DEFAULT_DTYPE[0]]
+
+
+def set_default_dtype(d: dtype) -> None:
+    _DEFAULT_DTYPE[0] = next((name for name, v in DTYPES.items() if v is d), "float32")
+
+
 def empty(*shape: Any, dtype: dtype | None = None, **kwargs: Any) -> Tensor:
-    return Tensor(_shape_args(shape), dtype or DTYPES["float32"])
+    return Tensor(_shape_args(shape), dtype or default_dtype())
 
 
 def empty_like(t: Tensor, dtype: dtype | None = None, **kwargs: Any) -> Tensor:
@@ -397,12 +408,12 @@ def empty_like(t: Tensor, dtype: dtype | None = None, **kwargs: Any) -> Tensor:
 
 
 def full(shape: Any, fill_value: Any = 0, dtype: dtype | None = None, **kwargs: Any) -> Tensor:
-    return Tensor(_shape_args((shape,)), dtype or DTYPES["float32"])
+    return Tensor(_shape_args((shape,)), dtype or default_dtype())
 
 
 def tensor(data: Any = (), dtype: dtype | None = None, **kwargs: Any) -> Tensor:
     shape = [len(data)] if isinstance(data, list | tuple) else []
-    return Tensor(shape, dtype or DTYPES["float32"])
+    return Tensor(shape, dtype or default_dtype())
 
 
 def arange(*args: Any, dtype: dtype | None = None, **kwargs: Any) -> Tensor:
@@ -693,8 +704,8 @@ class LayerNorm(Module):
         super().__init__()
         shape = _shape_args((normalized_shape,))
         if elementwise_affine:
-            self.weight = Parameter(empty(*shape, dtype=dtype or DTYPES["float32"]))
-            self.bias = Parameter(empty(*shape, dtype=dtype or DTYPES["float32"])) if bias else None
+            self.weight = Parameter(empty(*shape, dtype=dtype or default_dtype()))
+            self.bias = Parameter(empty(*shape, dtype=dtype or default_dtype())) if bias else None
 
 
 class Conv1d(Module):
@@ -703,6 +714,27 @@ class Conv1d(Module):
         super().__init__()
         self.weight = Parameter(empty(out_channels, in_channels // groups, kernel_size, dtype=dtype or DTYPES["bfloat16"]))
         self.bias = Parameter(empty(out_channels, dtype=dtype or DTYPES["bfloat16"])) if bias else None
+
+
+class _ConvNd(Module):
+    """A convolution of ``_dims`` spatial dimensions (a vision tower's patch embedding): its weight and bias."""
+
+    _dims = 2
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, *args: Any, groups: int = 1,
+                 bias: bool = True, dtype: dtype | None = None, **kwargs: Any) -> None:  # fmt: skip
+        super().__init__()
+        kernel = list(kernel_size) if isinstance(kernel_size, list | tuple) else [int(kernel_size)] * self._dims
+        self.weight = Parameter(empty(out_channels, in_channels // groups, *kernel, dtype=dtype or default_dtype()))
+        self.bias = Parameter(empty(out_channels, dtype=dtype or default_dtype())) if bias else None
+
+
+class Conv2d(_ConvNd):
+    _dims = 2
+
+
+class Conv3d(_ConvNd):
+    _dims = 3
 
 
 class _Activation(Module):
@@ -759,11 +791,12 @@ def build_modules(stub_class: Any, cuda: types.ModuleType | None = None) -> dict
     torch.no_grad = torch.inference_mode = torch.enable_grad = no_grad
     torch.is_tensor = lambda x: isinstance(x, Tensor)
     torch.device = device
-    torch.get_default_dtype = lambda: DTYPES["bfloat16"]
+    torch.get_default_dtype = default_dtype
+    torch.set_default_dtype = set_default_dtype
     torch.version = types.SimpleNamespace(hip="7.0.0", cuda=None, git_version="")
     nn = types.ModuleType("torch.nn")
     for cls in (Module, ModuleList, ModuleDict, Sequential, ParameterList, Identity, Linear, Embedding, LayerNorm,
-                Conv1d):  # fmt: skip
+                Conv1d, Conv2d, Conv3d):  # fmt: skip
         setattr(nn, cls.__name__, cls)
     nn.Parameter = Parameter
     for act in ("SiLU", "GELU", "ReLU", "Tanh", "Sigmoid", "Dropout", "Softmax"):

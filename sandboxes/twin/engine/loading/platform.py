@@ -165,8 +165,9 @@ class Platform:
             "get_world_group": lambda *a, **k: tp_group,
         }
         attention = {
-            "get_attention_tp_size": lambda *a, **k: attn_tp,
-            "get_attention_tp_rank": lambda *a, **k: rank % attn_tp,
+            # read when asked: the twin asks the release's state accounting at each attention TP size in turn
+            "get_attention_tp_size": lambda *a, **k: self.attention_tp_size,
+            "get_attention_tp_rank": lambda *a, **k: rank % self.attention_tp_size,
             "get_attention_tp_group": lambda *a, **k: attn_group,
             "get_attention_dp_size": lambda *a, **k: self.dp_size if self.enable_dp_attention else 1,
             "get_attention_dp_rank": lambda *a, **k: 0,
