@@ -1,9 +1,9 @@
 """What a model is made of: its layers one by one (attention kind, MLP kind), its MTP head and its dimensions.
 
-A ``ModelArch`` is read from the model's own published ``config.json`` (``models.config_reader``); every part of
-the twin that depends on the model's shape (the checkpoint it is stored as, the KV and state pools, the cost of a
-step) reads it from here, so a new architecture is a new attention or MLP kind in this module and its reader,
-not a change in every consumer.
+A ``ModelArch`` is derived from the module tree the pinned release builds of the model's ``config.json``
+(``models.derive``); every part of the twin that depends on the model's shape (the KV and state pools, the cost of
+a step) reads it from here, so a new family needs no twin code, and a new kernel kind is a new attention or MLP
+kind in this module, not a change in every consumer.
 
 Attention kinds:
 
@@ -62,6 +62,8 @@ class GQA:
     num_kv_heads: int
     head_dim: int
     sliding_window: int = 0  # 0: every earlier token; else the last this many
+    chunk_size: int = 0  # chunked local attention (Llama 4): only the tokens of the query's own chunk
+    v_head_dim: int = 0  # the value heads' size where it is not head_dim (0: head_dim)
     sinks: bool = False  # a learned per-head logit added to the softmax (GPT-OSS)
     qk_norm: bool = False  # per-head RMSNorm of q and k (Qwen3)
     output_gate: bool = False  # q_proj also yields a per-head sigmoid gate on the output (Qwen3-Next)
@@ -69,8 +71,13 @@ class GQA:
     o_bias: bool = False
 
     @property
+    def value_dim(self) -> int:
+        return self.v_head_dim or self.head_dim
+
+    @property
     def name(self) -> str:
-        parts = ["gqa"] + (["swa"] if self.sliding_window else []) + (["sinks"] if self.sinks else [])
+        parts = (["gqa"] + (["swa"] if self.sliding_window else []) + (["chunked"] if self.chunk_size else [])
+                 + (["sinks"] if self.sinks else []))  # fmt: skip
         return "+".join(parts)
 
 
@@ -85,6 +92,11 @@ class LinearAttention:
     value_head_dim: int
     conv_kernel: int
     ssm_dtype: str | None = None  # config.json's mamba_ssm_dtype: the recurrent state's dtype (None: not said)
+    mixer: str = ""  # the release's class of the layer (Qwen3GatedDeltaNet, MambaMixer2, Lfm2ShortConv, ...)
+    conv_channels: int = 0  # the convolution's channels where the release says (0: q, k and v side by side)
+    # the state the release allocates per request and layer, at each attention TP size it divides over:
+    # (attention TP, convolution elements, temporal (SSM) state shape), from its mamba2_cache_params
+    states: tuple[tuple[int, int, tuple[int, ...]], ...] = ()
 
     @property
     def key_dim(self) -> int:
@@ -96,8 +108,8 @@ class LinearAttention:
 
     @property
     def conv_dim(self) -> int:
-        """Channels of the causal convolution: q, k and v side by side."""
-        return 2 * self.key_dim + self.value_dim
+        """Channels of the causal convolution: q, k and v side by side (or as the release's state says)."""
+        return self.conv_channels or 2 * self.key_dim + self.value_dim
 
     @property
     def conv_state_elements(self) -> int:
@@ -123,6 +135,7 @@ class DenseMLP:
     kind: ClassVar[str] = "dense"
     intermediate_size: int
     bias: bool = False
+    gated: bool = True  # a gate and an up projection (SwiGLU); False: an up projection only (squared ReLU)
 
 
 @dataclass(frozen=True)
@@ -149,12 +162,24 @@ MLP = DenseMLP | MoE
 
 @dataclass(frozen=True)
 class Layer:
-    attention: Attention
-    mlp: MLP
+    attention: Attention | None  # None: a layer with no token mixer (Nemotron-H's MLP layers)
+    mlp: MLP | None  # None: a layer with no MLP (Nemotron-H's attention and Mamba layers)
 
     @property
     def name(self) -> str:
-        return f"{self.attention.name}/{self.mlp.kind}"
+        return f"{self.attention.name if self.attention else 'none'}/{self.mlp.kind if self.mlp else 'none'}"
+
+
+@dataclass(frozen=True)
+class LayerParams:
+    """A layer's weights by what they do, counted as the release's layers are sized (a linear's input x output, a
+    routed expert's gate, up and down), whatever their storage: what a step reads and multiplies."""
+
+    attention: int = 0  # the token mixer's projections (attention, a DSA indexer, a recurrent mixer's)
+    dense_mlp: int = 0
+    shared_experts: int = 0
+    routed_expert: int = 0  # one routed expert
+    router: int = 0
 
 
 @dataclass(frozen=True)
@@ -163,6 +188,7 @@ class MTP:
 
     num_layers: int
     layer: Layer  # its decoder layer (the same kinds as the model's)
+    draft_class: str = ""  # the release's class that drafts with it (ModelConfig._config_draft_model's choice)
 
 
 @dataclass(frozen=True)
@@ -177,6 +203,9 @@ class ModelArch:
     mtp: MTP | None = None
     torch_dtype: str = "bfloat16"
     notes: tuple[str, ...] = field(default=(), compare=False)  # what the reader decided and why
+    layer_params: tuple[LayerParams, ...] = field(default=(), compare=False)  # per layer, as the release sizes it
+    embedding_params: int = 0
+    lm_head_params: int = 0
 
     @property
     def num_hidden_layers(self) -> int:
@@ -188,7 +217,7 @@ class ModelArch:
 
     def attention_layers(self, kind: str) -> list[int]:
         """Indices of the layers whose attention is of ``kind`` (``mla``, ``gqa`` or ``linear``)."""
-        return [i for i, layer in enumerate(self.layers) if layer.attention.kind == kind]
+        return [i for i, layer in enumerate(self.layers) if layer.attention is not None and layer.attention.kind == kind]
 
     @property
     def full_attention_layers(self) -> list[int]:
@@ -206,7 +235,8 @@ class ModelArch:
     @property
     def kv_layers(self) -> list[int]:
         """Layers that keep a KV cache (every attention kind but linear attention)."""
-        return [i for i, layer in enumerate(self.layers) if layer.attention.kind != "linear"]
+        return [i for i, layer in enumerate(self.layers)
+                if layer.attention is not None and layer.attention.kind != "linear"]  # fmt: skip
 
     @property
     def full_attention(self) -> MLA | GQA | None:

@@ -2,17 +2,13 @@
 
 Scenarios written before the twin read real configs describe a model field by field; ``config_from_spec`` turns
 that description into the config.json such a model publishes, so that every scenario, hand-written or built from
-a real config, reaches the engine and the cost model through the same file and the same reader
-(``config_reader.read_arch``). ``LEGACY_FACTS`` answers what such a config leaves open, as those scenarios meant
-it (no sinks, no output gate, no expert biases; DeepSeek's routing bias). Standard library only.
+a real config, reaches the engine and the cost model through the same file and the same derivation (the release
+builds the class the config names: ``models.description``). Standard library only.
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-LEGACY_FACTS = {"attention.sinks": False, "attention.output_gate": False, "moe.expert_bias": False,
-                "moe.router_bias": False, "moe.correction_bias": True, "moe.shared_expert_gate": False}  # fmt: skip
 
 
 def config_from_spec(m: Any) -> dict[str, Any]:
@@ -81,7 +77,8 @@ def spec_fields(arch: Any, config: dict[str, Any]) -> dict[str, Any]:
     from ..scenario.format import AttentionSpec, MoESpec
     from .arch import GQA, MLA, LinearAttention
 
-    full = arch.full_attention or next((la.attention for la in arch.layers if not isinstance(la.attention, LinearAttention)), None)
+    full = arch.full_attention or next((la.attention for la in arch.layers
+                                        if la.attention is not None and not isinstance(la.attention, LinearAttention)), None)
     if isinstance(full, MLA):
         attention = AttentionSpec(num_heads=full.num_heads, kind="mla", q_lora_rank=full.q_lora_rank,
                                   kv_lora_rank=full.kv_lora_rank, qk_nope_head_dim=full.qk_nope_head_dim,
@@ -97,8 +94,8 @@ def spec_fields(arch: Any, config: dict[str, Any]) -> dict[str, Any]:
     moe_spec = MoESpec(num_experts=moe.num_experts, top_k=moe.top_k, intermediate_size=moe.intermediate_size,
                        num_shared_experts=(moe.shared_intermediate_size // moe.intermediate_size
                                            if moe.has_shared and moe.intermediate_size else 0)) if moe else None  # fmt: skip
-    dense = [la for la in arch.layers if la.mlp.kind == "dense"]
-    first_dense = next((i for i, la in enumerate(arch.layers) if la.mlp.kind != "dense"), 0)
+    dense = [la for la in arch.layers if la.mlp is not None and la.mlp.kind == "dense"]
+    first_dense = next((i for i, la in enumerate(arch.layers) if la.mlp is not None and la.mlp.kind != "dense"), 0)
     return {
         "architecture": arch.architecture, "model_type": arch.model_type, "hidden_size": arch.hidden_size,
         "num_hidden_layers": arch.num_hidden_layers, "vocab_size": arch.vocab_size, "attention": attention,

@@ -118,7 +118,8 @@ class Scheme:
       ``<proj>_blocks`` U8 ``[E, o, i/32, 16]`` + ``<proj>_scales`` U8 ``[E, o, i/32]``; the rest bf16.
     * none: every tensor in the checkpoint's dtype."""
 
-    def __init__(self, qc: Mapping[str, Any] | None, *, scale_dtype: str = "F32", dtype: str = "BF16") -> None:
+    def __init__(self, qc: Mapping[str, Any] | None, *, scale_dtype: str = "F32", dtype: str = "BF16",
+                 stored_unquantized: list[str] | tuple[str, ...] = ()) -> None:
         self.qc = dict(qc or {})
         self.method = str(self.qc.get("quant_method", "")).lower() if qc else "none"
         self.format = weight_format(qc)
@@ -131,13 +132,14 @@ class Scheme:
         else:
             listed = self.qc.get("modules_to_not_convert") or self.qc.get("ignored_layers") or []
             self.unconverted = Matcher([str(x) for x in listed], "transformers")
+        self.also_unquantized = Matcher(list(stored_unquantized), "quark")
 
     def quantizes(self, name: str, category: str) -> bool:
         if self.method == "none" or self.format == "bf16":
             return False
         if self.method == "mxfp4" and category != "routed_experts":
             return False
-        return not self.unconverted(name)
+        return not self.unconverted(name) and not self.also_unquantized(name)
 
     def tensors(self, t: Any, quantized: bool) -> list[tuple[str, str, tuple[int, ...]]]:
         """``[(suffix, dtype, shape)]`` of module ``t`` (a linear, or fused experts ``[E, o, i]``): the suffix is
@@ -163,3 +165,92 @@ class Scheme:
                     (f"{bare}_scale_inv" if fused else ".weight_scale_inv", self.scale_dtype,
                      (*lead, _ceil(o, b0), _ceil(i, b1)))]  # fmt: skip
         return [(bare, "F8_E4M3", t.shape), (f"{bare}_scale" if fused else ".weight_scale", "F32", (*lead, 1))]
+
+
+def quark_export_config(weight_format: str, exclude: list[str]) -> dict[str, Any] | None:
+    """The ``quantization_config`` of a Quark export in ``weight_format`` with ``exclude`` (a hand-written
+    scenario's checkpoint, as AMD's Quark writes one); None for bf16."""
+    if weight_format == "bf16":
+        return None
+    if weight_format == "mxfp4":
+        weight: dict[str, Any] = {
+            "dtype": "fp4",
+            "is_dynamic": False,
+            "qscheme": "per_group",
+            "ch_axis": -1,
+            "group_size": 32,
+            "symmetric": None,
+            "round_method": "half_even",
+            "scale_format": "e8m0",
+            "scale_calculation_mode": "even",
+            "scale_type": "float",
+            "mx_element_dtype": None,
+            "observer_cls": "PerBlockMXObserver",
+        }
+        inputs = dict(weight, is_dynamic=True)
+    elif weight_format == "fp8":
+        weight = {
+            "dtype": "fp8_e4m3",
+            "is_dynamic": False,
+            "qscheme": "per_channel",
+            "ch_axis": 0,
+            "group_size": None,
+            "symmetric": None,
+            "round_method": "half_even",
+            "scale_type": "float",
+            "observer_cls": "PerChannelMinMaxObserver",
+        }
+        inputs = dict(weight, is_dynamic=True, ch_axis=1, observer_cls="PerChannelMinMaxObserver")
+    else:
+        raise QuantizationError(f"unknown weight_format {weight_format!r}")
+    return {
+        "quant_method": "quark",
+        "export": {
+            "kv_cache_group": [],
+            "min_kv_scale": 0.0,
+            "pack_method": "reorder",
+            "weight_format": "real_quantized",
+            "weight_merge_groups": None,
+        },
+        "global_quant_config": {
+            "weight": weight,
+            "input_tensors": inputs,
+            "output_tensors": None,
+            "bias": None,
+            "target_device": None,
+        },
+        "layer_quant_config": {},
+        "layer_type_quant_config": {},
+        "kv_cache_quant_config": {},
+        "exclude": exclude,
+        "algo_config": None,
+        "quant_mode": "eager_mode",
+        "version": "0.10",
+    }
+
+
+def is_hf_quant_config(data: Any) -> bool:
+    """Whether ``data`` is a ModelOpt ``hf_quant_config.json`` (a producer and a ``quantization`` section), the
+    side file a checkpoint carries instead of a ``quantization_config`` in its config.json."""
+    return isinstance(data, Mapping) and isinstance(data.get("quantization"), Mapping) and "producer" in data
+
+
+def from_hf_quant_config(release: str, config: Mapping[str, Any], data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The quantization config the pinned release makes of a ModelOpt ``hf_quant_config.json`` beside
+    ``config`` (its own ``ModelConfig._parse_modelopt_quant_config``: ``modelopt_fp4``, ``modelopt_fp8``, ...;
+    None for an algorithm it does not read). Raises ``QuantizationError`` when the release is not at hand."""
+    import types
+
+    from ..engine.loading.build import MODEL_CONFIG, _raw
+    from ..engine.loading.executor import Executor
+    from .scratch import ReleaseUnavailable, scratch
+
+    holder = types.SimpleNamespace(hf_config=types.SimpleNamespace(
+        architectures=list(config.get("architectures") or []), model_type=config.get("model_type")))  # fmt: skip
+    try:
+        with scratch(release, config) as (root, _):
+            parse = _raw(Executor(root).module(MODEL_CONFIG).ModelConfig._parse_modelopt_quant_config)
+            made = parse(holder, dict(data))
+    except ReleaseUnavailable as exc:
+        raise QuantizationError(str(exc)) from None
+    return dict(made) if made else None
