@@ -65,6 +65,8 @@ def _cmd_walkthrough(args: argparse.Namespace) -> int:
 def _setup_scenario(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", required=True, help="the model's config.json")
     p.add_argument("--index", help="the checkpoint's model.safetensors.index.json (or a name<TAB>shape<TAB>dtype listing)")
+    p.add_argument("--index-partial", action="store_true",
+                   help="the index is another checkpoint's (a sibling's, a partial listing): its spelling only")
     p.add_argument("--quantization", help="a published quantization_config (JSON) replacing config.json's own")
     p.add_argument("--draft-config", help="the config.json of a separate draft checkpoint (e.g. an EAGLE3 head)")
     p.add_argument("--hardware", required=True, choices=("mi355x", "mi300x"))
@@ -83,11 +85,20 @@ def _cmd_scenario(args: argparse.Namespace) -> int:
         result = generate(Path(args.config), Path(args.output), index_path=Path(args.index) if args.index else None,
                           quantization_path=Path(args.quantization) if args.quantization else None,
                           hardware=args.hardware, release=args.release, name=args.name,
-                          draft_config_path=Path(args.draft_config) if args.draft_config else None)  # fmt: skip
+                          draft_config_path=Path(args.draft_config) if args.draft_config else None,
+                          index_partial=args.index_partial)  # fmt: skip
     except GenerateError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {result.path}: {result.target_class}" + (f", draft {result.draft_class}" if result.draft_class else ""))
+    print(f"  {result.kinds}; checkpoint {result.tensors} tensors, {result.bytes / 1e9:.2f} GB")
+    if args.index and not args.index_partial:
+        same = not result.index_missing and not result.index_extra
+        print(f"  against the index: {'every name the same' if same else 'differs'}"
+              + (f"; {len(result.index_missing)} of its names the release's loaders do not take (e.g. "
+                 f"{result.index_missing[0]})" if result.index_missing else "")
+              + (f"; {len(result.index_extra)} names it lacks (e.g. {result.index_extra[0]})" if result.index_extra
+                 else ""))  # fmt: skip
     for q in result.questions:
         print(f"question: {q}", file=sys.stderr)
     return 3 if result.questions else 0

@@ -52,7 +52,6 @@ def decode_components(model: CostModel, batch: int, context: float, tokens_per_s
     """The components of one decode step of ``batch`` sequences at mean ``context`` tokens, ``tokens_per_seq``
     tokens each (a speculative verify above 1)."""
     m, s = model, model.sizes
-    spec = m.scenario.model
     tokens = batch * tokens_per_seq
     out: list[Component] = []
     # weights every step reads whatever the routing, split over the TP group
@@ -64,14 +63,14 @@ def decode_components(model: CostModel, batch: int, context: float, tokens_per_s
                          f"{m.linear_flops / 1e12:.0f} TFLOPS/GPU", flops=linear, peak=m.wfmt,
                          kernel="dense GEMMs"))  # fmt: skip
     touched = m.experts_touched(tokens)
-    per_expert = tokens * spec.moe.top_k / max(touched, 1e-9)
+    per_expert = tokens * m.top_k / max(touched, 1e-9)
     experts = s.moe_layers * touched * m.expert_bytes / m.moe_g
     moe_bw, moe_rate = m.moe_rates(tokens)
     out.append(Component("routed experts (touched)", "weight_reads", experts / moe_bw,
-                         f"{touched:.0f}/{spec.moe.num_experts} experts x {s.moe_layers} layers, "
+                         f"{touched:.0f}/{m.num_experts} experts x {s.moe_layers} layers, "
                          f"{per_expert:.1f} tok/expert, {experts / 1e9:.2f} GB/GPU", bytes=experts,
                          kernel="fused MoE"))  # fmt: skip
-    moe = 2 * tokens * spec.moe.top_k * s.moe_layers * s.expert_params / m.flop_g
+    moe = 2 * tokens * m.top_k * s.moe_layers * s.expert_params / m.flop_g
     out.append(Component("MoE GEMM FLOPs", "compute", moe / moe_rate, f"{moe_rate / 1e12:.0f} TFLOPS/GPU",
                          flops=moe, peak=m.wfmt, kernel="fused MoE"))  # fmt: skip
     for grp, stream in zip(m.attention, m.decode_kv, strict=True):

@@ -17,8 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..engine.pools import kv_cell_bytes
-from ..models.catalogue import ModelDims, checkpoint_modules, layer_entries, tensor_bytes
-from ..scenario import ModelSpec, QuantSpec, Scenario, expand_ranges
+from ..scenario import ModelSpec, Scenario
 from . import kernel_sheet, release_profile
 from .attention import LayerGroup, layer_groups, state_traffic
 from .decode_attention import DecodeKV, decode_kv
@@ -71,7 +70,7 @@ TOKEN_NOISE_MISS_SHARE = 0.3
 
 @dataclass(frozen=True)
 class ModelSizes:
-    """Parameter counts by category (from the checkpoint's module catalogue). What attention reads and computes
+    """Parameter counts by category (from the parameters the release builds: ``ModelArch.layer_params``). What attention reads and computes
     per layer kind is ``attention.layer_groups``'s."""
 
     layers: int
@@ -83,41 +82,37 @@ class ModelSizes:
     lm_head_params: int
 
 
-def _count(entries, category: str) -> int:
-    return sum(math.prod(e.shape) for e in entries if e.category == category and len(e.shape) == 2)
-
-
 @functools.lru_cache(maxsize=32)
 def model_sizes(spec: ModelSpec) -> ModelSizes:
-    dims = ModelDims.from_spec(spec)
-    moe_layer = layer_entries(dims, spec.num_hidden_layers - 1)
-    dense_layer = layer_entries(dims, 0) if spec.first_k_dense_replace else moe_layer
+    """The sizes of the model as the release builds it (``ModelArch.layer_params``): per-layer figures are the
+    layers' totals spread over the layers that have them, so that a figure times its count is the model's."""
+    a = spec.arch
+    params = list(a.layer_params)
+    moe = [p for p, la in zip(params, a.layers, strict=False) if la.mlp is not None and la.mlp.kind == "moe"]
+    others = [p for p, la in zip(params, a.layers, strict=False) if la.mlp is None or la.mlp.kind != "moe"]
+    layers = max(len(a.layers), 1)
     return ModelSizes(
-        layers=spec.num_hidden_layers,
-        moe_layers=spec.num_hidden_layers - spec.first_k_dense_replace,
-        attention_per_layer=_count(moe_layer, "attention") + _count(moe_layer, "indexer"),
-        expert_params=_count(moe_layer, "routed_experts") // max(spec.moe.num_experts, 1),
-        shared_expert_params=_count(moe_layer, "shared_experts"),
-        dense_mlp_params=_count(dense_layer, "dense_mlp"),
-        lm_head_params=spec.hidden_size * spec.vocab_size,
+        layers=len(a.layers),
+        moe_layers=len(moe),
+        attention_per_layer=round(sum(p.attention for p in params) / layers),
+        expert_params=moe[-1].routed_expert if moe else 0,
+        shared_expert_params=round(sum(p.shared_experts for p in moe) / len(moe)) if moe else 0,
+        dense_mlp_params=round(sum(p.dense_mlp for p in others) / len(others)) if others else 0,
+        lm_head_params=a.lm_head_params or a.hidden_size * a.vocab_size,
     )
 
 
-@functools.lru_cache(maxsize=32)
-def reference_weight_bytes(spec: ModelSpec, quant: QuantSpec) -> dict[str, int]:
-    """Bytes per category of the checkpoint as exported, when no engine load report is at hand."""
-    from ..workspace.materialize import (
-        checkpoint_params,  # the checkpoint's own packing and exclude decisions
-    )
+def reference_weight_bytes(scenario: Scenario) -> dict[str, int]:
+    """Bytes per category of the checkpoint as exported (the workspace's index), when no engine load report is at
+    hand; the MTP layer's tensors apart (a step reads them only when it drafts)."""
+    from ..engine.loading.loader import category
+    from ..models.dtypes import tensor_bytes
+    from ..workspace.materialize import checkpoint_tensors
 
     out: dict[str, int] = {}
-    dims = ModelDims.from_spec(spec)
-    categories = {m.name: m.category for m in checkpoint_modules(dims, include_mtp=False)}
-    exclude = [e for entry in quant.exclude for e in expand_ranges(entry)]
-    for name, meta in checkpoint_params(dims, quant.weight_format, exclude).items():
-        category = categories.get(name.rsplit(".", 1)[0])
-        if category is not None:
-            out[category] = out.get(category, 0) + tensor_bytes(meta["dtype"], meta["shape"])
+    for name, meta in checkpoint_tensors(scenario, with_mtp=False).items():
+        c = category(name)
+        out[c] = out.get(c, 0) + tensor_bytes(meta["dtype"], meta["shape"])
     return out
 
 
@@ -167,6 +162,10 @@ class CostModel:
         self._decode_fixed: dict[tuple[int, int], tuple] = {}  # decode's batch-only terms, per (batch, tokens)
         self.sizes = model_sizes(self.scenario.model)
         self.arch = self.scenario.model.arch  # every layer's kind (models.arch.ModelArch)
+        routed = self.arch.moe  # None: a model without routed experts (every MoE term is then nothing)
+        self.num_experts = routed.num_experts if routed else 0
+        self.top_k = routed.top_k if routed else 0
+        self.expert_width = routed.intermediate_size if routed else 0
         sc, cfg, cal = self.scenario, self.config, self.scenario.calibration
         hw = sc.hardware
         self.g = cfg.gpus_per_rank
@@ -201,8 +200,8 @@ class CostModel:
         moe_kernel = sheet.fused_moe if sheet else None
         self._moe_sheet: tuple[kernel_sheet.MoEKernel, dict] | None = None
         self._moe_factors: dict[float, float] = {}
-        inter_dim = sc.model.moe.intermediate_size / max(self.moe_g, 1)
-        kernel_eff = moe_kernel.compute_efficiency(fmt, inter_dim) if moe_kernel else None
+        inter_dim = self.expert_width / max(self.moe_g, 1)
+        kernel_eff = moe_kernel.compute_efficiency(fmt, inter_dim) if moe_kernel and routed else None
         if moe_kernel is not None and kernel_eff is not None:
             if not cfg.moe_tuned and moe_kernel.untuned_share is not None:
                 fallback = moe_kernel.untuned_share
@@ -211,17 +210,16 @@ class CostModel:
             # where the sheet lists the very shape the experts run (the shared expert runs beside them, with the
             # dense weights), that row's measured time replaces the curve's (``moe_rates``)
             self._moe_sheet = (moe_kernel, {"model_dim": sc.model.hidden_size, "inter_dim": inter_dim,
-                                            "experts": sc.model.moe.num_experts, "top_k": sc.model.moe.top_k,
-                                            "dtype": fmt})  # fmt: skip
+                                            "experts": self.num_experts, "top_k": self.top_k, "dtype": fmt})  # fmt: skip
         else:
             self.moe_flops = hw.peak_tflops[fmt] * 1e12 * cal.gemm_efficiency[fmt] * shard * backend * fallback
             self.moe_bw = self.bw * cal.moe_bandwidth_efficiency * fallback**0.5
         self.link_bw = hw.interconnect_gbs * 1e9
         s = self.sizes
-        loaded = dict(self.weight_bytes or reference_weight_bytes(sc.model, sc.quantization))
+        loaded = dict(self.weight_bytes or reference_weight_bytes(sc))
         self.loaded_bytes = sum(loaded.values())
         experts = loaded.get("routed_experts", 0)
-        self.expert_bytes = experts / max(s.moe_layers * sc.model.moe.num_experts, 1)
+        self.expert_bytes = experts / max(s.moe_layers * self.num_experts, 1)
         # bytes every forward reads whatever the routing (the embedding is a lookup, not a stream)
         self.fixed_weight_bytes = self.loaded_bytes - experts - loaded.get("embedding", 0) - loaded.get("mtp", 0)
         self.layer_fixed_bytes = (self.fixed_weight_bytes - loaded.get("lm_head", 0)) / s.layers
@@ -269,8 +267,8 @@ class CostModel:
         return self.moe_bw / factor, self.moe_flops / factor
 
     def experts_touched(self, tokens: float) -> float:
-        e, k = self.scenario.model.moe.num_experts, self.scenario.model.moe.top_k
-        return e * (1.0 - (1.0 - k / e) ** tokens)
+        e, k = self.num_experts, self.top_k
+        return e * (1.0 - (1.0 - k / e) ** tokens) if e else 0.0
 
     def allreduce_time(self, tokens: float) -> float:
         """All-reduces of one forward over the TP group (two per layer), fused or not."""
@@ -344,8 +342,7 @@ class CostModel:
         c.prefill_dense = max(
             dense_flops / (self.flop_g * self.linear_flops), self.fixed_weight_bytes / (self.moe_g * self.bw)
         )
-        k = self.scenario.model.moe.top_k
-        moe_flops = 2 * tokens * k * s.moe_layers * s.expert_params
+        moe_flops = 2 * tokens * self.top_k * s.moe_layers * s.expert_params
         moe_bytes = s.moe_layers * self.experts_touched(tokens) * self.expert_bytes
         moe_bw, moe_rate = self.moe_rates(tokens)
         c.prefill_moe = max(moe_flops / (self.flop_g * moe_rate), moe_bytes / (self.moe_g * moe_bw))
@@ -415,7 +412,7 @@ class CostModel:
             else:
                 linear_terms.append(None)
         state_bytes = batch * state_traffic(tokens_per_seq) * per_seq_state
-        moe_flops = 2 * tokens * self.scenario.model.moe.top_k * s.moe_layers * s.expert_params
+        moe_flops = 2 * tokens * self.top_k * s.moe_layers * s.expert_params
         flops = (2 * tokens * self.active_linear_params) / (self.flop_g * self.linear_flops)
         moe_bw, moe_rate = self.moe_rates(tokens)
         flops += moe_flops / (self.flop_g * moe_rate)

@@ -8,7 +8,6 @@ from .format import (
     ATTENTION_KINDS,
     AttentionSpec,
     Calibration,
-    CheckpointSpec,
     CollectiveFault,
     DefectSpec,
     EngineSpec,
@@ -27,11 +26,20 @@ from .format import (
     WorkerFault,
     expand_ranges,
 )
-from .loader import DEFAULT_SCENARIO, MOE_DTYPES, SCENARIO_DIR, WEIGHT_FORMATS, available, load, resolve
+from .loader import (
+    DEFAULT_SCENARIO,
+    MOE_DTYPES,
+    SCENARIO_DIR,
+    WEIGHT_FORMATS,
+    available,
+    description_inputs,
+    load,
+    resolve,
+)
 
 __all__ = [
-    "ATTENTION_KINDS", "AttentionSpec", "Calibration", "CheckpointSpec", "CollectiveFault", "DEFAULT_SCENARIO", "DefectSpec",
+    "ATTENTION_KINDS", "AttentionSpec", "Calibration", "CollectiveFault", "DEFAULT_SCENARIO", "DefectSpec",
     "EngineSpec", "HardwareSpec", "JitKernel", "JitTrigger", "MOE_DTYPES", "MTPSpec", "ModelSpec", "MoEShape",
     "MoESpec", "QuantSpec", "SCENARIO_DIR", "Scenario", "ScenarioError", "StartupSpec", "UnguardedInclude",
-    "WEIGHT_FORMATS", "WorkerFault", "available", "expand_ranges", "load", "resolve",
+    "WEIGHT_FORMATS", "WorkerFault", "available", "description_inputs", "expand_ranges", "load", "resolve",
 ]  # fmt: skip

@@ -81,40 +81,18 @@ class DraftSpec:
 
 
 @dataclass(frozen=True)
-class CheckpointSpec:
-    """How the vendor's checkpoint names and stores what config.json does not say (``model.checkpoint``).
-
-    The ``scenario`` command fills every field from the checkpoint's real index (its tensor names), else from the
-    parameters of the SGLang class that loads the model; an empty field that the model needs is asked for in one
-    line (``models.catalogue.CheckpointQuestion``), never guessed. docs/twin-scenarios.md lists every variant."""
-
-    prefix: str = "model"  # the language model's modules: <prefix>.embed_tokens, <prefix>.layers.N, <prefix>.norm
-    moe_block: str = ""  # mlp (DeepSeek, Qwen, GLM, gpt-oss) | block_sparse_moe (MiniMax, Mixtral)
-    experts: str = ""  # per_expert (<block>.experts.N.<proj>) | fused (<block>.experts.gate_up_proj..., one tensor per layer)
-    expert_names: str = ""  # gate_up_down (gate_proj/up_proj/down_proj) | w1_w3_w2 (w1 gate, w3 up, w2 down)
-    router: str = ""  # gate (<block>.gate) | router (<block>.router: gpt-oss)
-    shared_expert: str = ""  # shared_experts (DeepSeek, GLM) | shared_expert (Qwen, with shared_expert_gate if gated)
-    linear_attention: str = ""  # qkvz_ba (in_proj_qkvz, in_proj_ba: Qwen3-Next) | qkv_z_b_a (in_proj_qkv/_z/_b/_a: Qwen3.5)
-    o_proj_bias: bool | None = None  # attention_bias: whether o_proj carries a bias too (gpt-oss) or only q/k/v (GLM)
-    mtp: str = ""  # layer (model.layers.<mtp_layer> + eh_proj/enorm/hnorm/shared_head) | mtp (Qwen's mtp.*) | none
-    mtp_layer: int = -1  # the N of model.layers.N for mtp: layer (-1: num_hidden_layers)
-    mtp_embeddings: bool | None = None  # mtp: layer: its own embed_tokens and shared_head.head copies (DeepSeek)
-    mtp_experts: str = ""  # the MTP layer's routed experts when stored otherwise than the model's (Qwen3.5: per_expert)
-    rotary_inv_freq: bool = False  # every attention layer stores self_attn.rotary_emb.inv_freq (Kimi-K2)
-    vision: str = ""  # none | qwen3_vl (model.visual.*: patch_embed, pos_embed, blocks.N.{attn.qkv,attn.proj,mlp.linear_fc1/2}, merger)
-    dtypes: dict[str, str] = field(default_factory=dict, hash=False)  # norm, router, scale, linear_norm: safetensors dtypes (F32, BF16)
-    unquantized: tuple[str, ...] = ()  # linears the vendor stored unquantized beyond its quantization config's list
-
-
-@dataclass(frozen=True)
 class ModelSpec:
     """The model. Either ``config`` (its published config.json) or the hand-written fields below it; with a
-    config those fields are read from it when the scenario is loaded (``models.config_reader``)."""
+    config those fields are read from what the release builds of it when the scenario is loaded
+    (``models.description``)."""
 
     served_name: str  # the name /v1/models reports
     config: Any = None  # the model's config.json: a path relative to the scenario, or a mapping (loaded: its JSON text)
     facts: dict[str, Any] = field(default_factory=dict, compare=False)  # answers to what config.json leaves open
-    checkpoint: CheckpointSpec | None = None  # with a config: how the checkpoint names and stores it
+    # the checkpoint's published model.safetensors.index.json (or a name<TAB>shape<TAB>dtype listing): how the vendor
+    # spells each tensor the release's loaders accept (a path relative to the scenario; loaded: absolute)
+    index: str = ""
+    index_partial: bool = False  # the index is another checkpoint's (a sibling's, a partial listing): spelling only
     mtp: MTPSpec | None = None  # with a config: the draft's acceptance (the MTP layer itself is the config's)
     draft: DraftSpec | None = None  # a separate draft checkpoint (EAGLE3), served from the workspace's draft/
     # a hand-written model (DeepSeek/GLM key names); with a config, read from it
@@ -128,6 +106,8 @@ class ModelSpec:
     first_k_dense_replace: int = 0
     dense_intermediate_size: int = 0
     max_position_embeddings: int = 131072
+    # the model as the pinned release builds it (``models.description``), set when the scenario is loaded
+    derived: Any = field(default=None, compare=False, repr=False)
 
     @functools.cached_property
     def hf_config(self) -> dict[str, Any]:
@@ -138,13 +118,14 @@ class ModelSpec:
 
         return config_from_spec(self)
 
-    @functools.cached_property
+    @property
     def arch(self) -> Any:
-        """The model layer by layer (``models.arch.ModelArch``), read from ``hf_config`` as any config is read."""
-        from ..models.config_reader import read_arch
-        from ..models.legacy import LEGACY_FACTS
-
-        return read_arch(self.hf_config, self.facts if self.config else LEGACY_FACTS)
+        """The model layer by layer (``models.arch.ModelArch``) as the pinned release builds it (the loader derives
+        it from ``hf_config``: ``models.description``)."""
+        if self.derived is None:
+            raise ScenarioError(f"model {self.served_name}: the scenario was not loaded (scenario.loader.load "
+                                "derives the model from the release)")  # fmt: skip
+        return self.derived
 
 
 @dataclass(frozen=True)
@@ -155,6 +136,9 @@ class QuantSpec:
     weight_format: str = ""  # mxfp4 | fp8 | bf16 (with a config: read from it)
     exclude: tuple[str, ...] = ()  # Quark's exclude list (with a Quark config: read from it)
     config: Any = None  # the published quantization_config: a path relative to the scenario, or a mapping
+    # modules the vendor's checkpoint stores unquantized although its quantization_config names none of them (seen
+    # in the published checkpoint, when its index is not at hand): Quark-style entries (a name, or ``re:<regex>``)
+    stored_unquantized: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

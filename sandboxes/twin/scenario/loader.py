@@ -29,6 +29,9 @@ from .format import ATTENTION_KINDS, DefectSpec, MTPSpec, Scenario, ScenarioErro
 
 SCENARIO_DIR = Path(__file__).resolve().parents[1] / "scenarios"
 DEFAULT_SCENARIO = "glm52_mi355x"
+# what a scenario may answer that the release's classes cannot: whether the checkpoint ships the MTP layers its
+# draft class would load
+FACTS = {"mtp.num_layers": "how many MTP (next-token prediction) layers the checkpoint ships (0: none)"}
 SCENARIO_MAX_BYTES = 4 * MiB  # a scenario file, and each JSON config it names (the shipped ones: under 100 KB)
 MAX_REF_CHARS = 4096  # the path of a JSON config a scenario names
 
@@ -70,7 +73,7 @@ def load(name_or_path: str | Path = DEFAULT_SCENARIO) -> Scenario:
     scenario = _read_configs(scenario)
     scenario = _fill_hardware(scenario)
     _check(scenario)
-    return scenario
+    return _derive(scenario)
 
 
 def _json_ref(sc: Scenario, where: str, ref: Any) -> dict[str, Any]:
@@ -97,8 +100,6 @@ def _json_ref(sc: Scenario, where: str, ref: Any) -> dict[str, Any]:
 def _read_configs(sc: Scenario) -> Scenario:
     """A config-driven scenario: the model's fields read from its config.json, the quantization's from its
     published quantization_config (their JSON texts kept, so the scenario stays a value)."""
-    from ..models.config_reader import ConfigError, read_arch
-    from ..models.legacy import spec_fields
     from ..models.quantization import QuantizationError, quark_exclude, weight_format
 
     m, q = sc.model, sc.quantization
@@ -107,16 +108,17 @@ def _read_configs(sc: Scenario) -> Scenario:
         published = config.pop("quantization_config", None)
         if q.config is None and not q.weight_format and published:  # the config's own quantization_config
             q = dataclasses.replace(q, config=published)
-        try:
-            arch = read_arch(config, m.facts)
-        except ConfigError as exc:
-            raise ScenarioError(f"{sc.where('model.config')}: {exc}") from None
-        mtp = m.mtp
-        if arch.mtp is not None:
-            mtp = dataclasses.replace(mtp or MTPSpec(), layer_index=arch.num_hidden_layers,
-                                      checkpoint_prefix=(mtp.checkpoint_prefix if mtp and mtp.checkpoint_prefix
-                                                         else f"model.layers.{arch.num_hidden_layers}"))  # fmt: skip
-        m = dataclasses.replace(m, config=json.dumps(config, sort_keys=True), mtp=mtp, **spec_fields(arch, config))
+        m = dataclasses.replace(m, config=json.dumps(config, sort_keys=True))
+    unknown = sorted(set(m.facts) - set(FACTS))
+    if unknown:
+        raise ScenarioError(f"{sc.where('model.facts')}: {shown(unknown[0])} is not a fact a scenario answers (the "
+                            f"release's classes describe the model; the facts are: {', '.join(FACTS)})")  # fmt: skip
+    if m.index:
+        path = Path(m.index) if Path(m.index).is_absolute() else Path(sc.path).parent / m.index
+        if len(m.index) > MAX_REF_CHARS or not path.is_file():
+            raise ScenarioError(f"{sc.where('model.index')}: {shown(m.index)} is not a file (the checkpoint's "
+                                "model.safetensors.index.json or a tensor listing, relative to the scenario)")  # fmt: skip
+        m = dataclasses.replace(m, index=str(path.resolve()))
     if m.draft is not None:
         draft_config = _json_ref(sc, "model.draft.config", m.draft.config)
         if not isinstance(draft_config.get("architectures"), list) or not draft_config["architectures"]:
@@ -132,6 +134,60 @@ def _read_configs(sc: Scenario) -> Scenario:
         q = dataclasses.replace(q, config=json.dumps(qc, sort_keys=True), weight_format=fmt,
                                 exclude=tuple(quark_exclude(qc)) or q.exclude)  # fmt: skip
     return dataclasses.replace(sc, model=m, quantization=q)
+
+
+def description_inputs(sc: Scenario) -> dict[str, Any]:
+    """What the model's description depends on (``models.description.described``'s arguments but the workspace):
+    the config, the checkpoint's quantization config, the release, the MTP layers the checkpoint ships."""
+    from ..models.derive import stated_mtp_layers
+    from ..models.quantization import QuantizationError, quark_export_config
+
+    m, q = sc.model, sc.quantization
+    config = m.hf_config
+    try:
+        qc = json.loads(q.config) if q.config else quark_export_config(q.weight_format, list(sc.exclude_entries()))
+    except QuantizationError as exc:
+        raise ScenarioError(f"{sc.where('quantization')}: {exc}") from None
+    if m.config is None:
+        mtp_layers: int | None = 1 if m.mtp else 0
+    else:
+        mtp_layers = m.facts.get("mtp.num_layers")
+        if mtp_layers is None:
+            mtp_layers = stated_mtp_layers(config)
+    return {"config": config, "quantization": qc, "release": sc.engine.version, "mtp_layers": mtp_layers}
+
+
+def _derive(sc: Scenario) -> Scenario:
+    """The model as the pinned release builds it (``models.description``: derived once, then kept), and, for a
+    model given by its config, the hand-written fields read from it. A model the release cannot build is refused
+    with the release's reason."""
+    from ..models.description import DescriptionError, described
+    from ..models.legacy import spec_fields
+
+    m = sc.model
+    inputs = description_inputs(sc)
+    config = inputs["config"]
+    folder = Path(sc.path).parent
+    try:
+        arch = described(**inputs, workspace=folder if folder.name == ".twin" else None)
+    except DescriptionError as exc:
+        where = "model.config" if m.config is not None else (
+            "model.architecture" if "registers no model class" in str(exc) else "model")
+        raise ScenarioError(f"{sc.where(where)}: SGLang {sc.engine.version} cannot serve this model: {exc}") from None
+    if inputs["mtp_layers"] is None and arch.mtp is not None:
+        raise ScenarioError(f"{sc.where('model.config')}: model.facts.mtp.num_layers: config.json does not say how "
+                            "many MTP (next-token prediction) layers the checkpoint ships, and SGLang "
+                            f"{sc.engine.version} can draft this model with its MTP class ({arch.mtp.draft_class or 'its draft class'}): "
+                            "set model.facts.mtp.num_layers (0: none), or give the checkpoint's "
+                            "model.safetensors.index.json to `python -m sandboxes.twin scenario`")  # fmt: skip
+    if m.config is not None:
+        mtp = m.mtp
+        if arch.mtp is not None:
+            mtp = dataclasses.replace(mtp or MTPSpec(), layer_index=arch.num_hidden_layers,
+                                      checkpoint_prefix=(mtp.checkpoint_prefix if mtp and mtp.checkpoint_prefix
+                                                         else f"model.layers.{arch.num_hidden_layers}"))  # fmt: skip
+        m = dataclasses.replace(m, mtp=mtp, **spec_fields(arch, config))
+    return dataclasses.replace(sc, model=dataclasses.replace(m, derived=arch))
 
 
 def _fill_hardware(sc: Scenario) -> Scenario:
@@ -169,12 +225,13 @@ def _check(sc: Scenario) -> None:
                          (sc.calibration.gemm_efficiency, "calibration.gemm_efficiency"), (sc.accuracy, "accuracy")):
         if fmt not in table:
             fail(where, f"has no entry for the weight format {shown(fmt)}")
-    for i, entry in enumerate(sc.quantization.exclude):
-        if entry.startswith("re:"):
-            try:
-                re.compile(entry[3:])
-            except re.error as exc:
-                fail(f"quantization.exclude[{i}]", f"bad regular expression {entry[3:83]!r}: {exc}")
+    for field_name in ("exclude", "stored_unquantized"):
+        for i, entry in enumerate(getattr(sc.quantization, field_name)):
+            if entry.startswith("re:"):
+                try:
+                    re.compile(entry[3:])
+                except re.error as exc:
+                    fail(f"quantization.{field_name}[{i}]", f"bad regular expression {entry[3:83]!r}: {exc}")
     for i, shape in enumerate(sc.defects.tuned_moe_shapes):
         if shape.dtype not in MOE_DTYPES:
             fail(f"defects.tuned_moe_shapes[{i}].dtype",

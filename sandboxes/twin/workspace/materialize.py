@@ -22,7 +22,6 @@ does. Nothing here knows what a fix looks like.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gzip
 import hashlib
 import json
@@ -40,10 +39,10 @@ from typing import Any
 from .. import cache_files
 from .. import scenario as scenario_mod
 from ..engine import moe_csv
-from ..models import catalogue as checkpoint
-from ..models.catalogue import ModelDims, checkpoint_modules, param_specs, quantizable, tensor_bytes
 from ..models.draft_checkpoint import DraftLayoutError, draft_tensors
-from ..scenario import CheckpointSpec, MoEShape, Scenario
+from ..models.dtypes import tensor_bytes
+from ..models.quantization import quark_export_config
+from ..scenario import MoEShape, Scenario
 from . import release
 
 SIMULATED = "dayzero digital twin (simulated)"
@@ -73,99 +72,7 @@ class MaterializeResult:
     defect_edits: list[str] = field(default_factory=list)
 
 
-# --- the Quark export side: which checkpoint modules were stored unquantized ------------------------------
-
-
-class _ReferenceMatcher:
-    """Quark/SGLang exclude semantics: an exact name, or ``re:<pattern>`` matched with ``re.match``."""
-
-    def __init__(self, entries: Iterable[str]) -> None:
-        self.exact: set[str] = set()
-        self.patterns: list[re.Pattern[str]] = []
-        for e in entries:
-            if e.startswith("re:"):
-                self.patterns.append(re.compile(e[3:]))
-            else:
-                self.exact.add(e)
-
-    def __call__(self, name: str) -> bool:
-        return name in self.exact or any(p.match(name) for p in self.patterns)
-
-
-def checkpoint_params(dims: ModelDims, weight_format: str, exclude: Iterable[str]) -> dict[str, dict[str, Any]]:
-    """``{param_name: {"dtype", "shape"}}`` for the whole checkpoint, in checkpoint order."""
-    excluded = _ReferenceMatcher(exclude)
-    out: dict[str, dict[str, Any]] = {}
-    for module in checkpoint_modules(dims):
-        fmt = "bf16"
-        if quantizable(module) and weight_format != "bf16" and not excluded(module.name):
-            fmt = weight_format
-        for suffix, dtype, shape in param_specs(module, fmt):
-            out[f"{module.name}.{suffix}"] = {"dtype": dtype, "shape": list(shape)}
-    return out
-
-
 # --- model/ --------------------------------------------------------------------------------------------------
-
-
-def _quark_config(weight_format: str, exclude: list[str]) -> dict[str, Any] | None:
-    if weight_format == "bf16":
-        return None
-    if weight_format == "mxfp4":
-        weight: dict[str, Any] = {
-            "dtype": "fp4",
-            "is_dynamic": False,
-            "qscheme": "per_group",
-            "ch_axis": -1,
-            "group_size": 32,
-            "symmetric": None,
-            "round_method": "half_even",
-            "scale_format": "e8m0",
-            "scale_calculation_mode": "even",
-            "scale_type": "float",
-            "mx_element_dtype": None,
-            "observer_cls": "PerBlockMXObserver",
-        }
-        inputs = dict(weight, is_dynamic=True)
-    elif weight_format == "fp8":
-        weight = {
-            "dtype": "fp8_e4m3",
-            "is_dynamic": False,
-            "qscheme": "per_channel",
-            "ch_axis": 0,
-            "group_size": None,
-            "symmetric": None,
-            "round_method": "half_even",
-            "scale_type": "float",
-            "observer_cls": "PerChannelMinMaxObserver",
-        }
-        inputs = dict(weight, is_dynamic=True, ch_axis=1, observer_cls="PerChannelMinMaxObserver")
-    else:
-        raise MaterializeError(f"unknown weight_format {weight_format!r}")
-    return {
-        "quant_method": "quark",
-        "export": {
-            "kv_cache_group": [],
-            "min_kv_scale": 0.0,
-            "pack_method": "reorder",
-            "weight_format": "real_quantized",
-            "weight_merge_groups": None,
-        },
-        "global_quant_config": {
-            "weight": weight,
-            "input_tensors": inputs,
-            "output_tensors": None,
-            "bias": None,
-            "target_device": None,
-        },
-        "layer_quant_config": {},
-        "layer_type_quant_config": {},
-        "kv_cache_quant_config": {},
-        "exclude": exclude,
-        "algo_config": None,
-        "quant_mode": "eager_mode",
-        "version": "0.10",
-    }
 
 
 def build_config(sc: Scenario) -> dict[str, Any]:
@@ -175,7 +82,7 @@ def build_config(sc: Scenario) -> dict[str, Any]:
     if sc.quantization.config:  # as the vendor published it
         cfg["quantization_config"] = json.loads(sc.quantization.config)
     else:
-        qc = _quark_config(sc.quantization.weight_format, sc.exclude_entries())
+        qc = quark_export_config(sc.quantization.weight_format, sc.exclude_entries())
         if qc is not None:
             cfg["quantization_config"] = qc
     cfg["dayzero_twin"] = {"simulated": True, "scenario": sc.name}
@@ -211,38 +118,46 @@ def _generation_config(cfg: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _scheme(sc: Scenario) -> Any:
-    """The storage rule of the scenario's checkpoint: the published quantization_config, or a Quark export."""
-    from ..models.quantization import Scheme
+def _evidence(sc: Scenario) -> Any:
+    """The scenario's published index or listing, as evidence of how the vendor spells the checkpoint's names."""
+    from ..models.stored import read_evidence
 
-    naming = sc.model.checkpoint or CheckpointSpec()
-    qc = json.loads(sc.quantization.config) if sc.quantization.config else _quark_config(
-        sc.quantization.weight_format, sc.exclude_entries()) if sc.quantization.weight_format != "bf16" else None
-    dtype = naming.dtypes.get("weight") or checkpoint._dtype_name(
-        sc.model.hf_config.get("torch_dtype") or sc.model.hf_config.get("dtype")
-        or (sc.model.hf_config.get("text_config") or {}).get("dtype") or "bfloat16")  # fmt: skip
-    return Scheme(qc, scale_dtype=naming.dtypes.get("scale", "F32"), dtype=dtype)
-
-
-def config_params(sc: Scenario) -> dict[str, dict[str, Any]]:
-    """The checkpoint of a scenario whose model is given by its config.json: every tensor its vendor publishes
-    (``models.catalogue.config_checkpoint``). Raises ``MaterializeError`` naming an unanswered naming fact."""
+    if not sc.model.index:
+        return None
     try:
-        return checkpoint.config_checkpoint(sc.model.arch, sc.model.hf_config, sc.model.checkpoint or CheckpointSpec(),
-                                            _scheme(sc))  # fmt: skip
-    except checkpoint.CheckpointQuestion as q:
-        raise MaterializeError(f"{sc.where('model.checkpoint')}: {q}") from None
-    except ValueError as exc:
-        raise MaterializeError(f"{sc.where('model.checkpoint')}: {exc}") from None
+        return read_evidence(Path(sc.model.index), complete=not sc.model.index_partial)
+    except (OSError, ValueError) as exc:
+        raise MaterializeError(f"{sc.where('model.index')}: {exc}") from None
+
+
+_CHECKPOINTS: dict[tuple[str, bool], dict[str, dict[str, Any]]] = {}
+
+
+def checkpoint_tensors(sc: Scenario, *, with_mtp: bool = True) -> dict[str, dict[str, Any]]:
+    """Every tensor of the scenario's checkpoint (``{name: {"dtype", "shape"}}`` in checkpoint order): names the
+    pinned release's loaders accept, spelled as the published index spells them where there is one, shapes its
+    layers build, stored as the quantization config says (``models.release_checkpoint``). ``with_mtp=False``: the
+    model's own layers, its MTP layers apart. Raises ``MaterializeError`` with the release's reason."""
+    from ..models.release_checkpoint import CheckpointError, checkpoint
+
+    key = (_index_cache_key(sc), with_mtp)
+    if key in _CHECKPOINTS:
+        return _CHECKPOINTS[key]
+    inputs = scenario_mod.description_inputs(sc)
+    try:
+        made = checkpoint(inputs["config"], quantization=inputs["quantization"], release=inputs["release"],
+                          mtp_layers=inputs["mtp_layers"] if with_mtp else 0, evidence=_evidence(sc),
+                          arch=sc.model.arch, stored_unquantized=sc.quantization.stored_unquantized)  # fmt: skip
+    except CheckpointError as exc:
+        where = "model.config" if sc.model.config else "model"
+        raise MaterializeError(f"{sc.where(where)}: SGLang {sc.engine.version}: {exc}") from None
+    _CHECKPOINTS[key] = made
+    return made
 
 
 def index_text(sc: Scenario) -> tuple[str, int, int]:
     """``model.safetensors.index.json`` for scenario ``sc``: its text, its number of tensors and their bytes."""
-    if sc.model.config:
-        params = config_params(sc)
-    else:
-        dims, fmt = ModelDims.from_spec(sc.model), sc.quantization.weight_format
-        params = checkpoint_params(dims, fmt, sc.exclude_entries())
+    params = checkpoint_tensors(sc)
     total = sum(tensor_bytes(p["dtype"], p["shape"]) for p in params.values())
     index = {
         "metadata": {
@@ -265,16 +180,17 @@ def index_cache() -> Path:
 
 
 def _index_cache_key(sc: Scenario) -> str:
-    """What the index is computed from: the model's dimensions, the weight format, the exclude list, the label
-    the file carries, and the code that computes it (this module and ``checkpoint.py``)."""
-    model = ([sc.model.config, dataclasses.asdict(sc.model.checkpoint or CheckpointSpec()), sc.model.facts,
-              sc.quantization.config] if sc.model.config else dataclasses.asdict(ModelDims.from_spec(sc.model)))  # fmt: skip
-    digest = hashlib.sha256(json.dumps([model, sc.quantization.weight_format, sc.exclude_entries(), simulated_label(sc)],
-                                       sort_keys=True, default=str).encode())  # fmt: skip
-    from ..models import arch, config_reader, quantization
+    """What the index is computed from: what the model's description is (``models.description.key``: the config,
+    the quantization config, the release, the MTP layers, the twin's code), the published index it follows, and the
+    label the file carries."""
+    from ..models import description
 
-    for module in (__file__, checkpoint.__file__, quantization.__file__, arch.__file__, config_reader.__file__):
-        digest.update(Path(module).read_bytes())
+    inputs = scenario_mod.description_inputs(sc)
+    digest = hashlib.sha256(description.key(inputs["config"], inputs["quantization"], inputs["release"],
+                                            inputs["mtp_layers"]).encode())  # fmt: skip
+    digest.update(json.dumps([simulated_label(sc), sc.model.index_partial, list(sc.quantization.stored_unquantized)]).encode())
+    if sc.model.index:
+        digest.update(Path(sc.model.index).read_bytes())
     return digest.hexdigest()[:32]
 
 
@@ -664,6 +580,12 @@ def materialize(scenario: Scenario | str | Path, dest: str | Path, *, force: boo
     shutil.copyfile(src_path, scenario_copy)
     written.append(scenario_copy)
     written.extend(_copy_referenced_json(sc, src_path, scenario_copy))
+    # the model as the release builds it, for the twin's processes in this workspace (a container has no
+    # per-user cache and no registry to fetch the release from)
+    from ..models import description
+
+    inputs = scenario_mod.description_inputs(sc)
+    written.append(description.keep(inputs.pop("config"), twin_dir, **inputs))
     source_note = twin_dir / "source.json"
     source_note.write_text(json.dumps({"sglang": provenance, "version": sc.engine.version, "defects": edits},
                                       indent=2) + "\n")
@@ -680,18 +602,20 @@ def _copy_referenced_json(sc: Scenario, src_path: Path, copy: Path) -> list[Path
     data = yaml.safe_load(src_path.read_text()) or {}
     lines = copy.read_text().splitlines(keepends=True)
     out: list[Path] = []
-    for field_path in ("model.config", "quantization.config", "model.draft.config"):
+    for field_path in ("model.config", "quantization.config", "model.draft.config", "model.index"):
         ref: Any = data
         for part in field_path.split("."):
             ref = ref.get(part) if isinstance(ref, dict) else None
         if not isinstance(ref, str) or field_path not in sc.lines:
             continue
         src = Path(ref) if Path(ref).is_absolute() else src_path.parent / ref
-        target = copy.parent / f"{field_path}.json"
+        target = copy.parent / (f"{field_path}{''.join(src.suffixes[-2:]) or '.json'}" if field_path == "model.index"
+                                else f"{field_path}.json")  # fmt: skip
         shutil.copyfile(src, target)
         out.append(target)
         at = sc.lines[field_path] - 1
-        lines[at] = re.sub(r"(config:\s*).*?(\s*(#.*)?)$", lambda m, t=target.name: f"{m.group(1)}{t}{m.group(2)}",
+        leaf = field_path.rsplit(".", 1)[1]
+        lines[at] = re.sub(rf"({leaf}:\s*).*?(\s*(#.*)?)$", lambda m, t=target.name: f"{m.group(1)}{t}{m.group(2)}",
                            lines[at].rstrip("\n")) + "\n"  # fmt: skip
     copy.write_text("".join(lines))
     return out
