@@ -190,6 +190,10 @@ class Run:
         sandbox, repos = open_workspace(task, choice, run_dir / "workspace", options.run_id)
         if hasattr(sandbox, "reap_stale"):
             sandbox.reap_stale()
+        from .draft_available import withheld_speculation
+
+        # a model with no draft (no MTP layer, no draft checkpoint) is never searched for speculation
+        task, no_draft = withheld_speculation(task, _View(sandbox))
         engine = task.engines.twin if choice.engine == "twin" else task.engines.sglang
         from sandboxes.executors import make_executor
 
@@ -233,6 +237,8 @@ class Run:
         if fresh:
             trace.emit("run_started", task=task.name, task_path=str(task_path), task_sha256=_sha256(task_path),
                        policy=policy.name, sandbox=choice.kind, engine=choice.engine, choice_reason=choice.reason)  # fmt: skip
+            if no_draft:
+                trace.emit("note", level="info", message=f"speculative decoding not searched: {no_draft}")
             if options.replay_note:
                 trace.emit("note", level="warning", message=options.replay_note)
             for p in prior:
