@@ -29,7 +29,7 @@ import pytest
 from sandboxes.twin.engine import pools
 from sandboxes.twin.engine.memory import NotEnoughMemory, plan_memory
 from sandboxes.twin.models.arch import MLA, ModelArch
-from sandboxes.twin.models.config_reader import read_arch
+from sandboxes.twin.models.description import described
 from sandboxes.twin.perf import attention
 from sandboxes.twin.perf.cost_model import ATTENTION_HALF_KEYS, CostModel
 from sandboxes.twin.perf.serving_config import ServingConfig
@@ -40,28 +40,17 @@ from tests.twin.test_server_args_drift import Release
 
 CONFIGS = SCENARIO_DIR / "configs"
 GB = 1 << 30
-_NONE = dict.fromkeys(["moe.expert_bias", "moe.router_bias", "moe.correction_bias", "attention.sinks",
-                       "attention.qk_norm", "attention.output_gate"], False)  # fmt: skip
-# what each config leaves open (config_reader.open_questions), answered from the checkpoint's tensor names
-# (each folder's tensor_names*.txt and SOURCE.md)
+# the MTP layers each checkpoint ships (its tensor names: each folder's tensor_names*.txt and SOURCE.md); the rest of
+# each model is what the release builds of its config (models.description)
 FACTS: dict[str, dict[str, object]] = {
-    # shared_expert_gate.weight [1, 2048]; self_attn.q_norm/k_norm; q_proj [8192 = 16 x 256 x 2] (query + gate);
-    # mlp.gate.weight only (no router bias, no correction bias); mtp.layers.0.* (one MTP layer under mtp.)
-    "Qwen--Qwen3-Next-80B-A3B-Instruct": {**_NONE, "moe.shared_expert_gate": True, "attention.qk_norm": True,
-                                          "attention.output_gate": True, "mtp.num_layers": 1},  # fmt: skip
-    # the same tensors under model.language_model. (the 35B sibling's list): shared_expert_gate, q_norm/k_norm
-    "Qwen--Qwen3.5-397B-A17B": {**_NONE, "moe.shared_expert_gate": True, "attention.qk_norm": True},
-    # self_attn.sinks [64]; experts' *_bias; mlp.router.bias; no MTP
-    "openai--gpt-oss-120b": {**_NONE, "moe.expert_bias": True, "moe.router_bias": True, "attention.sinks": True,
-                             "mtp.num_layers": 0},  # fmt: skip
-    "openai--gpt-oss-20b": {**_NONE, "moe.expert_bias": True, "moe.router_bias": True, "attention.sinks": True,
-                            "mtp.num_layers": 0},  # fmt: skip
-    # mlp.gate.weight and mlp.gate.e_score_correction_bias: no router bias; experts without biases
-    "zai-org--GLM-5": {"moe.expert_bias": False, "moe.router_bias": False},
-    "deepseek-ai--DeepSeek-V3.2": {"moe.expert_bias": False, "moe.router_bias": False},
-    "deepseek-ai--DeepSeek-R1": {"moe.expert_bias": False, "moe.router_bias": False},
-    # Qwen3-MoE: q_norm/k_norm, no shared expert, no biases, no MTP
-    "Qwen--Qwen3-235B-A22B": {**_NONE, "attention.qk_norm": True, "mtp.num_layers": 0},
+    "Qwen--Qwen3-Next-80B-A3B-Instruct": {"mtp.num_layers": 1},  # mtp.layers.0.* (one MTP layer under mtp.)
+    "Qwen--Qwen3.5-397B-A17B": {},  # config.json's mtp_num_hidden_layers
+    "openai--gpt-oss-120b": {"mtp.num_layers": 0},
+    "openai--gpt-oss-20b": {"mtp.num_layers": 0},
+    "zai-org--GLM-5": {},  # config.json's num_nextn_predict_layers
+    "deepseek-ai--DeepSeek-V3.2": {},
+    "deepseek-ai--DeepSeek-R1": {},
+    "Qwen--Qwen3-235B-A22B": {"mtp.num_layers": 0},
 }
 HYBRID_LINEAR = ["Qwen--Qwen3-Next-80B-A3B-Instruct", "Qwen--Qwen3.5-397B-A17B"]
 SLIDING = ["openai--gpt-oss-120b", "openai--gpt-oss-20b"]
@@ -72,16 +61,19 @@ def config(name: str) -> dict:
 
 
 def arch(name: str) -> ModelArch:
-    return read_arch(config(name), FACTS[name])
+    from sandboxes.twin.models.derive import stated_mtp_layers
+
+    cfg = config(name)
+    qc = cfg.pop("quantization_config", None)
+    mtp = FACTS[name].get("mtp.num_layers", stated_mtp_layers(cfg))
+    return described(cfg, quantization=qc, release="0.5.12", mtp_layers=mtp)
 
 
 def with_arch(name: str):
     """The default scenario with ``name``'s layers: GLM-5.2's weights and MoE, another model's attention. Only
     attention terms are compared on it (scenarios built from real configs are the integrator's)."""
     sc = load()
-    spec = dataclasses.replace(sc.model)
-    spec.__dict__["arch"] = arch(name)  # ModelSpec.arch is a cached property: this is its value
-    return dataclasses.replace(sc, model=spec)
+    return dataclasses.replace(sc, model=dataclasses.replace(sc.model, derived=arch(name)))
 
 
 # --- the release's own code, compiled ----------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from sandboxes.twin.scenario import ScenarioError, load
 from sandboxes.twin.workspace import release
 from sandboxes.twin.workspace.materialize import MaterializeError, materialize, unguard_include
 from tests.twin.conftest import edited_default_scenario
@@ -44,6 +45,18 @@ def test_unguard_is_a_no_op_on_an_unguarded_include(tmp_path: Path) -> None:
     assert unguard_include(f, "cuda_runtime.h") is False  # the CUDA side of an #ifdef USE_ROCM: not the defect kind
 
 
+def test_an_architecture_the_release_does_not_register_is_refused_when_loaded(tree: release.ReleaseTree,
+                                                                               tmp_path: Path) -> None:  # fmt: skip
+    """The release would serve it only through its Transformers fallback (transformers' own modeling code): the
+    twin says so at the architecture's line, in one line."""
+    path = edited_default_scenario(tmp_path, lambda d: d["model"].update(architecture="GlmNextMoeForCausalLM"))
+    with pytest.raises(ScenarioError) as info:
+        load(path)
+    message = str(info.value)
+    assert re.match(rf"{re.escape(str(path))}:\d+: model.architecture: ", message), message
+    assert "\n" not in message and "Transformers fallback" in message
+
+
 @pytest.mark.parametrize("edit,where", [
     (lambda d: d["defects"]["unguarded_includes"].append({"file": "python/sglang/nope.cuh", "header": "cuda.h"}),
      "defects.unguarded_includes[1].file"),
@@ -52,7 +65,6 @@ def test_unguard_is_a_no_op_on_an_unguarded_include(tmp_path: Path) -> None:
     (lambda d: d["engine"]["jit_kernels"][0].update(source="python/sglang/jit_kernel/csrc/none.cuh"),
      "engine.jit_kernels[0].source"),
     (lambda d: d["engine"]["jit_kernels"][0].update(includes=["cuda_fp8.h"]), "engine.jit_kernels[0].includes"),
-    (lambda d: d["model"].update(architecture="GlmNextMoeForCausalLM"), "model.architecture"),
 ])  # fmt: skip
 def test_defects_must_name_what_the_tree_has(tree: release.ReleaseTree, tmp_path: Path, edit, where: str) -> None:
     path = edited_default_scenario(tmp_path, edit)

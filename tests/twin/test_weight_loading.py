@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from sandboxes.twin.engine.loading.loader import WeightLoadError, WorkspaceImportError, load_weights
+from sandboxes.twin.scenario import ScenarioError
 from sandboxes.twin.workspace import release
 from sandboxes.twin.workspace.materialize import materialize, workspace_scenario
 
@@ -211,19 +212,15 @@ def test_syntax_error_in_the_workspace_matcher(ws: Path) -> None:
     assert "SyntaxError" in info.value.log and str(utils) in info.value.log
 
 
-def test_the_bundled_excerpt_says_it_cannot_load_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_without_the_release_a_model_is_refused_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The twin describes a model by the release's own classes: with no release to read (no registry, nothing kept
+    in the cache), loading a scenario says so in one line rather than simulating a model it cannot describe."""
     monkeypatch.setenv("DAYZERO_CACHE", str(tmp_path / "empty-cache"))
     monkeypatch.setenv("DAYZERO_SGLANG_SOURCE", "bundled")
-    ws = tmp_path / "ws"
-    materialize("glm52_mi355x", ws)
-    notice = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
-    assert len(notice) == 1 and "bundled excerpt" in notice[0]
-    assert json.loads((ws / ".twin" / "source.json").read_text())["sglang"].startswith("bundled excerpt")
-    # the excerpt has the files the JIT and exclude examples need, but no model classes: the twin says so instead
-    # of pretending an engine crash
-    err = failure(ws, draft=False)
-    assert "bundled excerpt of SGLang" in err.summary and "simulated" in err.summary
+    with pytest.raises(ScenarioError) as info:
+        materialize("glm52_mi355x", tmp_path / "ws")
+    message = str(info.value)
+    assert "\n" not in message and "release is not available" in message and "DAYZERO_SGLANG_SOURCE=bundled" in message
 
 
 # --- the draft's constructor runs as written (sandboxes/twin/engine/loading/executor.py) ------------------------

@@ -21,11 +21,9 @@ from sandboxes.twin.__main__ import main as cli_main
 from sandboxes.twin.engine import moe_csv
 from sandboxes.twin.engine.jit import ROCM_INCLUDE, JitCompileError, compile_jit_kernels
 from sandboxes.twin.engine.loading.loader import WeightLoadError, load_weights
-from sandboxes.twin.models.catalogue import ModelDims, checkpoint_modules, param_specs
 from sandboxes.twin.workspace import materialize as materialize_mod
 from sandboxes.twin.workspace.materialize import (
     MaterializeError,
-    build_config,
     materialize,
     workspace_scenario,
 )
@@ -168,20 +166,6 @@ def test_the_checkpoint_index_is_computed_once_per_scenario(tmp_path: Path, monk
     assert materialize_mod.write_index(sc, tmp_path / "torn.json") == other
     assert (tmp_path / "torn.json").read_bytes() == (tmp_path / "other.json").read_bytes()
     assert computed == ["glm52_mi355x"] * 4
-
-
-def test_catalogue_from_config_equals_from_spec() -> None:
-    sc = scenario_mod.load()
-    assert ModelDims.from_config(build_config(sc)) == ModelDims.from_spec(sc.model)
-
-
-def test_packing_rule() -> None:
-    dims = ModelDims.from_spec(scenario_mod.load().model)
-    mod = next(m for m in checkpoint_modules(dims) if m.name == "model.layers.4.self_attn.o_proj")
-    assert mod.shape == (6144, 64 * 256)
-    assert param_specs(mod, "mxfp4") == [("weight", "U8", (6144, 8192)), ("weight_scale", "U8", (6144, 512))]
-    assert param_specs(mod, "fp8") == [("weight", "F8_E4M3", (6144, 16384)), ("weight_scale", "F32", (6144,))]
-    assert param_specs(mod, "bf16") == [("weight", "BF16", (6144, 16384))]
 
 
 def test_materialize_refuses_non_empty_dest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
