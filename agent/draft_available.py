@@ -11,13 +11,12 @@ layer is a layer beyond ``num_hidden_layers``, or a module named for MTP / NextN
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Protocol
+
+from tools.weight_suspects import mtp_names
 
 SPECULATIVE_FLAGS = ("speculative-algorithm", "speculative-num-steps", "speculative-eagle-topk",
                      "speculative-num-draft-tokens", "speculative-draft-model-path")  # fmt: skip
-_MTP_WORD = re.compile(r"(^|\.)(mtp|nextn)[a-z_]*(\.|$)", re.IGNORECASE)
-_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
 class Files(Protocol):
@@ -40,16 +39,8 @@ def stated_mtp_layers(config: dict[str, Any]) -> int | None:
 
 
 def index_has_mtp(names: list[str], config: dict[str, Any]) -> bool:
-    """Whether a checkpoint's tensor names hold an MTP layer: one beyond the model's own layers, or under an
-    MTP / NextN module."""
-    layers = config.get("num_hidden_layers") or _text_config(config).get("num_hidden_layers")
-    for name in names:
-        if _MTP_WORD.search(name):
-            return True
-        m = _LAYER.search(name)
-        if m and isinstance(layers, int) and int(m.group(1)) >= layers:
-            return True
-    return False
+    """Whether a checkpoint's tensor names hold an MTP layer (``tools.weight_suspects.mtp_names``)."""
+    return bool(mtp_names(names, config))
 
 
 def draft_reason(model_dir: str, files: Files, draft_paths: list[Any]) -> str | None:

@@ -81,6 +81,40 @@ def in_layers(names: Iterable[str], layers: Iterable[int]) -> list[str]:
     return [n for n in names if n.startswith(prefixes)] if prefixes else []
 
 
+_MTP_WORD = re.compile(r"(^|\.)(mtp|nextn)[a-z_]*(\.|$)", re.IGNORECASE)
+_ANY_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+def num_layers(config: dict) -> int:
+    """The model's own decoder layers (a wrapper's language model's, for a vision-language config)."""
+    inner = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    return int(config.get("num_hidden_layers") or inner.get("num_hidden_layers") or 0)
+
+
+def mtp_names(names: Iterable[str], config: dict) -> list[str]:
+    """The checkpoint names of its MTP layers: under a module named for MTP or NextN layers (``mtp.layers.0``,
+    ``model.mtp_layers.0``), or in a decoder layer beyond the model's own (DeepSeek's ``model.layers.61``)."""
+    n = num_layers(config)
+    out = []
+    for name in names:
+        if _MTP_WORD.search(name):
+            out.append(name)
+            continue
+        m = _ANY_LAYER.search(name)
+        if m and n and int(m.group(1)) >= n:
+            out.append(name)
+    return out
+
+
+def _fits_shape(stored: list[int], shape: list[int]) -> bool:
+    """A tensor of ``shape`` can be what the log's ``stored`` sizes describe: the same shape, or, where the log
+    gave one dimension's size (a broadcast error: ``The size of tensor a (2048) must match ... b (4096)``), a
+    shape holding that size."""
+    if len(stored) == 1 and len(shape) > 1:
+        return stored[0] in shape
+    return list(stored) == list(shape)
+
+
 def find_suspects(diag: Diagnosis, config: dict, weight_map: dict, read: Callable[[str], str | None]) -> Suspects:
     """``weight_map``: the index's name -> {dtype, shape} (a real index maps names to shard files: then only
     names and the exclude list are used). ``read(path)`` returns a workspace file's text or None."""
@@ -88,10 +122,10 @@ def find_suspects(diag: Diagnosis, config: dict, weight_map: dict, read: Callabl
         return Suspects(confidence="named", candidates=[diag.checkpoint_parameter or diag.parameter or ""],
                         reason="the log names it")  # fmt: skip
     layer_class = _raising_class(read, diag)
-    n_layers = int(config.get("num_hidden_layers") or 0)
+    n_layers = num_layers(config)
     names = list(weight_map)
-    if diag.draft_model and n_layers:  # the draft loads only the checkpoint's extra layer(s)
-        names = in_layers(names, layers_from(names, n_layers))
+    if diag.draft_model and n_layers:  # the draft loads only the checkpoint's MTP layer(s)
+        names = mtp_names(names, config)
     fits = _CLASS_MODULES.get(layer_class or "", lambda m: True)
     out, why = [], [f"raised in {layer_class or 'an unknown class'}'s loader"]
     if diag.draft_model:
@@ -104,7 +138,7 @@ def find_suspects(diag: Diagnosis, config: dict, weight_map: dict, read: Callabl
         dtype, shape = meta.get("dtype"), meta.get("shape")
         if dtype is not None and dtype not in _UNQUANTIZED:
             continue  # a quantized tensor meets a quantized parameter: not this mismatch
-        if diag.checkpoint_shape and shape and list(shape) != list(diag.checkpoint_shape):
+        if diag.checkpoint_shape and shape and not _fits_shape(list(diag.checkpoint_shape), list(shape)):
             continue
         out.append(name)
     if diag.checkpoint_shape:

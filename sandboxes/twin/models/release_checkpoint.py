@@ -199,12 +199,27 @@ def checkpoint(config: Mapping[str, Any], *, quantization: Mapping[str, Any] | N
                 extra = {t.name for t in q_tensors} - {t.name for t in p_tensors}
                 if extra:
                     vendor_quantized = any(n in evidence.names for n in extra)
-            for t in (q_tensors if vendor_quantized and q_tensors else p_tensors or q_tensors):
+            if vendor_quantized and q_tensors:
+                chosen = q_tensors
+            elif p_tensors:
+                chosen = p_tensors
+            elif _plain_module_seen(k[0], by_p):
+                # a piece only the quantized build has (a fused scale of per-expert weights) of a module the vendor
+                # kept unquantized: the plain build's pieces are the module's whole storage
+                chosen = []
+            else:
+                chosen = q_tensors
+            for t in chosen:
                 if t.name not in out and t.param:
                     out[t.name] = {"dtype": t.dtype, "shape": list(t.shape)}
     if evidence is not None:
         _add_unloaded(out, evidence, [t for pair in forms for form in pair for t in form])
     return {name: out[name] for name in sorted(out, key=natural)}
+
+
+def _plain_module_seen(module: str, by_p: Mapping[tuple[Any, ...], Any]) -> bool:
+    """Whether the plain build filled any piece of engine module ``module``."""
+    return any(k[0] == module for k in by_p)
 
 
 def _add_unloaded(out: dict[str, dict[str, Any]], evidence: Evidence, built: list[Stored]) -> None:

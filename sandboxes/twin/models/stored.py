@@ -595,6 +595,7 @@ def _store(out: list[Stored], by_pattern: dict[str, list[str]], prober: Prober, 
             first.preferred, first.listed_only = preferred, True
             for sl in slots(rep, params[rep], owners.get(rep), k, fused_moe)[:1]:
                 first._first([sl])
+    picks: list[tuple[Any, ...]] = []  # (members, rep, param, owner, dtype, search, tables, chosen) per pattern
     for members in by_pattern.values():
         rep = members[0]
         param, owner = params[rep], owners.get(rep)
@@ -615,6 +616,20 @@ def _store(out: list[Stored], by_pattern: dict[str, list[str]], prober: Prober, 
                 continue
             raise StoredError(f"no checkpoint name the release's {type(model).__name__}.load_weights accepts reaches "
                               f"its parameter {rep}")  # fmt: skip
+        picks.append((members, rep, param, owner, dtype, search, tables, chosen))
+    # one module, one layout: routed experts whose weight the loader takes fused but whose scale it takes only per
+    # expert are stored per expert, weight and scale alike (a loader that meets one fused name reads the rest of
+    # the checkpoint as fused: Qwen3.5's load_weights)
+    layout: dict[str, set[bool]] = {}
+    for _, rep, _, owner, _, _, _, chosen in picks:
+        if fused_moe is not None and isinstance(owner, fused_moe):
+            layout.setdefault(rep.rpartition(".")[0], set()).add(_fused(chosen))
+    for i, (members, rep, param, owner, dtype, search, tables, chosen) in enumerate(picks):
+        if layout.get(rep.rpartition(".")[0]) == {True, False} and _fused(chosen):
+            split = search.choose([t for t in tables if not all(sl.expert is None for sl in t)])
+            if split is not None:
+                picks[i] = (members, rep, param, owner, dtype, search, tables, split)
+    for members, rep, _, _, dtype, _, _, chosen in picks:
         collapsed = len({replay(sl.base, ops) for sl, ops in chosen}) < len(chosen)  # one fused tensor for several
         for slot, ops in chosen:
             for member in members:
@@ -633,6 +648,11 @@ def _store(out: list[Stored], by_pattern: dict[str, list[str]], prober: Prober, 
                     listed_dtype = None
                 out.append(Stored(name, listed_dtype or dtype, shape, member, None if collapsed else slot.shard,
                                   None if collapsed else slot.expert))  # fmt: skip
+
+
+def _fused(chosen: list[tuple[Slot, tuple[Op, ...]]]) -> bool:
+    """Whether a choice stores every expert in one tensor (no slot names an expert)."""
+    return all(sl.expert is None for sl, _ in chosen)
 
 
 class _Search:
