@@ -82,6 +82,9 @@ CONFIRM_TOP = 2
 REFERENCE_LENGTH = 0.25
 KNEE_MEASURES = ("knee", "knee_full", "baseline")  # measurements whose value is a throughput at the knee
 NEAR_GROWTH = 1.1  # a knee search that starts near the knee (a prediction, or the best knee it must beat) steps up by 10 %
+# a shape that does not shard over the TP group, in the release's words: distributed/utils ensure_divisibility's
+# "X is not divisible by Y", a quantization block check, or a model's own `assert ... % tp_size == 0`
+TP_DIVISIBILITY = r"is not divisible by|%\s*\(?\s*(self\.)?\w*tp_size\w*\s*\)?\s*==\s*0"
 SPEC_KEYS = (SPECULATIVE, *SPEC_DEPENDENT)  # the speculative-decoding flags, as the search layer names them
 # single-stream runs the draft tree's local search may spend after its first tree (``_tree_item``); on the twin's
 # scenarios it reaches the best allowed tree in at most this many (a coordinate search stops sooner when no
@@ -1018,9 +1021,10 @@ class PlaybookPolicy:
                 cur["flags"].pop(flag)
                 cur["step"] = "launch"
                 return None
-        elif re.search(r"is not divisible by (weight quantization )?block_[nk]", diag.get("summary", "")):
-            # a weight sharded over more GPUs than its quantization blocks allow: the same GPUs in smaller TP
-            # groups, each shard twice as wide
+        elif re.search(TP_DIVISIBILITY, diag.get("summary", "")):
+            # a weight sharded over more GPUs than its quantization blocks allow, or heads that do not divide over
+            # the TP group (the release's `assert self.total_num_heads % tp_size == 0`): the same GPUs in smaller
+            # TP groups, each shard twice as wide
             tp, dp = int(cur["flags"].get("tp-size", 1)), int(cur["flags"].get("dp-size", 1))
             if tp > 1 and tp // 2 in _allowed(ctx.task, "tp-size") and 2 * dp in _allowed(ctx.task, "dp-size"):
                 cur["flags"].update({"tp-size": tp // 2, "dp-size": 2 * dp})

@@ -320,7 +320,7 @@ def _split(arch: ModelArch, hybrid_swa: bool) -> tuple[list[MLA | GQA], list[GQA
     full, swa = [], []
     for layer in arch.layers:
         a = layer.attention
-        if isinstance(a, LinearAttention):
+        if a is None or isinstance(a, LinearAttention):  # no KV cache: an MLP-only or a recurrent layer
             continue
         (swa if hybrid_swa and isinstance(a, GQA) and a.sliding_window else full).append(a)
     return full, swa

@@ -356,6 +356,7 @@ class Prober:
     def __init__(self, model: Any, params: dict[str, Any]) -> None:
         self.model, self.params = model, params
         self.hits: list[tuple[str, Any, Any]] = []
+        self.loaded_shapes: dict[str, tuple[int, ...]] = {}  # what a parameter's loader was first handed, per probe
         self.saved: dict[int, tuple[str, Any]] = {}
         self.cache: dict[tuple[Any, ...], list[tuple[str, Any, Any]]] = {}
 
@@ -413,14 +414,15 @@ class Prober:
         def record(*args: Any, **kwargs: Any) -> Any:
             shard = expert = None
             if signature is not None:
-                try:
-                    bound = signature.bind_partial(*args, **kwargs).arguments
-                except TypeError:
-                    bound = {}
+                # a call the real loader would refuse (FusedMoE's weight_loader without its expert): no hit, the
+                # same TypeError
+                bound = signature.bind(*args, **kwargs).arguments
                 shard = next((bound[k] for k in ("shard_id", "loaded_shard_id") if k in bound), None)
                 expert = bound.get("expert_id")
             elif len(args) > 2:
                 shard = args[2]
+            loaded = args[1] if len(args) > 1 else kwargs.get("loaded_weight")
+            self.loaded_shapes.setdefault(name, tuple(int(d) for d in getattr(loaded, "shape", ())))
             self.hits.append((name, shard, expert))
             return None
 
@@ -433,6 +435,7 @@ class Prober:
         if key in self.cache:
             return self.cache[key]
         del self.hits[:]
+        self.loaded_shapes.clear()
 
         def tensors() -> Iterator[tuple[str, Any]]:
             for name, shape, dtype in names:
@@ -629,7 +632,7 @@ def _store(out: list[Stored], by_pattern: dict[str, list[str]], prober: Prober, 
             split = search.choose([t for t in tables if not all(sl.expert is None for sl in t)])
             if split is not None:
                 picks[i] = (members, rep, param, owner, dtype, search, tables, split)
-    for members, rep, _, _, dtype, _, _, chosen in picks:
+    for members, rep, _, _, dtype, search, _, chosen in picks:
         collapsed = len({replay(sl.base, ops) for sl, ops in chosen}) < len(chosen)  # one fused tensor for several
         for slot, ops in chosen:
             for member in members:
@@ -638,6 +641,8 @@ def _store(out: list[Stored], by_pattern: dict[str, list[str]], prober: Prober, 
                 listed_dtype, listed_shape = known.get(pattern(name), (None, None))
                 shape = tuple(int(d) for d in params[member].shape) if collapsed else shape_of(
                     Slot(member, slot.shard, slot.expert), params[member], owners.get(member), fused_moe, splits)
+                if search.transposed and len(shape) == 3:
+                    shape = (shape[0], shape[2], shape[1])
                 if evidence is not None and evidence.complete and name in evidence.names:
                     listed_shape = evidence.names[name][1] or listed_shape
                 # the listing's layout of the same elements (gpt-oss's MXFP4 blocks as [E, o, i/32, 16]); a
@@ -669,6 +674,7 @@ class _Search:
         self.listed_only = False
         self.param, self.owner, self.fused_moe, self.dtype, self.splits = param, owner, fused_moe, dtype, splits
         self.known = known
+        self.transposed = False  # fused experts stored [E, in, out]: the loader transposes them (``_note_layout``)
 
     def _reached(self, names: list[tuple[str, tuple[int, ...]]], shard: Any) -> bool:
         hits = self.prober.probe([(n, sh, self.dtype) for n, sh in names])
@@ -694,8 +700,29 @@ class _Search:
                 if self._reached(list(zip(names, shapes, strict=True)), shard):
                     if cands is listed:  # a rename of the names' spelling (a prefix), not a piece put in one place
                         self.preferred.update(op for op in ops if op[0] != "insert")
+                    self._note_layout(group, names[0], shapes[0])
                     return ops
         return None
+
+    def _note_layout(self, group: list[Slot], name: str, shape: tuple[int, ...]) -> None:
+        """Fused experts a model's loader transposes before it loads each expert (Qwen3-VL MoE stores
+        ``experts.down_proj`` as ``[E, in, out]``): when the parameter's loader is not handed one expert's share
+        as the tensor is probed, and is when its last two dimensions are swapped, the checkpoint holds them so."""
+        if len(group) != 1 or group[0].expert is not None or self.fused_moe is None \
+                or not isinstance(self.owner, self.fused_moe) or len(shape) != 3:  # fmt: skip
+            return
+        one = tuple(int(d) for d in self.param.shape[1:])
+        expected = {one, (one[0] // 2, one[1])}  # w2 whole, w1 / w3 half the rows of w13
+
+        def handed(probe_shape: tuple[int, ...]) -> tuple[int, ...] | None:
+            self.prober.probe([(name, probe_shape, self.dtype)])
+            got = self.prober.loaded_shapes.get(self.rep)
+            return tuple(got) if got else None
+
+        if handed(shape) in expected:
+            return
+        if handed((shape[0], shape[2], shape[1])) in expected:
+            self.transposed = True
 
     def _fused_shared(self, slot: Slot) -> bool:
         if slot.expert is None or self.fused_moe is None or not isinstance(self.owner, self.fused_moe):

@@ -125,5 +125,5 @@ def group(attention: Attention, count: int, kv_bytes: float, cfg: ServingConfig)
 
 def layer_groups(arch: ModelArch, cfg: ServingConfig, kv_bytes: float) -> list[LayerGroup]:
     """The model's layers grouped by attention, in the order each attention first appears."""
-    counts = Counter(layer.attention for layer in arch.layers)
+    counts = Counter(layer.attention for layer in arch.layers if layer.attention is not None)  # an MLP-only layer: none
     return [group(a, n, kv_bytes, cfg) for a, n in counts.items()]

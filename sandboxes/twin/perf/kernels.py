@@ -27,7 +27,9 @@ from __future__ import annotations
 from ..models.arch import GQA, MLA, DenseMLP, Layer, LinearAttention, ModelArch
 
 
-def attention_kernels(attention: MLA | GQA | LinearAttention) -> int:
+def attention_kernels(attention: MLA | GQA | LinearAttention | None) -> int:
+    if attention is None:  # a layer with no attention (Nemotron-H's MLP-only layers)
+        return 0
     if isinstance(attention, MLA):
         a = attention
         q_path = 3 if a.q_lora_rank else 2  # fused q_a+kv_a, q_a norm, q_b | q_proj, kv_a
@@ -40,6 +42,8 @@ def attention_kernels(attention: MLA | GQA | LinearAttention) -> int:
 
 
 def mlp_kernels(mlp) -> int:
+    if mlp is None:  # a layer with no MLP (Nemotron-H's mixer-only layers)
+        return 0
     if isinstance(mlp, DenseMLP):
         return 3
     n = 5  # router, top-k, sort, two-stage fused MoE

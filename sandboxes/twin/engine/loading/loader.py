@@ -480,11 +480,13 @@ def _sample_fused_experts(param: Any) -> None:
         return
     routed = getattr(owner, "_num_global_routed", None) or getattr(owner, "num_experts", 0)
 
-    def sampled(p: Any, loaded_weight: Any, weight_name: str, shard_id: Any, expert_id: Any = None, *args: Any,
-                **kwargs: Any) -> Any:  # fmt: skip
+    def sampled(p: Any, loaded_weight: Any, *args: Any, **kwargs: Any) -> Any:
+        # FusedMoE.weight_loader(param, loaded_weight, weight_name, shard_id, expert_id, ...), however a model's
+        # loader passes them (positionally or by name)
+        expert_id = kwargs.get("expert_id", args[2] if len(args) > 2 else None)
         if isinstance(expert_id, int) and 0 < expert_id < routed - 1:
             return None  # the release's weight_loader returns None too
-        return loader(p, loaded_weight, weight_name, shard_id, expert_id, *args, **kwargs)
+        return loader(p, loaded_weight, *args, **kwargs)
 
     param.weight_loader = sampled
 
