@@ -506,7 +506,10 @@ def shape_of(slot: Slot, param: Any, owner: Any, fused_moe: type | None, splits:
     if slot.shard is not None:
         if kind == "PerTensorScaleParameter":
             return ()
-        sizes = [int(s) for s in (owner.__dict__.get("output_sizes") or [])]
+        # the shards' rows: the layer's output sizes, or its partition sizes (the same at TP 1, where the twin
+        # builds it: a layer such as Kimi-Linear's MergedColumnParallelRepeatedLinear keeps only those)
+        sizes = [int(s) for s in (owner.__dict__.get("output_sizes") or owner.__dict__.get("output_partition_sizes")
+                                  or [])]  # fmt: skip
         blocks = _shard_indices(slot.shard)
         if sizes and blocks and all(i < len(sizes) for i in blocks):
             dim = param.__dict__.get("_output_dim", param.__dict__.get("output_dim", 0))
