@@ -354,16 +354,10 @@ class _EngineModule(types.ModuleType):
 
 
 def _stub_module(name: str) -> types.ModuleType:
-    module = types.ModuleType(name)
+    from .stubs import stub_package
+
+    module = stub_package(name, stub_class)  # a package: ``import a.b`` of a stubbed ``a`` works
     module.__version__ = "3.4.0"  # what packages look up at import time (triton's version checks)
-    module.__path__ = []  # a package: ``import a.b`` of a stubbed ``a`` works
-
-    def getattr_(attr: str) -> Any:
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        return stub_class(f"{name}.{attr}")
-
-    module.__getattr__ = getattr_  # type: ignore[attr-defined]
     return module
 
 

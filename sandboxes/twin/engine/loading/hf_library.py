@@ -169,16 +169,9 @@ def bridge(name: str, stub: Callable[[str], Any], bridges: dict[str, Any], defin
 
 
 def _torch_stub_module(name: str, stub: Callable[[str], Any]) -> types.ModuleType:
-    module = types.ModuleType(name)
-    module.__path__ = []
+    from .stubs import stub_package
 
-    def getattr_(attr: str) -> Any:
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        return stub(f"{name}.{attr}")
-
-    module.__getattr__ = getattr_  # type: ignore[attr-defined]
-    return module
+    return stub_package(name, stub)
 
 
 @contextlib.contextmanager

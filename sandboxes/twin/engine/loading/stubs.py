@@ -8,6 +8,8 @@ only.
 
 from __future__ import annotations
 
+import types
+from collections.abc import Callable
 from typing import Any
 
 
@@ -75,3 +77,18 @@ class StubValue:
         return self is other
 
     __hash__ = object.__hash__
+
+
+def stub_package(name: str, make: Callable[[str], Any]) -> types.ModuleType:
+    """A module standing for package ``name`` (``import name.sub`` works) whose every public attribute is
+    ``make("name.attr")``."""
+    module = types.ModuleType(name)
+    module.__path__ = []
+
+    def getattr_(attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return make(f"{name}.{attr}")
+
+    module.__getattr__ = getattr_  # type: ignore[attr-defined]
+    return module
