@@ -75,12 +75,6 @@ def layers_from(names: Iterable[str], at_least: int = 0) -> list[int]:
     return sorted({n for n in map(int, _LAYER.findall("\n".join(names))) if n >= at_least})
 
 
-def in_layers(names: Iterable[str], layers: Iterable[int]) -> list[str]:
-    """The names that fall in these decoder layers, in their order."""
-    prefixes = tuple(f"model.layers.{n}." for n in layers)
-    return [n for n in names if n.startswith(prefixes)] if prefixes else []
-
-
 _MTP_WORD = re.compile(r"(^|\.)(mtp|nextn)[a-z_]*(\.|$)", re.IGNORECASE)
 _ANY_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
@@ -93,7 +87,7 @@ def num_layers(config: dict) -> int:
 
 def mtp_names(names: Iterable[str], config: dict) -> list[str]:
     """The checkpoint names of its MTP layers: under a module named for MTP or NextN layers (``mtp.layers.0``,
-    ``model.mtp_layers.0``), or in a decoder layer beyond the model's own (DeepSeek's ``model.layers.61``)."""
+    ``model.mtp_layers.0``), or in a decoder layer beyond the model's own (``model.layers.<num_hidden_layers>``)."""
     n = num_layers(config)
     out = []
     for name in names:

@@ -29,7 +29,7 @@ from tasks.spec import TaskSpec
 from tools.loader_names import renamed_prefix, renames
 from tools.parsed import json_value
 from tools.source import unified_diff
-from tools.weight_suspects import layers_from
+from tools.weight_suspects import layers_from, num_layers
 
 from ..ablation import explain_best
 from ..fixes import rocm_port
@@ -1357,8 +1357,7 @@ class PlaybookPolicy:
         (and their files' name maps) apply to the checkpoint's names (``tools.loader_names``)."""
         if not diag.get("draft_model"):
             return None
-        n_layers = int(config.get("num_hidden_layers") or config.get("text_config", {}).get("num_hidden_layers") or 0)
-        extra = layers_from(names, n_layers)
+        extra = layers_from(names, num_layers(config))
         if not extra:
             return None
         cp = f"model.layers.{extra[0]}"

@@ -119,7 +119,7 @@ def linear_state(a: LinearAttention, attn_tp: int, ssm: str = MAMBA_SSM_DTYPE,
                  conv_dtype: str = MAMBA_CONV_DTYPE) -> LinearState:  # fmt: skip
     """One layer's state on one GPU of an attention TP group of ``attn_tp``: the shapes the release's own
     ``mamba2_cache_params`` gives at that size, as the model's description recorded them (``LinearAttention.states``);
-    for a hand-written model without them, ``Mamba2StateShape.create`` as ``Qwen3NextConfig.mamba2_cache_params``
+    for a hand-written model without them, ``Mamba2StateShape.create`` as a Gated DeltaNet config's ``mamba2_cache_params``
     calls it (the convolution's channels are the values and two key groups, widened to a multiple of the TP degree
     when they do not divide it, split over the attention TP group with the value heads)."""
     by_tp = {tp: (conv, tuple(temporal)) for tp, conv, temporal in a.states}

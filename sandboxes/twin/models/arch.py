@@ -62,7 +62,7 @@ class GQA:
     num_kv_heads: int
     head_dim: int
     sliding_window: int = 0  # 0: every earlier token; else the last this many
-    chunk_size: int = 0  # chunked local attention (Llama 4): only the tokens of the query's own chunk
+    chunk_size: int = 0  # chunked local attention: only the tokens of the query's own chunk
     v_head_dim: int = 0  # the value heads' size where it is not head_dim (0: head_dim)
     sinks: bool = False  # a learned per-head logit added to the softmax (GPT-OSS)
     qk_norm: bool = False  # per-head RMSNorm of q and k (Qwen3)
@@ -92,7 +92,7 @@ class LinearAttention:
     value_head_dim: int
     conv_kernel: int
     ssm_dtype: str | None = None  # config.json's mamba_ssm_dtype: the recurrent state's dtype (None: not said)
-    mixer: str = ""  # the release's class of the layer (Qwen3GatedDeltaNet, MambaMixer2, Lfm2ShortConv, ...)
+    mixer: str = ""  # the release's class of the layer's mixer (its name, as the release spells it)
     conv_channels: int = 0  # the convolution's channels where the release says (0: q, k and v side by side)
     # the state the release allocates per request and layer, at each attention TP size it divides over:
     # (attention TP, convolution elements, temporal (SSM) state shape), from its mamba2_cache_params
@@ -162,8 +162,8 @@ MLP = DenseMLP | MoE
 
 @dataclass(frozen=True)
 class Layer:
-    attention: Attention | None  # None: a layer with no token mixer (Nemotron-H's MLP layers)
-    mlp: MLP | None  # None: a layer with no MLP (Nemotron-H's attention and Mamba layers)
+    attention: Attention | None  # None: a layer with no token mixer (an MLP-only layer)
+    mlp: MLP | None  # None: a layer with no MLP (a mixer-only layer)
 
     @property
     def name(self) -> str:

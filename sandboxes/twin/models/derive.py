@@ -129,7 +129,7 @@ def _gqa(layer: Any, scope: list[Any], r: Any, mc: Any, c: _Classes) -> GQA:
         w = _weight(m)
         if len(w.shape) != 1:
             return False
-        # per head (Qwen3), or over all heads inside the attention module (MiniMax's per-layer norm)
+        # per head, or over all heads inside the attention module (a per-layer norm)
         return w.shape[0] == head_dim or (id(m) not in on_layer and w.shape[0] in (heads * head_dim, kv * head_dim))
 
     owner = _owner(scope, r)
@@ -285,7 +285,7 @@ def _layer_params(module: Any, mlp_child: Any, c: _Classes, hidden: int) -> Laye
             router += _linear_params(m)
         elif _out_size(m) > 1:
             shared += _linear_params(m)
-    for _, m in _named(mlp_child):  # a router that is no linear of the release's (DeepSeek's MoEGate: a weight)
+    for _, m in _named(mlp_child):  # a router that is no linear of the release's (a gate module holding a bare weight)
         w = _weight(m)
         if id(m) not in in_experts and not isinstance(m, c.linear) and w is not None and len(w.shape) == 2:
             router += math.prod(int(d) for d in w.shape)

@@ -91,7 +91,7 @@ def _forms(root: Path, model_dir: Path, plain_config: dict[str, Any], quant_conf
     """(the tensors of the model built quantized, built plain): every module quantized; else, where the release
     cannot build a module quantized, as published; else (it cannot build it quantized at all: it fails at start-up
     there too) the plain form alone. A draft is built in the process its target was built in (``executors``, one
-    per platform), as the engine builds it: a class attribute the target's constructor fills (DeepSeek's
+    per platform), as the engine builds it: a class attribute the target's constructor fills (a
     ``packed_modules_mapping``) is what the draft's loader then finds."""
     from ..engine.loading.build import BuildError
     from ..engine.loading.executor import ExecutionError, Executor

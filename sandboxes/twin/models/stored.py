@@ -455,7 +455,7 @@ _MISSING = object()
 
 
 def _shard_indices(shard: Any) -> list[int] | None:
-    """The output blocks a shard id names: an index, q/k/v, or several at once (``(0, 1, 2)``: Qwen3.5's q, k and v
+    """The output blocks a shard id names: an index, q/k/v, or several at once (``(0, 1, 2)``: q, k and v
     stored as one ``in_proj_qkv``)."""
     if isinstance(shard, bool):
         return None
@@ -507,7 +507,7 @@ def shape_of(slot: Slot, param: Any, owner: Any, fused_moe: type | None, splits:
         if kind == "PerTensorScaleParameter":
             return ()
         # the shards' rows: the layer's output sizes, or its partition sizes (the same at TP 1, where the twin
-        # builds it: a layer such as Kimi-Linear's MergedColumnParallelRepeatedLinear keeps only those)
+        # builds it: a merged column-and-repeated linear keeps only those)
         sizes = [int(s) for s in (owner.__dict__.get("output_sizes") or owner.__dict__.get("output_partition_sizes")
                                   or [])]  # fmt: skip
         blocks = _shard_indices(slot.shard)
@@ -625,7 +625,7 @@ def _store(out: list[Stored], by_pattern: dict[str, list[str]], prober: Prober, 
         picks.append((members, rep, param, owner, dtype, search, tables, chosen))
     # one module, one layout: routed experts whose weight the loader takes fused but whose scale it takes only per
     # expert are stored per expert, weight and scale alike (a loader that meets one fused name reads the rest of
-    # the checkpoint as fused: Qwen3.5's load_weights)
+    # the checkpoint as fused)
     layout: dict[str, set[bool]] = {}
     for _, rep, _, owner, _, _, _, chosen in picks:
         if fused_moe is not None and isinstance(owner, fused_moe):
@@ -708,8 +708,8 @@ class _Search:
         return None
 
     def _note_layout(self, group: list[Slot], name: str, shape: tuple[int, ...]) -> None:
-        """Fused experts a model's loader transposes before it loads each expert (Qwen3-VL MoE stores
-        ``experts.down_proj`` as ``[E, in, out]``): when the parameter's loader is not handed one expert's share
+        """Fused experts a model's loader transposes before it loads each expert (stored as
+        ``[E, in, out]``): when the parameter's loader is not handed one expert's share
         as the tensor is probed, and is when its last two dimensions are swapped, the checkpoint holds them so."""
         if len(group) != 1 or group[0].expert is not None or self.fused_moe is None \
                 or not isinstance(self.owner, self.fused_moe) or len(shape) != 3:  # fmt: skip

@@ -28,7 +28,7 @@ from ..models.arch import GQA, MLA, DenseMLP, Layer, LinearAttention, ModelArch
 
 
 def attention_kernels(attention: MLA | GQA | LinearAttention | None) -> int:
-    if attention is None:  # a layer with no attention (Nemotron-H's MLP-only layers)
+    if attention is None:  # a layer with no attention (an MLP-only layer)
         return 0
     if isinstance(attention, MLA):
         a = attention
@@ -42,7 +42,7 @@ def attention_kernels(attention: MLA | GQA | LinearAttention | None) -> int:
 
 
 def mlp_kernels(mlp) -> int:
-    if mlp is None:  # a layer with no MLP (Nemotron-H's mixer-only layers)
+    if mlp is None:  # a layer with no MLP (a mixer-only layer)
         return 0
     if isinstance(mlp, DenseMLP):
         return 3
