@@ -483,8 +483,10 @@ def _share(sizes: list[int], i: int, rows: int) -> int:
     return math.ceil(sizes[i] / block) if math.ceil(total / block) == rows else math.ceil(sizes[i] * rows / total)
 
 
-def shape_of(slot: Slot, param: Any, owner: Any, fused_moe: type | None, splits: Splits | None = None) -> tuple[int, ...]:
-    """The checkpoint tensor's shape for ``slot`` (the parameter's, or one shard's or one expert's share)."""
+def shape_of(slot: Slot, param: Any, owner: Any, fused_moe: type | None, splits: Splits | None = None,
+             shards: int = 0) -> tuple[int, ...]:
+    """The checkpoint tensor's shape for ``slot`` (the parameter's, or one shard's or one expert's share), of a
+    parameter the loader fills from ``shards`` shards."""
     shape = [int(d) for d in param.shape]
     kind = type(param).__name__
     if is_part(slot):
@@ -515,6 +517,8 @@ def shape_of(slot: Slot, param: Any, owner: Any, fused_moe: type | None, splits:
             dim = param.__dict__.get("_output_dim", param.__dict__.get("output_dim", 0))
             dim = dim if isinstance(dim, int) and 0 <= dim < len(shape) else 0
             shape[dim] = sum(_share(sizes, i, shape[dim]) for i in blocks)
+        elif not sizes and isinstance(slot.shard, int) and len(shape) > 1 and shape[0] == shards:
+            return tuple(shape[1:])  # a batched linear: one leading entry per shard, each a whole matrix
         return tuple(shape)
     org = owner.__dict__.get("org_vocab_size") if owner is not None else None
     if isinstance(org, int) and shape and shape[0] > org:
@@ -643,7 +647,8 @@ def _store(out: list[Stored], by_pattern: dict[str, list[str]], prober: Prober, 
                 name = replay(base, ops)
                 listed_dtype, listed_shape = known.get(pattern(name), (None, None))
                 shape = tuple(int(d) for d in params[member].shape) if collapsed else shape_of(
-                    Slot(member, slot.shard, slot.expert), params[member], owners.get(member), fused_moe, splits)
+                    Slot(member, slot.shard, slot.expert), params[member], owners.get(member), fused_moe, splits,
+                    len({sl.shard for sl, _ in chosen}))
                 if search.transposed and len(shape) == 3:
                     shape = (shape[0], shape[2], shape[1])
                 if evidence is not None and evidence.complete and name in evidence.names:
@@ -678,6 +683,7 @@ class _Search:
         self.param, self.owner, self.fused_moe, self.dtype, self.splits = param, owner, fused_moe, dtype, splits
         self.known = known
         self.transposed = False  # fused experts stored [E, in, out]: the loader transposes them (``_note_layout``)
+        self.shards = 0  # the shards of the way being searched (``_option`` sets it)
 
     def _reached(self, names: list[tuple[str, tuple[int, ...]]], shard: Any) -> bool:
         hits = self.prober.probe([(n, sh, self.dtype) for n, sh in names])
@@ -686,7 +692,7 @@ class _Search:
     def _first(self, group: list[Slot]) -> tuple[Op, ...] | None:
         """The renames that make ``group``'s names reach the parameter (a packed module's parts together): among
         the spellings ``known`` lists first (probed only those), else the first the loader takes."""
-        shapes = [shape_of(sl, self.param, self.owner, self.fused_moe, self.splits) for sl in group]
+        shapes = [shape_of(sl, self.param, self.owner, self.fused_moe, self.splits, self.shards) for sl in group]
         shard = group[0].shard if len(group) == 1 else None
         tried = [c for c in candidates(group[0].base, self.k) if c[0] not in self.avoid]
         if self._fused_shared(group[0]):  # a shared expert the release appends to the routed ones: the vendor
@@ -741,6 +747,7 @@ class _Search:
             return None if ops is None else [(sl, ops) for sl in parts]
         out = []
         by_shard: dict[Any, tuple[Op, ...]] = {}
+        self.shards = len({sl.shard for sl in option})
         for sl in option:  # each shard's first expert is searched; the other experts take its renames
             group = (sl.shard, self._fused_shared(sl))  # a shared expert fused after the routed ones: its own
             if group not in by_shard:
