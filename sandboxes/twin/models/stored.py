@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import inspect
 import logging
 import math
@@ -83,7 +84,7 @@ def pattern(name: str) -> str:
 class Knowledge:
     stacked: list[tuple[str, str, Any]]  # (param part, checkpoint part, shard id)
     experts: list[tuple[str, str, int, Any]]  # (param part, checkpoint part, expert id, shard id)
-    renames: list[tuple[str, str]]  # (what the loader replaces, by what): undone as (by what -> what)
+    renames: list[tuple[str, str]]  # (what the loader replaces, by what): undone as (by what -> what), longest first
     prefixes: list[str]  # name-like strings the loader holds (a draft layer's checkpoint prefix)
     packed: dict[str, list[str]]  # the class's packed_modules_mapping: an engine module -> the checkpoint's parts
 
@@ -197,6 +198,7 @@ def learn(model: Any) -> Knowledge:
     packed = getattr(model, "packed_modules_mapping", None)
     packed = {str(a): [str(x) for x in b] for a, b in packed.items() if isinstance(b, list | tuple)} if isinstance(
         packed, dict) else {}
+    renames.sort(key=lambda r: -len(r[1]))  # undone the longest match first
     return Knowledge(stacked, experts, renames, sorted(strings), packed)
 
 
@@ -206,11 +208,15 @@ Op = tuple[Any, ...]  # one rename undone: ("swap", new, old) | ("insert", old, 
 MAX_CANDIDATES = 600
 
 
+@functools.lru_cache(maxsize=4096)
+def _piece(part: str) -> re.Pattern[str]:
+    return re.compile("".join(r"\d+" if ch == "#" else re.escape(ch) for ch in part))
+
+
 def _token(name: str, part: str, loose: bool = False) -> tuple[int, int]:
     """Where ``part`` stands in ``name`` as whole name pieces (not ``w13_weight`` inside ``w13_weight_scale``), a
     ``#`` in it standing for a number: (start, end), or (-1, -1)."""
-    rx = re.compile("".join(r"\d+" if ch == "#" else re.escape(ch) for ch in part))
-    for m in rx.finditer(name):
+    for m in _piece(part).finditer(name):
         at, end = m.span()
         before_ok = at == 0 or name[at - 1] == "." or part[0] in "._"
         # a dotted fragment (``model.pre_fc``) may end inside a name piece; a bare piece (``w13_weight``) may not
@@ -247,7 +253,7 @@ def replay(name: str, ops: tuple[Op, ...]) -> str:
 
 
 def _ops(name: str, k: Knowledge, prefixes: bool) -> Iterator[Op]:
-    for old, new in sorted(k.renames, key=lambda r: -len(r[1])):  # the longest match first
+    for old, new in k.renames:  # the longest match first
         if new and _token(name, new, loose="." in old.strip("."))[0] >= 0:
             yield ("swap", new, old)
         elif not new and old.strip("."):  # the loader deletes ``old``: it stood at some boundary of the name
@@ -353,8 +359,10 @@ class Prober:
     (parameter, shard, expert). A loader that raises for a name it does not know records nothing. Used as a
     context: the recorders are put in place once, then taken away."""
 
-    def __init__(self, model: Any, params: dict[str, Any]) -> None:
-        self.model, self.params = model, params
+    def __init__(self, model: Any, params: dict[str, Any], fused_moe: type | None = None) -> None:
+        self.model, self.params, self.fused_moe = model, params, fused_moe
+        self.tables: dict[str, Any] = {}  # the expert table makers the probes' loaders call, as they were
+        self.frozen = contextlib.ExitStack()
         self.hits: list[tuple[str, Any, Any]] = []
         self.loaded_shapes: dict[str, tuple[int, ...]] = {}  # what a parameter's loader was first handed, per probe
         self.saved: dict[int, tuple[str, Any]] = {}
@@ -396,12 +404,37 @@ class Prober:
             return tensor
 
         fake_torch.Tensor.copy_ = copy_  # type: ignore[method-assign]
+        self.frozen.enter_context(fake_torch.tree_frozen())  # the loader's parameter dict, once per probing
+        self._remember_expert_tables()
         return self
+
+    def _remember_expert_tables(self) -> None:
+        """The expert layer's table makers (``make_expert_params_mapping``), which a loader calls on each of its
+        thousands of probes with the same arguments: each table made once, a copy handed out each time."""
+        for attr, made in vars(self.fused_moe or object).items():
+            if not (attr.startswith("make_expert_params_mapping") and isinstance(made, classmethod)):
+                continue
+            self.tables[attr] = made
+            bound, memo = made.__get__(None, self.fused_moe), {}
+
+            def remembered(*args: Any, _bound: Any = bound, _memo: dict = memo, **kwargs: Any) -> Any:
+                key = (args, tuple(sorted(kwargs.items())))
+                try:
+                    if key not in _memo:
+                        _memo[key] = _bound(*args, **kwargs)
+                except TypeError:  # an argument that cannot be a key
+                    return _bound(*args, **kwargs)
+                return list(_memo[key])
+
+            setattr(self.fused_moe, attr, staticmethod(remembered))
 
     def __exit__(self, *exc: Any) -> None:
         from ..engine.loading import fake_torch
 
         fake_torch.Tensor.copy_ = self.original_copy  # type: ignore[method-assign]
+        self.frozen.close()
+        for attr, made in self.tables.items():
+            setattr(self.fused_moe, attr, made)
         logging.disable(logging.NOTSET)
         for p in self.params.values():
             slot, old = self.saved.get(id(p), ("weight_loader", _MISSING))
@@ -580,7 +613,7 @@ def stored_tensors(model: Any, fused_moe: type | None, *, checkpoint_dtype: str 
     for name in params:
         by_pattern.setdefault(pattern(name), []).append(name)
     out: list[Stored] = []
-    with Prober(model, params) as prober:
+    with Prober(model, params, fused_moe) as prober:
         _store(out, by_pattern, prober, k, params, owners, fused_moe, checkpoint_dtype, splits, known, evidence,
                draft, model, avoid)  # fmt: skip
     seen: set[str] = set()
@@ -641,6 +674,7 @@ def _store(out: list[Stored], by_pattern: dict[str, list[str]], prober: Prober, 
                 picks[i] = (members, rep, param, owner, dtype, search, tables, split)
     for members, rep, _, _, dtype, search, _, chosen in picks:
         collapsed = len({replay(sl.base, ops) for sl, ops in chosen}) < len(chosen)  # one fused tensor for several
+        shards = len({sl.shard for sl, _ in chosen})
         for slot, ops in chosen:
             for member in members:
                 base = slot.base if member == rep else _slot_base(member, slot, rep)
@@ -648,7 +682,7 @@ def _store(out: list[Stored], by_pattern: dict[str, list[str]], prober: Prober, 
                 listed_dtype, listed_shape = known.get(pattern(name), (None, None))
                 shape = tuple(int(d) for d in params[member].shape) if collapsed else shape_of(
                     Slot(member, slot.shard, slot.expert), params[member], owners.get(member), fused_moe, splits,
-                    len({sl.shard for sl, _ in chosen}))
+                    shards)
                 if search.transposed and len(shape) == 3:
                     shape = (shape[0], shape[2], shape[1])
                 if evidence is not None and evidence.complete and name in evidence.names:

@@ -13,6 +13,7 @@ Standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import types
 from collections import OrderedDict
@@ -545,6 +546,14 @@ class Module:
                 yield from module.named_modules(memo, f"{prefix}.{name}" if prefix else name, remove_duplicate)
 
     def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True) -> Iterator[tuple[str, Parameter]]:
+        if _frozen is None:
+            return self._walk_parameters(prefix, recurse, remove_duplicate)
+        key = (id(self), prefix, recurse, remove_duplicate)
+        if key not in _frozen:
+            _frozen[key] = list(self._walk_parameters(prefix, recurse, remove_duplicate))
+        return iter(_frozen[key])
+
+    def _walk_parameters(self, prefix: str, recurse: bool, remove_duplicate: bool) -> Iterator[tuple[str, Parameter]]:
         seen: set[int] = set()
         modules = self.named_modules(prefix=prefix) if recurse else iter([(prefix, self)])
         for module_prefix, module in modules:
@@ -592,6 +601,21 @@ class Module:
 
     def extra_repr(self) -> str:
         return ""
+
+
+_frozen: dict[tuple[int, str, bool, bool], list[tuple[str, Parameter]]] | None = None
+
+
+@contextlib.contextmanager
+def tree_frozen() -> Iterator[None]:
+    """Within it, a module's ``named_parameters`` walks its tree once: for a loader probed thousands of times with
+    names while nothing adds or removes a parameter (a loader's ``dict(self.named_parameters())`` on each call)."""
+    global _frozen
+    before, _frozen = _frozen, {}
+    try:
+        yield
+    finally:
+        _frozen = before
 
 
 class ModuleList(Module):
