@@ -12,9 +12,14 @@ names needs: the checkpoint stores a module unquantized under its name, and the 
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import gzip
+import hashlib
 import json
+import os
 import re
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -127,12 +132,88 @@ def _forms(root: Path, model_dir: Path, plain_config: dict[str, Any], quant_conf
     return fallback
 
 
+# checkpoints kept in the per-user cache, the least recently used going first (a test session derives about 60)
+KEEP = 128
+_MADE: dict[str, dict[str, dict[str, Any]]] = {}  # this process's, by key
+# the target model's own tensors (quantized, plain) by the key of the checkpoint without MTP layers: a derivation
+# with them builds the target first, and one without needs nothing more (``generate`` asks for both)
+_TARGETS: dict[str, tuple[list[Stored], list[Stored]]] = {}
+
+
 def checkpoint(config: Mapping[str, Any], *, quantization: Mapping[str, Any] | None, release: str,
                mtp_layers: int | None = 0, evidence: Evidence | None = None, scale_dtype: str = "F32",
                arch: Any = None, stored_unquantized: list[str] | tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
     """``{name: {"dtype", "shape"}}`` of the whole checkpoint in checkpoint order (``arch``: the model's
     description, for how packed latent projections divide; ``stored_unquantized``: modules the vendor stored
-    unquantized beyond what its quantization config names, Quark-style entries). Raises ``CheckpointError``."""
+    unquantized beyond what its quantization config names, Quark-style entries). Raises ``CheckpointError``.
+
+    A derivation takes seconds to most of a minute, and every process that prices or serves the model needs it
+    (``generate`` then each workspace, a served twin, each test worker): it is kept, gzipped, in the per-user
+    cache (``$DAYZERO_CACHE/checkpoints``) under the hash of everything it is derived from."""
+    k = _key(config, quantization, release, mtp_layers, evidence, scale_dtype, arch, stored_unquantized)
+    if k in _MADE:
+        return _MADE[k]
+    kept = cache() / f"{k}.json.gz"
+    with contextlib.suppress(OSError, ValueError, EOFError, zlib.error):
+        made = json.loads(gzip.decompress(kept.read_bytes()))
+        if isinstance(made, dict):
+            os.utime(kept)  # recently used
+            _MADE[k] = made
+            return made
+    made = _derived(config, quantization=quantization, release=release, mtp_layers=mtp_layers, evidence=evidence,
+                    scale_dtype=scale_dtype, arch=arch, stored_unquantized=stored_unquantized)  # fmt: skip
+    _MADE[k] = made
+    _keep(kept, made)
+    return made
+
+
+def cache() -> Path:
+    from ..workspace.release import cache_dir
+
+    return cache_dir() / "checkpoints"
+
+
+def _key(config: Mapping[str, Any], quantization: Mapping[str, Any] | None, release: str, mtp_layers: int | None,
+         evidence: Evidence | None, scale_dtype: str, arch: Any, stored_unquantized: Any) -> str:  # fmt: skip
+    from . import description
+
+    digest = hashlib.sha256(description.key(config, quantization, release, mtp_layers).encode())
+    listing = None if evidence is None else [evidence.complete, sorted(evidence.names.items())]
+    digest.update(json.dumps([scale_dtype, _read_of(arch), list(stored_unquantized), listing]).encode())
+    return digest.hexdigest()[:32]
+
+
+def _read_of(arch: Any) -> Any:
+    """What a derivation reads of the model's description: whether there is one, whether it has an MTP head, the
+    latent ranks of its first MLA layer (``latent_splits``)."""
+    from .arch import MLA
+
+    if arch is None:
+        return None
+    mla = next((la.attention for la in arch.layers if isinstance(la.attention, MLA)), None)
+    ranks = None if mla is None else [mla.q_lora_rank, mla.kv_lora_rank, mla.qk_rope_head_dim]
+    return [getattr(arch, "mtp", None) is not None, ranks]
+
+
+def _keep(path: Path, made: dict[str, dict[str, Any]]) -> None:
+    """Write the derivation into the cache (a cache that cannot be written costs the next process a derivation)."""
+    from .. import cache_files
+
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        cache_files.write_atomic(path, gzip.compress(json.dumps(made, separators=(",", ":")).encode(), compresslevel=1,
+                                                     mtime=0))  # fmt: skip
+        entries = []
+        for old in path.parent.glob("*.json.gz"):
+            with contextlib.suppress(OSError):
+                entries.append((old.stat().st_mtime_ns, old))
+        for _, old in sorted(entries)[:-KEEP]:
+            old.unlink(missing_ok=True)
+
+
+def _derived(config: Mapping[str, Any], *, quantization: Mapping[str, Any] | None, release: str,
+             mtp_layers: int | None, evidence: Evidence | None, scale_dtype: str, arch: Any,
+             stored_unquantized: list[str] | tuple[str, ...]) -> dict[str, dict[str, Any]]:  # fmt: skip
     splits = latent_splits(arch)
     from ..engine.loading.build import BuildError
     from ..engine.loading.executor import ExecutionError
@@ -144,18 +225,23 @@ def checkpoint(config: Mapping[str, Any], *, quantization: Mapping[str, Any] | N
     scheme = Scheme(quantization, scale_dtype=scale_dtype, dtype=dtype, stored_unquantized=stored_unquantized)
     plain_config = {k: v for k, v in dict(config).items() if k != "quantization_config"}
     quant_config = dict(plain_config, quantization_config=_without_exclusions(quantization)) if quantization else None
+    # the MTP layers through the draft class that loads them; a model the release drafts with no class of its own
+    # (its config counts MTP modules the release does not serve) has none to load
+    has_draft = bool(mtp_layers) and (arch is None or getattr(arch, "mtp", None) is not None)
+    own = _key(config, quantization, release, 0, evidence, scale_dtype, arch, stored_unquantized)
+    forms: list[tuple[list[Stored], list[Stored]]] = []  # (quantized, plain) per model: target, draft
     try:
-        with scratch(release, plain_config) as (root, model_dir):
-            forms: list[tuple[list[Stored], list[Stored]]] = []  # (quantized, plain) per model: target, draft
-            executors: dict[int, Any] = {}
-            # the MTP layers through the draft class that loads them; a model the release drafts with no class of
-            # its own (its config counts MTP modules the release does not serve) has none to load
-            has_draft = bool(mtp_layers) and (arch is None or getattr(arch, "mtp", None) is not None)
-            for draft in (False, True) if has_draft else (False,):
-                target = frozenset(t.name for pair in forms for form in pair for t in form)
-                forms.append(_forms(root, model_dir, plain_config, quant_config, quantization, draft=draft,
-                                    kw={"checkpoint_dtype": dtype, "evidence": evidence, "draft": draft,
-                                        "splits": splits, "avoid": target}, executors=executors))  # fmt: skip
+        if not has_draft and own in _TARGETS:  # the model's own layers, as a derivation with its MTP layers found
+            forms.append(_TARGETS[own])
+        else:
+            with scratch(release, plain_config) as (root, model_dir):
+                executors: dict[int, Any] = {}
+                for draft in (False, True) if has_draft else (False,):
+                    target = frozenset(t.name for pair in forms for form in pair for t in form)
+                    forms.append(_forms(root, model_dir, plain_config, quant_config, quantization, draft=draft,
+                                        kw={"checkpoint_dtype": dtype, "evidence": evidence, "draft": draft,
+                                            "splits": splits, "avoid": target}, executors=executors))  # fmt: skip
+            _TARGETS[own] = forms[0]
     except ReleaseUnavailable as exc:
         raise CheckpointError(str(exc)) from None
     except (BuildError, ExecutionError, StoredError) as exc:
@@ -176,11 +262,15 @@ def checkpoint(config: Mapping[str, Any], *, quantization: Mapping[str, Any] | N
             by_p.setdefault(key(t), []).append(t)
         # a module whose two builds fill it in other pieces (fused experts stored whole when quantized) is
         # decided as a whole: its quantized or its plain tensors, never some of each
-        modules_q = {k[0] for k in by_q}
-        whole = {m for m in modules_q if not ({k for k in by_q if k[0] == m} & {k for k in by_p if k[0] == m})}
+        keys_q: dict[str, list[tuple[Any, ...]]] = {}
+        for k in by_q:
+            keys_q.setdefault(k[0], []).append(k)
+        keys_p: dict[str, list[tuple[Any, ...]]] = {}
+        for k in by_p:
+            keys_p.setdefault(k[0], []).append(k)
+        whole = [m for m, ks in keys_q.items() if not set(ks) & set(keys_p.get(m, ()))]
         for m in whole:
-            p_keys = [k for k in by_p if k[0] == m]
-            q_keys = [k for k in by_q if k[0] == m]
+            p_keys, q_keys = keys_p.get(m, []), keys_q[m]
             names = [t for k in (p_keys or q_keys) for t in (by_p.get(k) or by_q.get(k) or [])]
             if names and scheme.quantizes(_module(names[0].name), category(names[0].name)):
                 for k in p_keys:
@@ -203,7 +293,7 @@ def checkpoint(config: Mapping[str, Any], *, quantization: Mapping[str, Any] | N
                 chosen = q_tensors
             elif p_tensors:
                 chosen = p_tensors
-            elif _plain_module_seen(k[0], by_p):
+            elif any(pk in by_p for pk in keys_p.get(k[0], ())):
                 # a piece only the quantized build has (a fused scale of per-expert weights) of a module the vendor
                 # kept unquantized: the plain build's pieces are the module's whole storage
                 chosen = []
@@ -217,9 +307,6 @@ def checkpoint(config: Mapping[str, Any], *, quantization: Mapping[str, Any] | N
     return {name: out[name] for name in sorted(out, key=natural)}
 
 
-def _plain_module_seen(module: str, by_p: Mapping[tuple[Any, ...], Any]) -> bool:
-    """Whether the plain build filled any piece of engine module ``module``."""
-    return any(k[0] == module for k in by_p)
 
 
 def _add_unloaded(out: dict[str, dict[str, Any]], evidence: Evidence, built: list[Stored]) -> None:
@@ -228,6 +315,9 @@ def _add_unloaded(out: dict[str, dict[str, Any]], evidence: Evidence, built: lis
     gives them, else those of the tensor whose name ends the same way (two name pieces at least); a name with
     neither is left out (its bytes are not known). Another checkpoint's listing (``complete`` false) adds only
     names of a layer this checkpoint has (an MTP layer's copy of the embedding), with this checkpoint's shapes."""
+    pending = [name for name in evidence.names if name not in out]
+    if not pending:
+        return
     ends: dict[str, Stored] = {}
     layers = {m.group(0) for n in out if (m := re.match(r".*\.\d+\.", n))}
     built_patterns = {pattern(t.name) for t in built}  # names the vendor's storage decided against are not added
@@ -235,9 +325,8 @@ def _add_unloaded(out: dict[str, dict[str, Any]], evidence: Evidence, built: lis
         parts = t.name.split(".")
         for k in range(2, len(parts) + 1):
             ends.setdefault(".".join(parts[-k:]), t)
-    for name, (dtype, shape) in evidence.names.items():
-        if name in out:
-            continue
+    for name in pending:
+        dtype, shape = evidence.names[name]
         if pattern(name) in built_patterns and not evidence.complete:
             continue
         if not evidence.complete:

@@ -143,15 +143,6 @@ def checkpoint_tensors(sc: Scenario, *, with_mtp: bool = True) -> dict[str, dict
     key = (_index_cache_key(sc), with_mtp)
     if key in _CHECKPOINTS:
         return _CHECKPOINTS[key]
-    # every process that prices a scenario needs its checkpoint (a served twin, a benchmark, each test worker): a
-    # derivation takes seconds to most of a minute, so it is kept in the per-user cache, gzipped, by its inputs' hash
-    kept = index_cache() / f"{key[0]}.tensors{'' if with_mtp else '-own'}.json.gz"
-    with contextlib.suppress(OSError, ValueError, EOFError, zlib.error):
-        made = json.loads(gzip.decompress(kept.read_bytes()))
-        if isinstance(made, dict):
-            os.utime(kept)
-            _CHECKPOINTS[key] = made
-            return made
     inputs = scenario_mod.description_inputs(sc)
     try:
         made = checkpoint(inputs["config"], quantization=inputs["quantization"], release=inputs["release"],
@@ -161,16 +152,6 @@ def checkpoint_tensors(sc: Scenario, *, with_mtp: bool = True) -> dict[str, dict
         where = "model.config" if sc.model.config else "model"
         raise MaterializeError(f"{sc.where(where)}: SGLang {sc.engine.version}: {exc}") from None
     _CHECKPOINTS[key] = made
-    with contextlib.suppress(OSError):
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        cache_files.write_atomic(kept, gzip.compress(json.dumps(made, separators=(",", ":")).encode(), compresslevel=1,
-                                                     mtime=0))  # fmt: skip
-        entries = []
-        for old in kept.parent.glob("*.tensors*.json.gz"):
-            with contextlib.suppress(OSError):
-                entries.append((old.stat().st_mtime_ns, old))
-        for _, old in sorted(entries)[:-2 * INDEX_CACHE_KEEP]:
-            old.unlink(missing_ok=True)
     return made
 
 
