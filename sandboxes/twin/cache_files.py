@@ -23,11 +23,12 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 COMPLETE = ".dayzero-complete"  # the marker file a finished folder entry holds: written last, before the rename
 PARTIAL = "partial"  # the suffix of a folder being built
 TMP = "tmp"  # the suffix of a file being written
+T = TypeVar("T")
 
 
 def tmp_name(path: Path, suffix: str = TMP) -> Path:
@@ -61,6 +62,21 @@ def marshalled(entry: Path, make: Callable[[], Any]) -> Any:
         entry.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(entry, marshal.dumps(value))
     return value
+
+
+def made_once(entry: Path, read: Callable[[], T | None], make: Callable[[], T]) -> T:
+    """What ``read()`` finds of ``entry``, else ``make()`` (which keeps it there), made by one process at a time:
+    a process that finds another making the same entry (test workers starting on one model, two runs) waits for it
+    and reads what it made, instead of making it a second time. A lock that cannot be taken (a read-only cache)
+    only costs the wait: the entry is made without it."""
+    found = read()
+    if found is not None:
+        return found
+    with contextlib.ExitStack() as held:
+        with contextlib.suppress(OSError):
+            held.enter_context(locked(lock_path(entry)))
+        found = read()
+        return found if found is not None else make()
 
 
 def remove_stale_tmps(folder: Path, older_than_s: float) -> None:

@@ -490,3 +490,39 @@ def test_two_processes_keeping_the_same_pack_leave_one_whole_pack(tmp_path, monk
     idx = next(kept.glob("*.idx"))
     listed = subprocess.run(["git", "verify-pack", "-v", str(idx)], capture_output=True, text=True, check=True)
     assert listed.stdout.count(" blob ") == 300
+
+
+MADE_ONCE = """
+import sys, time
+from pathlib import Path
+from sandboxes.twin.cache_files import made_once, write_atomic
+entry, log = Path(sys.argv[1]), Path(sys.argv[2])
+def read():
+    return entry.read_text() if entry.is_file() else None
+def make():
+    with log.open("a") as f:
+        f.write("made\\n")
+    time.sleep(1)  # long enough for the other process to find the entry being made
+    write_atomic(entry, "the model")
+    return "the model"
+print(made_once(entry, read, make))
+"""
+
+
+def test_two_processes_deriving_one_model_derive_it_once(tmp_path):
+    """A model's description or checkpoint (``cache_files.made_once``): the second process waits for the first's
+    and reads it; both get the whole entry."""
+    entry, log = tmp_path / "cache" / "models" / "m.json", tmp_path / "made.log"
+    procs = [subprocess.Popen([sys.executable, "-c", MADE_ONCE, str(entry), str(log)], cwd=REPO, text=True,
+                              stdout=subprocess.PIPE) for _ in range(2)]  # fmt: skip
+    outs = [p.communicate(timeout=60)[0].strip() for p in procs]
+    assert outs == ["the model", "the model"]
+    assert log.read_text() == "made\n"
+
+
+def test_an_entry_is_made_without_its_lock_where_no_lock_can_be_taken(tmp_path):
+    from sandboxes.twin.cache_files import made_once
+
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # a file where the lock's folder would go: no lock can be taken there
+    assert made_once(blocked / "m.json", lambda: None, lambda: "made") == "made"

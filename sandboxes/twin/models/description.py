@@ -157,15 +157,20 @@ def described(config: Mapping[str, Any], *, quantization: Mapping[str, Any] | No
     """The model of ``config`` (its quantization config apart) as SGLang ``release`` builds it, from a kept copy
     when there is one (``workspace``: a workspace's ``.twin`` folder holding copies too), else derived and kept.
     Raises ``DescriptionError``."""
+    from .. import cache_files
+
     k = key(config, quantization, release, mtp_layers)
     places = ([Path(workspace) / "models" / f"{k}.json"] if workspace is not None else []) + [user_cache() / f"{k}.json"]
-    for place in places:
-        found = _read(place)
-        if found is not None:
-            return found
-    made = _derived(config, quantization, release, mtp_layers)
-    _write(places[-1], made)
-    return made
+
+    def found() -> ModelArch | None:
+        return next((a for a in map(_read, places) if a is not None), None)
+
+    def made() -> ModelArch:
+        a = _derived(config, quantization, release, mtp_layers)
+        _write(places[-1], a)
+        return a
+
+    return cache_files.made_once(places[-1], found, made)
 
 
 def keep(config: Mapping[str, Any], folder: Path, *, quantization: Mapping[str, Any] | None = None, release: str,

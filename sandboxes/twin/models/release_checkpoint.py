@@ -153,18 +153,26 @@ def checkpoint(config: Mapping[str, Any], *, quantization: Mapping[str, Any] | N
     k = _key(config, quantization, release, mtp_layers, evidence, scale_dtype, arch, stored_unquantized)
     if k in _MADE:
         return _MADE[k]
+    from .. import cache_files
+
     kept = cache() / f"{k}.json.gz"
-    with contextlib.suppress(OSError, ValueError, EOFError, zlib.error):
-        made = json.loads(gzip.decompress(kept.read_bytes()))
-        if isinstance(made, dict):
-            os.utime(kept)  # recently used
-            _MADE[k] = made
-            return made
-    made = _derived(config, quantization=quantization, release=release, mtp_layers=mtp_layers, evidence=evidence,
-                    scale_dtype=scale_dtype, arch=arch, stored_unquantized=stored_unquantized)  # fmt: skip
-    _MADE[k] = made
-    _keep(kept, made)
-    return made
+
+    def found() -> dict[str, dict[str, Any]] | None:
+        with contextlib.suppress(OSError, ValueError, EOFError, zlib.error):
+            got = json.loads(gzip.decompress(kept.read_bytes()))
+            if isinstance(got, dict):
+                os.utime(kept)  # recently used
+                return got
+        return None
+
+    def made() -> dict[str, dict[str, Any]]:
+        got = _derived(config, quantization=quantization, release=release, mtp_layers=mtp_layers,
+                       evidence=evidence, scale_dtype=scale_dtype, arch=arch, stored_unquantized=stored_unquantized)
+        _keep(kept, got)
+        return got
+
+    _MADE[k] = cache_files.made_once(kept, found, made)
+    return _MADE[k]
 
 
 def cache() -> Path:
@@ -209,6 +217,7 @@ def _keep(path: Path, made: dict[str, dict[str, Any]]) -> None:
                 entries.append((old.stat().st_mtime_ns, old))
         for _, old in sorted(entries)[:-KEEP]:
             old.unlink(missing_ok=True)
+            cache_files.lock_path(old).unlink(missing_ok=True)  # a derivation long finished: no one waits on it
 
 
 def _derived(config: Mapping[str, Any], *, quantization: Mapping[str, Any] | None, release: str,
