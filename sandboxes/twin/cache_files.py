@@ -21,7 +21,7 @@ import secrets
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -77,6 +77,16 @@ def made_once(entry: Path, read: Callable[[], T | None], make: Callable[[], T]) 
             held.enter_context(locked(lock_path(entry)))
         found = read()
         return found if found is not None else make()
+
+
+def least_recent(paths: Iterable[Path]) -> list[Path]:
+    """``paths`` from the least recently used (by modification time), those another process deleted meanwhile left
+    out: what a cache evicts first."""
+    seen = []
+    for p in paths:
+        with contextlib.suppress(OSError):
+            seen.append((p.stat().st_mtime_ns, p))
+    return [p for _, p in sorted(seen)]
 
 
 def remove_stale_tmps(folder: Path, older_than_s: float) -> None:

@@ -224,11 +224,7 @@ def write_index(sc: Scenario, dest: Path) -> tuple[int, int]:
             cache_files.write_atomic(text, gzip.compress(body.encode(), compresslevel=1, mtime=0))
             cache_files.write_atomic(sizes, json.dumps({"num_params": num_params, "total": total}))
             cache_files.remove_stale_tmps(folder, 3600)
-            entries = []
-            for p in folder.glob("*.sizes.json"):
-                with contextlib.suppress(OSError):  # evicted by another process meanwhile
-                    entries.append((p.stat().st_mtime_ns, p))
-            for _, old in sorted(entries)[:-INDEX_CACHE_KEEP]:
+            for old in cache_files.least_recent(folder.glob("*.sizes.json"))[:-INDEX_CACHE_KEEP]:
                 old.unlink(missing_ok=True)  # the sizes first: a reader then finds no entry, never half of one
                 for suffix in (".json.gz", ".json"):  # .json: an entry of the uncompressed cache before it
                     old.with_name(old.name.removesuffix(".sizes.json") + suffix).unlink(missing_ok=True)

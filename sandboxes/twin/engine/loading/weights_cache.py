@@ -325,14 +325,6 @@ def _store(folder: Path | None, name: str, data: dict[str, Any], keep: int) -> N
         return
     with contextlib.suppress(OSError):
         cache_files.remove_stale_tmps(folder, STALE_TMP_S)
-        for p in _least_recent(folder.glob("*.json"))[:-keep]:
+        for p in cache_files.least_recent(folder.glob("*.json"))[:-keep]:
             p.unlink(missing_ok=True)
 
-
-def _least_recent(paths: Iterator[Path]) -> list[Path]:
-    """``paths`` from the least recently used, those another process deleted meanwhile left out."""
-    seen = []
-    for p in paths:
-        with contextlib.suppress(OSError):
-            seen.append((p.stat().st_mtime_ns, p))
-    return [p for _, p in sorted(seen)]
