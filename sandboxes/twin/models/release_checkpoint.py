@@ -135,8 +135,9 @@ def _forms(root: Path, model_dir: Path, plain_config: dict[str, Any], quant_conf
 # checkpoints kept in the per-user cache, the least recently used going first (a test session derives about 60)
 KEEP = 128
 _MADE: dict[str, dict[str, dict[str, Any]]] = {}  # this process's, by key
-# the target model's own tensors (quantized, plain) by the key of the checkpoint without MTP layers: a derivation
-# with them builds the target first, and one without needs nothing more (``generate`` asks for both)
+# the last derivation's target tensors (quantized, plain), by the key of its checkpoint without MTP layers: a
+# derivation with them builds the target first, and one without, asked next, needs nothing more (``generate``
+# asks for both); only the last is kept, a model's Stored lists being large
 _TARGETS: dict[str, tuple[list[Stored], list[Stored]]] = {}
 
 
@@ -150,7 +151,8 @@ def checkpoint(config: Mapping[str, Any], *, quantization: Mapping[str, Any] | N
     A derivation takes seconds to most of a minute, and every process that prices or serves the model needs it
     (``generate`` then each workspace, a served twin, each test worker): it is kept, gzipped, in the per-user
     cache (``$DAYZERO_CACHE/checkpoints``) under the hash of everything it is derived from."""
-    k = _key(config, quantization, release, mtp_layers, evidence, scale_dtype, arch, stored_unquantized)
+    listing = _listing(evidence)
+    k = _key(config, quantization, release, mtp_layers, listing, scale_dtype, arch, stored_unquantized)
     if k in _MADE:
         return _MADE[k]
     from .. import cache_files
@@ -166,8 +168,10 @@ def checkpoint(config: Mapping[str, Any], *, quantization: Mapping[str, Any] | N
         return None
 
     def made() -> dict[str, dict[str, Any]]:
+        own = _key(config, quantization, release, 0, listing, scale_dtype, arch, stored_unquantized)
         got = _derived(config, quantization=quantization, release=release, mtp_layers=mtp_layers,
-                       evidence=evidence, scale_dtype=scale_dtype, arch=arch, stored_unquantized=stored_unquantized)
+                       evidence=evidence, scale_dtype=scale_dtype, arch=arch, stored_unquantized=stored_unquantized,
+                       own=own)  # fmt: skip
         _keep(kept, got)
         return got
 
@@ -181,12 +185,18 @@ def cache() -> Path:
     return cache_dir() / "checkpoints"
 
 
+def _listing(evidence: Evidence | None) -> str | None:
+    """The published index's part of the key (hashed once: 100k names for a large model)."""
+    if evidence is None:
+        return None
+    return hashlib.sha256(json.dumps([evidence.complete, sorted(evidence.names.items())]).encode()).hexdigest()
+
+
 def _key(config: Mapping[str, Any], quantization: Mapping[str, Any] | None, release: str, mtp_layers: int | None,
-         evidence: Evidence | None, scale_dtype: str, arch: Any, stored_unquantized: Any) -> str:  # fmt: skip
+         listing: str | None, scale_dtype: str, arch: Any, stored_unquantized: Any) -> str:  # fmt: skip
     from . import description
 
     digest = hashlib.sha256(description.key(config, quantization, release, mtp_layers).encode())
-    listing = None if evidence is None else [evidence.complete, sorted(evidence.names.items())]
     digest.update(json.dumps([scale_dtype, _read_of(arch), list(stored_unquantized), listing]).encode())
     return digest.hexdigest()[:32]
 
@@ -211,18 +221,16 @@ def _keep(path: Path, made: dict[str, dict[str, Any]]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         cache_files.write_atomic(path, gzip.compress(json.dumps(made, separators=(",", ":")).encode(), compresslevel=1,
                                                      mtime=0))  # fmt: skip
-        entries = []
-        for old in path.parent.glob("*.json.gz"):
-            with contextlib.suppress(OSError):
-                entries.append((old.stat().st_mtime_ns, old))
-        for _, old in sorted(entries)[:-KEEP]:
+        cache_files.remove_stale_tmps(path.parent, 3600)  # what a killed writer left
+        for old in cache_files.least_recent(path.parent.glob("*.json.gz"))[:-KEEP]:
             old.unlink(missing_ok=True)
             cache_files.lock_path(old).unlink(missing_ok=True)  # a derivation long finished: no one waits on it
 
 
 def _derived(config: Mapping[str, Any], *, quantization: Mapping[str, Any] | None, release: str,
              mtp_layers: int | None, evidence: Evidence | None, scale_dtype: str, arch: Any,
-             stored_unquantized: list[str] | tuple[str, ...]) -> dict[str, dict[str, Any]]:  # fmt: skip
+             stored_unquantized: list[str] | tuple[str, ...], own: str) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """The checkpoint derived (``own``: the key of the same checkpoint without MTP layers)."""
     splits = latent_splits(arch)
     from ..engine.loading.build import BuildError
     from ..engine.loading.executor import ExecutionError
@@ -237,7 +245,6 @@ def _derived(config: Mapping[str, Any], *, quantization: Mapping[str, Any] | Non
     # the MTP layers through the draft class that loads them; a model the release drafts with no class of its own
     # (its config counts MTP modules the release does not serve) has none to load
     has_draft = bool(mtp_layers) and (arch is None or getattr(arch, "mtp", None) is not None)
-    own = _key(config, quantization, release, 0, evidence, scale_dtype, arch, stored_unquantized)
     forms: list[tuple[list[Stored], list[Stored]]] = []  # (quantized, plain) per model: target, draft
     try:
         if not has_draft and own in _TARGETS:  # the model's own layers, as a derivation with its MTP layers found
@@ -250,6 +257,7 @@ def _derived(config: Mapping[str, Any], *, quantization: Mapping[str, Any] | Non
                     forms.append(_forms(root, model_dir, plain_config, quant_config, quantization, draft=draft,
                                         kw={"checkpoint_dtype": dtype, "evidence": evidence, "draft": draft,
                                             "splits": splits, "avoid": target}, executors=executors))  # fmt: skip
+            _TARGETS.clear()
             _TARGETS[own] = forms[0]
     except ReleaseUnavailable as exc:
         raise CheckpointError(str(exc)) from None
