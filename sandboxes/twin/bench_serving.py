@@ -408,7 +408,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "random_input_len": args.random_input_len,
         "random_output_len": args.random_output_len,
         "random_range_ratio": args.random_range_ratio,
-        "server_info": info,
+        # the configuration, not the live schedulers' counters at the moment it was read (same flags, same record)
+        "server_info": {**info, "twin": {k: v for k, v in twin.items() if k != "live_scheduler"}},
         "duration": result.duration,
     }
     record.update({k: v for k, v in m.items() if k not in ("failed", "errors", "p95_ttft_ms", "max_itl_ms")})

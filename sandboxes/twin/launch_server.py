@@ -11,7 +11,9 @@ mechanical reasons the real engine would, given what is in the workspace files a
 4. the MoE kernel selection is looked up in the CSV ``AITER_CONFIG_FMOE`` points to, with the workspace's
    reader; a shape without an entry runs on the slow fallback path.
 
-Simulated time is compressed by ``TWIN_TIME_SCALE`` (wall seconds per simulated second, default 0.002).
+Once up, every generation request is scheduled with the others on the engine's continuous batching
+(``engine/live_scheduler.py``), so any client measures a load-aware server. Simulated time is compressed by
+``TWIN_TIME_SCALE`` (wall seconds per simulated second, default 0.002).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from .engine import faults, jit, memory, messages, moe_csv, server_args, tracebacks
 from .engine.http_api import ServerState, make_server
+from .engine.live_scheduler import LiveScheduler
 from .engine.loading import loader, weights_cache
 from .engine.loading.platform import Platform
 from .engine.loading.stat_memo import StatMemo
@@ -362,6 +365,8 @@ def start(args) -> tuple[ServerState, float]:
         time_scale=scale,
         context_length=context_len,
         ready=threading.Event(),
+        # every generation request is served by the engine's schedulers, in scaled wall time
+        live=LiveScheduler(model, plan.max_total_num_tokens, scale, plan.max_mamba_cache_size),
     )  # fmt: skip
     if warmup_crash:
         raise WarmupCrash(messages.TOPK_OUT_OF_RANGE, warmup_crash)

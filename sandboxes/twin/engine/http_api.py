@@ -21,13 +21,14 @@ Simulation rules (documented here because clients will measure them):
 * Prefix cache. A radix-cache stand-in remembers prompts in blocks of 16 tokens (chained hashes, LRU);
   ``cached_tokens`` is the longest block-aligned prefix already seen (at most ``prompt_tokens - 1``).
   ``--disable-radix-cache`` (``server_args["disable_radix_cache"]``) turns it off; ``/flush_cache`` clears it.
-* Pacing. First token at ``ttft_s + uncached_prompt_tokens * prefill_s_per_token`` simulated seconds
-  (``prefill_s_per_token`` from ``twin``, default 5e-5 s: about 0.4 s for 8k fresh tokens), then one token
-  every ``tpot_s``. With speculative decoding on (``server_args["speculative_algorithm"]`` set and
-  ``internal_states["avg_spec_accept_length"] > 1``) tokens arrive in bursts of about the accept length,
-  keeping the same average ``tpot_s``. Simulated seconds become real sleeps times ``time_scale``
-  (0: no sleeping). Each stream is paced independently: this server does not model batching or load; the
-  load-dependent performance model belongs to the simulated benchmark. ``e2e_latency`` in ``meta_info`` is
+* Pacing. A launched twin (``ServerState.live``) schedules every completion on the engine's continuous batching,
+  the same schedulers its virtual-time benchmark runs (``live_scheduler.LiveScheduler``): a request waits,
+  prefills and decodes with the others, so what a client measures depends on load and configuration; tokens
+  are streamed as the steps that wrote them end (several at once when the reader is behind). Simulated seconds
+  become wall seconds times ``time_scale`` (0: no sleeping). A state without a live scheduler (built by hand,
+  in tests) paces each stream on its own: first token at ``ttft_s + uncached_prompt_tokens *
+  prefill_s_per_token`` (``prefill_s_per_token`` from ``twin``, default 5e-5 s), then one token every
+  ``tpot_s``, in bursts of the accept length under speculative decoding. ``e2e_latency`` in ``meta_info`` is
   in simulated seconds.
 
 Limits (``RequestLimits``; what one request may ask, so that no client can make the server spend minutes or
@@ -77,6 +78,10 @@ DEFAULT_MAX_NEW_TOKENS = 128  # SGLang's default for /generate
 DEFAULT_PREFILL_S_PER_TOKEN = 5e-5
 DEFAULT_EOS_TOKEN_ID = 151329  # GLM family <|endoftext|>
 CACHE_BLOCK_TOKENS = 16
+# a live stream sends at most one event per this many wall seconds after its first token (what the steps wrote
+# meanwhile goes in one event, as SGLang's stream does when its detokenizer is behind): at a small time scale a
+# decode step lasts microseconds of wall time, far less than an event costs to write and to read
+STREAM_MIN_GAP_S = 0.01
 CACHE_MAX_BLOCKS = 1 << 17
 KEEP_ALIVE_S = 5.0  # uvicorn's timeout_keep_alive in SGLang
 LISTEN_BACKLOG = 2048  # uvicorn's default backlog
@@ -114,6 +119,9 @@ class ServerState:
     # what the twin's benchmark client hands the server when its simulation reaches a step the engine cannot run
     # (engine/serving_faults.py); None: such a server only serves
     on_fault: Callable[[dict], None] | None = None
+    # the engine's schedulers in scaled wall time (engine/live_scheduler.LiveScheduler); None: each stream is paced
+    # on its own from ttft_s and tpot_s
+    live: Any = None
 
 
 @dataclass(frozen=True)
@@ -171,7 +179,8 @@ class _Completion:
     cached_tokens: int
     pieces: list[str]
     finish: dict  # SGLang finish_reason: {"type": "stop", "matched": ...} | {"type": "length", "length": n}
-    schedule: list[tuple[float, int]]  # (simulated seconds since arrival, cumulative tokens out)
+    schedule: list[tuple[float, int]]  # (simulated seconds since arrival, cumulative tokens out); [] when live
+    ticket: Any = None  # its request in the live scheduler (live_scheduler.Ticket), None: paced by ``schedule``
 
     @property
     def text(self) -> str:
@@ -179,7 +188,13 @@ class _Completion:
 
     @property
     def e2e_s(self) -> float:
-        return self.schedule[-1][0]
+        return self.ticket.progress.t_sim if self.ticket is not None else self.schedule[-1][0]
+
+    def abort(self) -> None:
+        """The scheduler could not serve it (``ticket.progress.error``): what was streamed is what it wrote."""
+        p = self.ticket.progress
+        self.pieces = self.pieces[:p.tokens]
+        self.finish = {"type": "abort", "message": p.error}
 
 
 class _PrefixCache:
@@ -191,7 +206,8 @@ class _PrefixCache:
         self._lock = threading.Lock()
 
     @staticmethod
-    def _keys(prompt: _Prompt) -> list[bytes]:
+    def keys(prompt: _Prompt) -> list[bytes]:
+        """The chained hashes of the prompt's whole blocks (``CACHE_BLOCK_TOKENS`` tokens each)."""
         if prompt.ids is not None:
             units = [str(i) for i in prompt.ids]
             step = CACHE_BLOCK_TOKENS
@@ -207,7 +223,7 @@ class _PrefixCache:
         return keys
 
     def match_and_insert(self, prompt: _Prompt) -> int:
-        keys = self._keys(prompt)
+        keys = self.keys(prompt)
         with self._lock:
             hit = 0
             for key in keys:
@@ -276,7 +292,9 @@ class _Engine:
 
     # -- planning
     def plan(self, prompt: _Prompt, max_new_tokens: int | None, ignore_eos: bool,
-             stop: list[str], rid: str | None = None) -> _Completion:
+             stop: list[str], rid: str | None = None, cond: threading.Condition | None = None) -> _Completion:
+        """The completion's content and finish reason, and its request in the live scheduler (``cond``: the
+        condition its HTTP call waits on, shared by the call's completions)."""
         problem = problems.find_problem(prompt.text) if prompt.text else None
         finish: dict[str, Any]
         if problem is not None:
@@ -304,6 +322,14 @@ class _Engine:
             elif ignore_eos and not stopped and len(pieces) < max_new_tokens:
                 pieces = pieces + filler_pieces(max_new_tokens - len(pieces))
                 finish = {"type": "length", "length": max_new_tokens}
+        live = self.state.live
+        if live is not None:
+            keys = [] if self._arg("disable_radix_cache") else self.cache.keys(prompt)
+            ticket = live.submit(prompt.tokens, len(pieces), keys, prompt.ids is not None,
+                                 cond or threading.Condition())  # fmt: skip
+            return _Completion(rid=rid or _request_id(), prompt_tokens=prompt.tokens,
+                               cached_tokens=ticket.cached_tokens, pieces=pieces, finish=finish, schedule=[],
+                               ticket=ticket)  # fmt: skip
         cached = 0 if self._arg("disable_radix_cache") else self.cache.match_and_insert(prompt)
         prefill_cost = float(self.state.twin.get("prefill_s_per_token", DEFAULT_PREFILL_S_PER_TOKEN))
         first = self.state.ttft_s + (prompt.tokens - cached) * prefill_cost
@@ -330,7 +356,7 @@ class _Engine:
             "finish_reason": c.finish if final else None,
             "prompt_tokens": c.prompt_tokens,
             "weight_version": str(self._arg("weight_version", "default")),
-            "total_retractions": 0,
+            "total_retractions": c.ticket.progress.retractions if c.ticket is not None else 0,
             "completion_tokens": upto,
             "cached_tokens": c.cached_tokens,
         }
@@ -602,9 +628,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             raise _Disconnected
 
-    def _events(self, comps: list[_Completion]) -> Iterator[tuple[int, int, int, float]]:
-        """(index, previous count, new count, t_sim) for every step of every completion, in time order,
-        sleeping in between so that a client sees the tokens paced."""
+    def _events(self, comps: list[_Completion]) -> Iterator[tuple[int, int, int, float, bool]]:
+        """(index, previous count, new count, t_sim, final) as the completions' tokens come, in time order,
+        waiting in between so that a client sees them paced."""
+        if comps and comps[0].ticket is not None:
+            yield from self._live_events(comps)
+            return
         steps = []
         for i, c in enumerate(comps):
             prev = 0
@@ -615,9 +644,55 @@ class _Handler(BaseHTTPRequestHandler):
         t0 = time.monotonic()
         for t, i, prev, n in steps:
             self._wait_until(t0, t)
-            yield i, prev, n, t
+            yield i, prev, n, t, (t, n) == comps[i].schedule[-1]
+
+    def _live_events(self, comps: list[_Completion]) -> Iterator[tuple[int, int, int, float, bool]]:
+        """``_events`` of completions the live scheduler serves: whatever their steps wrote since the last look, one
+        event per completion. A first token and an end go at once; other tokens wait until ``STREAM_MIN_GAP_S``
+        after the call's last event and go together."""
+        cond = comps[0].ticket.cond
+        seen = [0] * len(comps)
+        ended = [False] * len(comps)
+
+        def news() -> tuple[bool, bool]:
+            """(anything new, anything that cannot wait: a first token or an end)."""
+            new = urgent = False
+            for c, s, e in zip(comps, seen, ended, strict=True):
+                p = c.ticket.progress
+                if e or not (p.done or p.tokens > s):
+                    continue
+                new = True
+                urgent = urgent or p.done or s == 0
+            return new, urgent
+
+        last = -STREAM_MIN_GAP_S
+        while not all(ended):
+            with cond:
+                while True:
+                    if self.server.stopping.is_set():
+                        self.close_connection = True
+                        raise _Disconnected
+                    new, urgent = news()
+                    wait = last + STREAM_MIN_GAP_S - time.monotonic()
+                    if urgent or (new and wait <= 0):
+                        break
+                    cond.wait(wait if new else 0.5)
+                now = [c.ticket.progress for c in comps]
+            last = time.monotonic()
+            for i, (c, p) in enumerate(zip(comps, now, strict=True)):
+                if ended[i] or not (p.done or p.tokens > seen[i]):
+                    continue
+                if p.done and p.error:
+                    c.abort()
+                n = len(c.pieces) if p.done else min(p.tokens, len(c.pieces))
+                yield i, seen[i], n, p.t_sim, p.done
+                seen[i], ended[i] = n, p.done
 
     def _wait_all(self, comps: list[_Completion]) -> None:
+        if comps and comps[0].ticket is not None:
+            for _ in self._live_events(comps):
+                pass
+            return
         self._wait_until(time.monotonic(), max(c.e2e_s for c in comps))
 
     # -- dispatch
@@ -719,9 +794,10 @@ class _Handler(BaseHTTPRequestHandler):
             internal = [dict(s) for s in st.internal_states]
         else:  # one entry per data-parallel rank, as SGLang's scheduler fan-out returns them
             internal = [dict(st.internal_states) for _ in range(max(1, int(st.server_args.get("dp_size") or 1)))]
+        twin = st.twin if st.live is None else {**st.twin, "live_scheduler": st.live.stats()}
         info = {**st.server_args, **dict(st.twin.get("scheduler_info") or {}),
                 "internal_states": internal, "version": st.twin.get("version", SGLANG_VERSION),
-                "simulated": True, "twin": st.twin}
+                "simulated": True, "twin": twin}
         self._json(200, info)
 
     def _model_info(self) -> None:
@@ -736,6 +812,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _flush_cache(self) -> None:
         self._read_body()
         self.server.engine.cache.clear()
+        if self.server.state.live is not None:
+            self.server.state.live.clear_cache()
         logger.info("Cache flushed successfully!")
         self._send(200, FLUSH_CACHE_TEXT.encode("utf-8"), "text/plain; charset=utf-8")
 
@@ -761,10 +839,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, outs if batched else outs[0])
             return
         self._start_stream()
-        for i, _prev, n, t in self._events(comps):
+        for i, _prev, n, t, final in self._events(comps):
             c = comps[i]
             out: dict[str, Any] = {"text": "".join(c.pieces[:n]), "output_ids": engine.output_ids(c, n),
-                                   "meta_info": engine.meta_info(c, n, t, final=(t, n) == c.schedule[-1])}
+                                   "meta_info": engine.meta_info(c, n, t, final=final)}
             if batched:
                 out["index"] = i
             self._event(out)
@@ -797,10 +875,11 @@ class _Handler(BaseHTTPRequestHandler):
             engine.check_length(p.tokens, max_new)
         self._check_size(len(prompts), 1, max_new)
         rids = body.get("rid")
+        cond = threading.Condition()
         comps = []
         for k, p in enumerate(prompts):
             rid = rids[k] if isinstance(rids, list) and k < len(rids) else (rids if isinstance(rids, str) else None)
-            comps.append(engine.plan(p, max_new, ignore_eos, stop, rid=rid))
+            comps.append(engine.plan(p, max_new, ignore_eos, stop, rid=rid, cond=cond))
         return comps, batched
 
     def _check_size(self, prompts: int, n: int, max_new: int | None) -> None:
@@ -858,7 +937,8 @@ class _Handler(BaseHTTPRequestHandler):
             for p in prompts:
                 engine.check_length(p.tokens, max_new)
             self._check_size(len(prompts), n, max_new)
-            comps = [engine.plan(p, max_new, ignore_eos, stop) for p in prompts for _ in range(n)]
+            cond = threading.Condition()
+            comps = [engine.plan(p, max_new, ignore_eos, stop, cond=cond) for p in prompts for _ in range(n)]
         except RequestError as e:
             self._openai_error(e.status, str(e), e.err_type)
             return
@@ -883,7 +963,7 @@ class _Handler(BaseHTTPRequestHandler):
                     "choices": choices, "usage": usage}
 
         self._start_stream()
-        for i, prev, cur, t in self._events(comps):
+        for i, prev, cur, _t, final in self._events(comps):
             c = comps[i]
             text = "".join(c.pieces[prev:cur])
             if prev == 0:
@@ -891,7 +971,7 @@ class _Handler(BaseHTTPRequestHandler):
             if text:
                 self._event(chunk([{"index": i, "text": text, "logprobs": None, "finish_reason": None,
                                     "matched_stop": None}]))
-            if (t, cur) == c.schedule[-1]:
+            if final:
                 reason, matched = self._finish(c)
                 self._event(chunk([{"index": i, "text": "", "logprobs": None, "finish_reason": reason,
                                     "matched_stop": matched}]))
@@ -925,7 +1005,8 @@ class _Handler(BaseHTTPRequestHandler):
             prompt = _prompt_from(render_chat(messages))
             engine.check_length(prompt.tokens, max_new)
             self._check_size(1, n, max_new)
-            comps = [engine.plan(prompt, max_new, ignore_eos, stop) for _ in range(n)]
+            cond = threading.Condition()
+            comps = [engine.plan(prompt, max_new, ignore_eos, stop, cond=cond) for _ in range(n)]
         except RequestError as e:
             self._openai_error(e.status, str(e), e.err_type)
             return
@@ -952,7 +1033,7 @@ class _Handler(BaseHTTPRequestHandler):
             return {"index": i, "delta": d, "logprobs": None, "finish_reason": reason, "matched_stop": matched}
 
         self._start_stream()
-        for i, prev, cur, t in self._events(comps):
+        for i, prev, cur, _t, final in self._events(comps):
             c = comps[i]
             if prev == 0:
                 self._event(chunk([delta(i, {"role": "assistant", "content": ""})]))
@@ -960,7 +1041,7 @@ class _Handler(BaseHTTPRequestHandler):
             if text:
                 self._event(chunk([delta(i, {"role": None, "content": text, "reasoning_content": None,
                                              "tool_calls": None})]))
-            if (t, cur) == c.schedule[-1]:
+            if final:
                 reason, matched = self._finish(c)
                 self._event(chunk([delta(i, {}, reason, matched)]))
         if (body.get("stream_options") or {}).get("include_usage"):

@@ -46,6 +46,7 @@ class RequestTrace:
     retractions: int = 0
     arrived: float = 0.0  # when it reached this rank's scheduler (again, after a retraction)
     rank: int = 0  # the DP rank that serves it
+    accept: float | None = None  # tokens per decode step of this request's own (None: its rank's, ``accept``)
 
     @property
     def to_prefill(self) -> int:
@@ -114,6 +115,11 @@ class RankScheduler:
     sum_output: int = 0  # running requests' outputs (clipped as SGLang's estimate clips them)
     batch_reserve: int = 0  # output reserved by requests admitted into the prefill batch being formed
     retracted: int = 0
+    # requests of their own acceptance (``RequestTrace.accept``, the live server's): the running requests' sums of
+    # acceptance and acceptance x join step; while none runs, the written output is computed as before, exactly
+    sum_accept: float = 0.0
+    sum_accept_join: float = 0.0
+    own_accept: int = 0
     # SGLang's overlap scheduler (``Scheduler.event_loop_overlap``) launches a step, then waits for the one before
     # it; only then does it receive requests and form the next batch, which runs after the step just launched. So
     # a busy rank's step admits only requests that had arrived when the step before it began.
@@ -142,11 +148,31 @@ class RankScheduler:
         tr.rank = self.index
         self.waiting.append(tr)
 
+    def wait_for_arrival(self) -> None:
+        """An idle rank whose queue holds only requests that arrive later waits for the first of them (as
+        ``enqueue`` makes an idle rank wait): its clock moves there, the time counted idle."""
+        if self.running or self.prefilling or not self.waiting:
+            return
+        at = min(tr.arrived for tr in self.waiting)
+        if at > self.clock:
+            self.idle += at - self.clock
+            self.clock = self.prev_decode_end = self.step_began = at
+
     # --- KV pool and radix cache ----------------------------------------------------------------------------
 
     def _generated(self) -> float:
         """Output tokens the running requests hold in the pool (over-committing admission only)."""
-        return self.accept * (len(self.running) * self.step - self.sum_join)
+        if not self.own_accept:
+            return self.accept * (len(self.running) * self.step - self.sum_join)
+        return self.step * self.sum_accept - self.sum_accept_join
+
+    def accept_of(self, tr: RequestTrace) -> float:
+        """Tokens per decode step of ``tr``: its own acceptance, or this rank's."""
+        return self.accept if tr.accept is None else tr.accept
+
+    def written(self, tr: RequestTrace) -> int:
+        """Output tokens a running request has written (its first, from the prefill, included)."""
+        return min(tr.req.output_len, 1 + round(self.accept_of(tr) * (self.step - tr.join_step)))
 
     def _free(self) -> float:
         held = self.kv_used + self.cache_tokens
@@ -168,6 +194,15 @@ class RankScheduler:
                 return
             if self.locks.get(group, 0) == 0:
                 self.cache_tokens -= self.cache.pop(group)
+
+    def hold_prefix(self, group: Any, tokens: int) -> None:
+        """Keep a prefix of ``tokens`` in this rank's radix cache (the live server's prefix index says the rank has
+        seen it), evicting older unlocked prefixes when the pool has no room for it."""
+        if group in self.cache:
+            return
+        self.cache[group] = tokens
+        self.cache_tokens += tokens
+        self._evict(0)
 
     def _admit(self, tr: RequestTrace) -> bool:
         req = tr.req
@@ -284,12 +319,16 @@ class RankScheduler:
                     failed.append(tr)
                     continue
                 # a resumed request counts its earlier output as written in steps before this one
-                tr.join_step = self.step - tr.resumed / self.accept
+                accept = self.accept_of(tr)
+                tr.join_step = self.step - tr.resumed / accept
                 self.running[tr.req.index] = tr
                 self.sum_prompt += tr.req.input_len
                 self.sum_join += tr.join_step
+                self.sum_accept += accept
+                self.sum_accept_join += accept * tr.join_step
+                self.own_accept += tr.accept is not None
                 self.sum_output += self._clipped_output(tr)
-                finish = self.step + math.ceil(remaining / self.accept)
+                finish = self.step + math.ceil(remaining / accept)
                 self.finish_at[tr.req.index] = finish
                 heapq.heappush(self.finish_heap, (finish, tr.req.index))
                 self.new_since_decode.append(tr.retracted_at if tr.resumed else self.clock)
@@ -305,6 +344,10 @@ class RankScheduler:
         self.finish_at.pop(tr.req.index, None)
         self.sum_prompt -= tr.req.input_len
         self.sum_join -= tr.join_step
+        accept = self.accept_of(tr)
+        self.sum_accept -= accept
+        self.sum_accept_join -= accept * tr.join_step
+        self.own_accept -= tr.accept is not None
         self.sum_output -= self._clipped_output(tr)
 
     def _retract(self, need: int) -> None:
@@ -318,7 +361,7 @@ class RankScheduler:
                 break
             first = False
             tr = order.pop(0)
-            written = min(round(self.accept * (self.step - tr.join_step)), tr.req.output_len - 1)
+            written = min(round(self.accept_of(tr) * (self.step - tr.join_step)), tr.req.output_len - 1)
             self._leave(tr)
             self._release(tr)
             tr.cached = tr.prefilled = 0
@@ -379,7 +422,7 @@ class RankScheduler:
         """The running batch's decode step once its memory is settled: shown to the watch, costed, and its
         inter-token gaps recorded; False when the watch stopped it."""
         b = len(self.running)
-        generated = self.accept * (b * self.step - self.sum_join)
+        generated = self._generated()
         if self.watch is not None and self._stops("decode", b * self.verify_tokens, b * self.verify_tokens, b):
             return False
         cost = self.model.decode(b, self.sum_prompt + generated, self.verify_tokens)
@@ -433,26 +476,16 @@ def reservation(cfg) -> Reservation | None:
     return None if cfg.disable_radix_cache else Reservation.sglang(cfg.schedule_conservativeness)
 
 
-def simulate(
-    model: CostModel,
-    requests: list[SimRequest],
-    arrivals: list[float],
-    kv_capacity: int,
-    max_concurrency: int | None = None,
-    content: str = NATURAL_TEXT,
-    mamba_cache_size: int | None = None,
-    watch: Any = None,
-) -> SimulationResult:
-    """Run ``requests`` arriving at ``arrivals`` through the configuration's schedulers in virtual time.
-    ``content`` is what the prompts make the model write (``workload.prompt_content``): it sets the draft's
-    acceptance under speculative decoding. ``mamba_cache_size``: a hybrid linear-attention model's
-    recurrent-state slots per rank (``MemoryPlan.max_mamba_cache_size``), which cap its running requests."""
+def make_ranks(model: CostModel, kv_capacity: int, content: str = NATURAL_TEXT, mamba_cache_size: int | None = None,
+               watch: Any = None) -> list[RankScheduler]:
+    """One scheduler per DP rank for this configuration, as the engine starts them (``content``: what the prompts
+    make the model write, which sets the draft's acceptance; see ``simulate``)."""
     cfg = model.config
     # per DP rank, as SGLang's scheduler limits it (ServingConfig.max_running_per_rank): under DP attention
     # --max-running-requests (or the 48 speculative decoding sets) is shared by the ranks, else per replica
     context_len = cfg.context_length or model.scenario.model.max_position_embeddings
     max_running = max(1, cfg.max_running_per_rank(kv_capacity, context_len, mamba_cache_size))
-    ranks = [
+    return [
         RankScheduler(
             model=model,
             kv_capacity=kv_capacity,
@@ -467,6 +500,23 @@ def simulate(
         )
         for i in range(cfg.num_ranks)
     ]
+
+
+def simulate(
+    model: CostModel,
+    requests: list[SimRequest],
+    arrivals: list[float],
+    kv_capacity: int,
+    max_concurrency: int | None = None,
+    content: str = NATURAL_TEXT,
+    mamba_cache_size: int | None = None,
+    watch: Any = None,
+) -> SimulationResult:
+    """Run ``requests`` arriving at ``arrivals`` through the configuration's schedulers in virtual time.
+    ``content`` is what the prompts make the model write (``workload.prompt_content``): it sets the draft's
+    acceptance under speculative decoding. ``mamba_cache_size``: a hybrid linear-attention model's
+    recurrent-state slots per rank (``MemoryPlan.max_mamba_cache_size``), which cap its running requests."""
+    ranks = make_ranks(model, kv_capacity, content, mamba_cache_size, watch)
     pending = deque(zip(arrivals, requests, strict=True))
     # a rank may run on alone between events when nothing it does reaches another: no client concurrency limit (a
     # finish would free a send) and no collective defect (the ranks' steps share its call count)
