@@ -51,7 +51,6 @@ import os
 import re
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -59,6 +58,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from . import problems
+from .prefix_index import MAX_BLOCKS, BlockIndex
 
 
 def _request_id() -> str:
@@ -82,7 +82,7 @@ CACHE_BLOCK_TOKENS = 16
 # meanwhile goes in one event, as SGLang's stream does when its detokenizer is behind): at a small time scale a
 # decode step lasts microseconds of wall time, far less than an event costs to write and to read
 STREAM_MIN_GAP_S = 0.01
-CACHE_MAX_BLOCKS = 1 << 17
+CACHE_MAX_BLOCKS = MAX_BLOCKS
 KEEP_ALIVE_S = 5.0  # uvicorn's timeout_keep_alive in SGLang
 LISTEN_BACKLOG = 2048  # uvicorn's default backlog
 PARSE_BODY_ERROR = "There was an error parsing the body"  # FastAPI's HTTPException when json.loads raises
@@ -201,8 +201,7 @@ class _PrefixCache:
     """Block-granular stand-in for SGLang's radix cache: remembers chained hashes of prompt prefixes."""
 
     def __init__(self, max_blocks: int = CACHE_MAX_BLOCKS):
-        self._blocks: OrderedDict[bytes, None] = OrderedDict()
-        self._max = max_blocks
+        self._index = BlockIndex(max_blocks)
         self._lock = threading.Lock()
 
     @staticmethod
@@ -225,21 +224,12 @@ class _PrefixCache:
     def match_and_insert(self, prompt: _Prompt) -> int:
         keys = self.keys(prompt)
         with self._lock:
-            hit = 0
-            for key in keys:
-                if key not in self._blocks:
-                    break
-                hit += 1
-            for key in keys:
-                self._blocks[key] = None
-                self._blocks.move_to_end(key)
-            while len(self._blocks) > self._max:
-                self._blocks.popitem(last=False)
+            hit, _ = self._index.match_and_insert(keys)
         return min(hit * CACHE_BLOCK_TOKENS, max(prompt.tokens - 1, 0))
 
     def clear(self) -> None:
         with self._lock:
-            self._blocks.clear()
+            self._index.clear()
 
 
 # ------------------------------------------------------------------------------------------------ engine

@@ -28,14 +28,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from ..perf.cost_model import NATURAL_TEXT, TOKEN_NOISE, CostModel
 from ..perf.simulator import RankScheduler, RequestTrace, make_ranks
 from ..perf.workload import SimRequest
-
-INDEX_MAX_BLOCKS = 1 << 17  # prompt blocks each rank's prefix index remembers (least recently used go first)
+from .prefix_index import BlockIndex
 
 
 @dataclass(frozen=True)
@@ -65,31 +63,6 @@ class Ticket:
             self.cond.notify_all()
 
 
-class _PrefixIndex:
-    """The prompt blocks one rank has seen (chained block hashes, LRU)."""
-
-    def __init__(self, max_blocks: int = INDEX_MAX_BLOCKS) -> None:
-        self._blocks: OrderedDict[bytes, None] = OrderedDict()
-        self._max = max_blocks
-
-    def match_and_insert(self, keys: list[bytes]) -> tuple[int, bytes | None]:
-        """(blocks of ``keys`` already seen, the key of the last of them); then remember them all."""
-        hit = 0
-        for key in keys:
-            if key not in self._blocks:
-                break
-            hit += 1
-        for key in keys:
-            self._blocks[key] = None
-            self._blocks.move_to_end(key)
-        while len(self._blocks) > self._max:
-            self._blocks.popitem(last=False)
-        return hit, keys[hit - 1] if hit else None
-
-    def clear(self) -> None:
-        self._blocks.clear()
-
-
 class LiveScheduler:
     """The DP ranks' schedulers of one live server, stepping in scaled wall time on their own thread."""
 
@@ -100,7 +73,7 @@ class LiveScheduler:
         self.block_tokens = block_tokens
         self.ranks: list[RankScheduler] = make_ranks(model, kv_capacity, NATURAL_TEXT, mamba_cache_size)
         self._noise_accept = model.accept_length(TOKEN_NOISE)
-        self._indexes = [_PrefixIndex() for _ in self.ranks]
+        self._indexes = [BlockIndex() for _ in self.ranks]
         self._due: list[list[tuple[Ticket, Progress]]] = [[] for _ in self.ranks]  # delivered at the rank's clock
         self._tickets: dict[int, tuple[Ticket, RequestTrace]] = {}
         self._written: dict[int, int] = {}
@@ -134,13 +107,11 @@ class LiveScheduler:
             rank = self.ranks[index % len(self.ranks)]
             hit, key = self._indexes[rank.index].match_and_insert(block_keys) if rank.radix else (0, None)
             cached = min(hit * self.block_tokens, max(input_tokens - 1, 0))
-            group = None
-            if cached > 0 and key is not None:  # the rank's pool holds this prefix once
-                group = key
-                rank.hold_prefix(group, cached)
-            req = SimRequest(index=index, group=group, prefix_len=cached if group is not None else 0,
-                             unique_len=input_tokens - (cached if group is not None else 0),
-                             output_len=max(1, output_tokens))  # fmt: skip
+            group, prefix = (key, cached) if cached > 0 else (None, 0)
+            if group is not None:  # the rank's pool holds this prefix once
+                rank.hold_prefix(group, prefix)
+            req = SimRequest(index=index, group=group, prefix_len=prefix, unique_len=input_tokens - prefix,
+                             output_len=max(1, output_tokens))
             sent = self.now()
             tr = RequestTrace(req=req, send=sent, accept=self._noise_accept if token_ids else None)
             ticket = Ticket(index=index, cached_tokens=cached, sent=sent, cond=cond)
@@ -149,14 +120,6 @@ class LiveScheduler:
             rank.enqueue(tr, sent + self.model.request_latency(input_tokens))
             self._cond.notify_all()
         return ticket
-
-    def cancel(self, ticket: Ticket) -> None:
-        """The client went away: the request stays scheduled (SGLang aborts it at its next step; the twin lets it
-        finish), but nothing is delivered to it any more."""
-        with self._cond:
-            entry = self._tickets.get(ticket.index)
-            if entry is not None:
-                self._tickets[ticket.index] = (Ticket(ticket.index, 0, 0.0, threading.Condition()), entry[1])
 
     def clear_cache(self) -> None:
         """``/flush_cache``: every rank's prefix index and the prefixes its pool holds for it (unlocked ones)."""
