@@ -31,14 +31,14 @@ def launch_cli(ws, *flags):
     "flags,message",
     [
         (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
-        (["--tp-size", "four"], "argument --tp-size/--tensor-parallel-size: invalid int value: 'four'"),
+        (["--tp-size", "four"], "argument --tensor-parallel-size/--tp-size: invalid int value: 'four'"),
         (["--kv-cache-dtype", "fp3"], "argument --kv-cache-dtype: invalid choice: 'fp3'"),
     ],
 )
 def test_bad_flags_fail_like_argparse(ws, flags, message):
     proc = launch_cli(ws, *flags)
     assert proc.returncode == 2
-    assert "usage: python3 -m sglang.launch_server" in proc.stderr
+    assert "usage: sglang serve" in proc.stderr  # the release's own parser (prepare_server_args' prog)
     assert message in proc.stderr
 
 
