@@ -47,7 +47,6 @@ def test_bad_flags_fail_like_argparse(ws, flags, message):
     [
         (["--tp-size", "4", "--dp-size", "4"], "16 GPUs requested but only 8 are visible"),
         (["--tp-size", "8", "--attention-backend", "fa3"], "not supported on ROCm"),
-        (["--tp-size", "8", "--speculative-algorithm", "EAGLE", "--enable-mixed-chunk"], "enable_mixed_chunk"),
         (["--tp-size", "1"], "HIP out of memory"),  # 380 GB of weights on one 288 GB GPU
         (["--tp-size", "8", "--mem-fraction-static", "0.15"], "Not enough memory. Please try to increase --mem-fraction-static"),
         (["--tp-size", "8", "--mem-fraction-static", "0.99"], "HIP out of memory"),

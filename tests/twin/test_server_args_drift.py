@@ -647,6 +647,8 @@ FLAG_CASES: list[dict[str, Any]] = [
     {"attention_backend": "fa3", "kv_cache_dtype": "fp8_e5m2"}, {"attention_backend": "intel_xpu"},
     {"attention_backend": "dual_chunk_flash_attn"}, {"page_size": 16}, {"context_length": 4096},
     {"max_total_tokens": 1000, "model_path": "/models/llama-2-70b"}, {"tp_size": 3, "dp_size": 2, "enable_dp_attention": True},
+    {"nsa_prefill_backend": "tilelang"}, {"nsa_decode_backend": "aiter", "kv_cache_dtype": "fp8_e4m3"},
+    {"tp_size": 8, "speculative_algorithm": "EAGLE", "enable_mixed_chunk": True},
 ]  # fmt: skip
 ENVIRONS = [
     ({"SGLANG_USE_AITER": "1"}, "3.4.0"),  # the ROCm image as the twin models it

@@ -540,7 +540,10 @@ def aiter_can_use_preshuffle_paged_mqa(env: Mapping[str, str]) -> bool:
 
 
 def set_default_nsa_kv_cache_dtype(a: Any, major: int, log: Log) -> None:
-    """sa:1677 (no --nsa-*-backend flags in the twin, so the first warning never applies)."""
+    """sa:1677."""
+    user_set = a.nsa_prefill_backend is not None or a.nsa_decode_backend is not None
+    if user_set and a.kv_cache_dtype == "auto":
+        log("warning", "When specifying --nsa-prefill-backend or --nsa-decode-backend, you should also explicitly set --kv-cache-dtype (e.g., 'fp8_e4m3' or 'bfloat16'). DeepSeek V3.2 defaults to FP8 KV cache which may not be compatible with all backends.")  # fmt: skip
     if a.kv_cache_dtype == "auto":
         a.kv_cache_dtype = "fp8_e4m3" if major >= 10 else "bfloat16"
         log("warning", f"Setting KV cache dtype to {a.kv_cache_dtype} for DeepSeek DSA on SM{major} device.")
@@ -552,10 +555,23 @@ def set_default_nsa_kv_cache_dtype(a: Any, major: int, log: Log) -> None:
         )
 
 
-def set_default_nsa_backends(a: Any, log: Log) -> None:
-    """sa:1705 on HIP with neither NSA backend given: tilelang for both."""
-    a.nsa_prefill_backend = "tilelang"
-    a.nsa_decode_backend = "tilelang"
+def set_default_nsa_backends(a: Any, major: int, log: Log) -> None:
+    """sa:1705 on HIP: tilelang for both when neither is given, else the release's defaults for the one not
+    given. (``--enable-hisparse``'s own defaults, apply_hisparse_nsa_backend_defaults, are not modelled: that
+    flag is reported as having no simulated effect.)"""
+    user_set_prefill = a.nsa_prefill_backend is not None
+    user_set_decode = a.nsa_decode_backend is not None
+    if not user_set_prefill and not user_set_decode:
+        a.nsa_prefill_backend = "tilelang"
+        a.nsa_decode_backend = "tilelang"
+    else:
+        fp8 = a.kv_cache_dtype == "fp8_e4m3"
+        prefill, decode = (("trtllm", "trtllm") if major >= 10 else ("flashmla_kv", "flashmla_kv")) if fp8 else (
+            ("flashmla_sparse", "trtllm") if major >= 10 else ("flashmla_sparse", "fa3"))  # fmt: skip
+        if not user_set_prefill:
+            a.nsa_prefill_backend = prefill
+        if not user_set_decode:
+            a.nsa_decode_backend = decode
     log(
         "warning",
         f"Set NSA backends for {a.kv_cache_dtype} KV Cache: prefill={a.nsa_prefill_backend}, decode={a.nsa_decode_backend}.",
@@ -600,7 +616,7 @@ def handle_model_specific_adjustments(
             log("warning", "Setting page size to 64 for DeepSeek DSA.")
         major = platform.device_capability[0]
         set_default_nsa_kv_cache_dtype(a, major, log)
-        set_default_nsa_backends(a, log)
+        set_default_nsa_backends(a, major, log)
     # MoE backend for DeepSeek on HIP: the release only logs (the switch itself is commented out, sa:1962-1967)
     if not a.enable_dp_attention and a.nnodes == 1:
         log("info", "Enable Aiter AllReduce Fusion for DeepseekV3ForCausalLM")
@@ -725,9 +741,9 @@ def handle_speculative_decoding(a: Any, model: ModelInfo, env: Mapping[str, str]
             log("warning", "Spec v1 is used for eagle/eagle3/standalone speculative decoding because %s." % (reason or "overlap schedule is disabled"))  # fmt: skip
         else:
             log("warning", "Spec v2 is enabled by default for eagle/eagle3/standalone speculative decoding.")
-        # The release also switches --enable-mixed-chunk off here (sa:3773-3777, "Mixed chunked prefill is
-        # disabled because of using eagle speculative decoding."). The twin keeps refusing the combination in
-        # ``check`` (the assertion of sa:7278-7282), as tests/twin/test_launch.py expects; it models no mixed chunk.
+        if a.enable_mixed_chunk:  # sa:3773-3777
+            a.enable_mixed_chunk = False
+            log("warning", "Mixed chunked prefill is disabled because of using eagle speculative decoding.")
         if model.effective_architecture in MTP_SELF_DRAFT_ARCHITECTURES:
             if a.speculative_draft_model_path is None:
                 a.speculative_draft_model_path = a.model_path
@@ -790,9 +806,8 @@ def check(args: argparse.Namespace) -> None:
     if args.enable_dp_attention and args.tp_size % args.dp_size != 0:
         raise InvalidServerArgs(f"tp_size ({args.tp_size}) must be divisible by dp_size ({args.dp_size})")
     if args.speculative_algorithm and args.enable_mixed_chunk:
-        # an AssertionError in 0.5.12, which never gets here (it switches mixed chunk off first, see above); the
-        # twin refuses the combination as a ValueError, as tests/twin/test_launch.py expects
-        raise InvalidServerArgs("enable_mixed_chunk is required for speculative decoding")
+        # check_server_args (sa:7278-7282); never reached: speculative decoding switched mixed chunk off above
+        raise InvalidServerArgs("enable_mixed_chunk is required for speculative decoding", "AssertionError")
     if args.speculative_algorithm in ("EAGLE", "EAGLE3", "STANDALONE") and args.speculative_num_steps < 1:
         raise InvalidServerArgs("speculative_num_steps must be at least 1")
     if args.chunked_prefill_size > 0 and args.chunked_prefill_size % args.page_size != 0:
