@@ -173,6 +173,56 @@ def resolve_server_args(args, ws: Workspace) -> server_args.ModelInfo:
     return model
 
 
+def model_config_fields(sglang_root: Path) -> frozenset[str]:
+    """The ServerArgs fields the release's ``ModelConfig.from_server_args`` reads (``server_args.<field>`` in
+    the workspace's ``configs/model_config.py``); empty when the file cannot be read."""
+    from .engine.loading.pure_code import PureCodeError, parse
+
+    try:
+        tree = parse(sglang_root / "python/sglang/srt/configs/model_config.py")
+    except PureCodeError:
+        return frozenset()
+    import ast
+
+    fn = next((f for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "ModelConfig" for f in c.body
+               if isinstance(f, ast.FunctionDef) and f.name == "from_server_args"), None)  # fmt: skip
+    return frozenset(n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+                     and n.value.id == "server_args") if fn else frozenset()  # fmt: skip
+
+
+def release_model_checks(args, ws: Workspace, defaults: Mapping[str, Any] | None = None) -> None:
+    """What ``ServerArgs.__post_init__`` checks through ``get_model_config()`` (its first step the twin models,
+    ``_handle_piecewise_cuda_graph``, makes the ``ModelConfig``): the release's own ``ModelConfig``, run as
+    written by the executor on this checkpoint with these arguments, so that its checks refuse what the release
+    refuses, with its message and exception type (``--quantization fp8`` on an MXFP4 checkpoint:
+    ``_verify_quantization``'s ``ValueError``). It costs about a second the first time in a process, so it runs
+    when the command line sets a field ``ModelConfig.from_server_args`` reads; with all of those at their
+    defaults the same ModelConfig is made, and checked, when the scheduler loads the weights. The outcome is remembered (``loading.model_checks``)."""
+    from .engine.loading import model_checks
+    from .engine.loading.platform import Platform as Node
+
+    read = model_config_fields(ws.sglang_root)
+    given = {k: v for k, v in vars(args).items() if k in read and k != "model_path"}
+    if defaults is not None and all(defaults.get(k) == v for k, v in given.items()):
+        return
+    hw = ws.scenario.hardware
+    node = Node(gfx_arch=hw.gfx_arch, memory_gb=hw.memory_gb, device_name=f"AMD Instinct {hw.name}",
+                server_args=dict(vars(args)), sglang_root=ws.sglang_root)  # fmt: skip
+    model_checks.check(vars(args), read, node, ws.sglang_root, ws.model_dir, lambda level, line: getattr(log, level)(line))
+
+
+def modelled_args(sc: Scenario) -> frozenset[str]:
+    """The fields the twin reads for this scenario: ``server_args.MODELLED_ARGS`` and the flags its JIT kernels
+    and injected worker faults are triggered by."""
+    flags = {k.when.flag for k in sc.engine.jit_kernels}
+    flags |= {wf.when.flag for wf in sc.defects.worker_faults if wf.when is not None}
+    return server_args.MODELLED_ARGS | flags
+
+
+def _shown(flag: str, value: Any) -> str:
+    return flag if value is True else f"{flag} {value}"
+
+
 def serving_config(args, ws: Workspace, moe_tuned: bool) -> ServingConfig:
     return config_from_args(args, ws.scenario.quantization.weight_format, ws.model_config, moe_tuned)
 
@@ -249,15 +299,21 @@ def load_weights(ws: Workspace, args) -> loader.WeightLoadReport:
         memo.save()
 
 
-def start(args) -> tuple[ServerState, float]:
-    """Everything before serving. Returns the HTTP state and the simulated start-up seconds."""
+def start(args, command_line: server_args.CommandLine | None = None) -> tuple[ServerState, float]:
+    """Everything before serving. Returns the HTTP state and the simulated start-up seconds. ``command_line``:
+    what the arguments were parsed from (its flags the twin does not model are reported)."""
     scale = time_scale()
     ws = find_workspace(args)
     sc = ws.scenario
     log.info(BANNER.format(hardware=sc.hardware.name))
     log.info(f"scenario={sc.name} ({sc.description}); engine image {sc.engine.image} (simulated)")
+    unmodelled = command_line.unmodelled(modelled_args(sc)) if command_line is not None else {}
+    release_model_checks(args, ws, command_line.defaults if command_line is not None else None)
     model_info = resolve_server_args(args, ws)
     log.info(f"server_args=ServerArgs({', '.join(f'{k}={v!r}' for k, v in vars(args).items())})")
+    if unmodelled:
+        log.warning(f"{SIMULATED_NOTE}: these flags are accepted, as SGLang {sc.engine.version} accepts them, but "
+                    f"have no simulated effect in the twin: {', '.join(_shown(f, v) for f, v in unmodelled.items())}")  # fmt: skip
     server_args.check_platform(args, visible_gpus(sc))
     log.info("Init torch distributed begin.")
     if args.tp_size > 1:  # the TP group's all-reduce path (GroupCoordinator.__init__, dispatch_custom_allreduce)
@@ -342,6 +398,9 @@ def start(args) -> tuple[ServerState, float]:
         "time_scale": scale,
         "version": sc.engine.version,
         "jit_kernels": kernels,
+        # flags set on the command line that nothing the twin simulates reads: accepted, without effect
+        "unmodelled_flags": {flag: _jsonable(value) for flag, value in unmodelled.items()},
+        "server_args_source": str(command_line.source) if command_line is not None else None,
         "pid": os.getpid(),  # where an injected fault (faults.py) finds the server to kill
         # one GPU's memory as the plan left it: what a step under load may use (engine/serving_faults.py)
         "memory": {"gpu_bytes": plan.gpu_bytes, "static_bytes": plan.weight_bytes_per_gpu + plan.kv_pool_bytes_per_gpu,
@@ -394,6 +453,17 @@ def check_draft_tree(ws: Workspace, cfg: ServingConfig, avail_gb: float) -> str:
                           [f"Exception: {failed}"]),
     ])  # fmt: skip
     raise SchedulerError(f"Exception: Capture cuda graph failed: {error}", text)
+
+
+def _jsonable(value: Any) -> Any:
+    """A flag's value as /server_info can carry it (JSON's types; anything else by its text)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return str(value)
 
 
 _PRINT = threading.Lock()
@@ -457,12 +527,13 @@ def main(argv: list[str] | None = None) -> int:
     for name, value in server_args.ROCM_IMAGE_ENV.items():  # the image's Dockerfile ENV: the release's code reads it
         os.environ.setdefault(name, value)
     try:
-        args = server_args.parse(sys.argv[1:] if argv is None else argv)
+        command_line = server_args.parse_command_line(sys.argv[1:] if argv is None else argv)
     except server_args.ServerArgsError as exc:
-        log.error(f"ValueError: {exc}")
+        log.error(f"{exc.kind}: {exc}")
         return 1
+    args = command_line.args
     try:
-        state, startup_s = start(args)
+        state, startup_s = start(args, command_line)
     except SchedulerError as exc:  # scheduler.run_scheduler_process logs the traceback, the parent gets SIGQUIT
         if isinstance(exc, WarmupCrash):  # uvicorn came up; the warm-up request's decode is what failed
             print(f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)", flush=True)

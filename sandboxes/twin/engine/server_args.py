@@ -1,7 +1,12 @@
-"""SGLang's ``launch_server`` command line as the twin accepts it, and the defaults the pinned release resolves.
+"""SGLang's ``launch_server`` command line as the release parses it, and the defaults the pinned release resolves.
 
-Flag names, types, choices and defaults follow SGLang's ``ServerArgs``. An unknown flag or a bad value fails
-exactly as argparse does: usage, message, exit 2 (``parse``).
+The command line is parsed by the release's own parser (``parse``, ``build_parser``): ``ServerArgs.add_cli_args``
+of the workspace's ``python/sglang/srt/server_args.py`` (``--sglang-root``, else ``sglang/`` beside the model;
+the pinned release from the per-user cache when there is no workspace tree), run as written by
+``release_cli``. So every flag, alias, type, choice and default is the release's, an unknown flag or a bad value
+fails exactly as the release's argparse does (usage, message, exit 2), and the release's own ``from_cli_args``
+names the fields (``--tp-size`` is ``tp_size``). The one flag SGLang does not have is the twin's ``--sglang-root``.
+A flag the twin does not model is accepted and reported (``CommandLine.unmodelled``, ``MODELLED_ARGS``).
 
 ``None`` defaults are resolved afterwards by ``resolve``, the way ``ServerArgs.__post_init__`` of the pinned
 release (SGLang 0.5.12, ``python/sglang/srt/server_args.py``; "sa:N" below is a line of that file) resolves
@@ -21,22 +26,15 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from . import release_cli
 
 RELEASE = "0.5.12"  # the release whose ServerArgs.__post_init__ this module follows
 
-KV_CACHE_DTYPES = ["auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16", "fp4_e2m1"]
-SPECULATIVE_ALGORITHMS = ["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"]
-ATTENTION_BACKENDS = [
-    "triton", "torch_native", "flex_attention", "nsa", "cutlass_mla", "fa3", "fa4", "flashinfer", "flashmla",
-    "trtllm_mla", "trtllm_mha", "dual_chunk_flash_attn", "aiter", "wave", "intel_amx", "ascend", "intel_xpu",
-]  # fmt: skip
-MOE_RUNNER_BACKENDS = [
-    "auto", "deep_gemm", "triton", "triton_kernel", "flashinfer_trtllm", "flashinfer_trtllm_routed",
-    "flashinfer_cutlass", "flashinfer_mxfp4", "flashinfer_cutedsl", "cutlass",
-]  # fmt: skip
 CUDA_ONLY_ATTENTION = {"fa3", "fa4", "flashinfer", "flashmla", "cutlass_mla", "trtllm_mla", "trtllm_mha"}
 CUDA_ONLY_MOE = {"deep_gemm", "flashinfer_trtllm", "flashinfer_trtllm_routed", "flashinfer_cutlass",
                  "flashinfer_mxfp4", "flashinfer_cutedsl", "cutlass"}  # fmt: skip
@@ -136,7 +134,8 @@ UNKNOWN_MLA_ARCHITECTURE_STANDIN = {"dsa": "DeepseekV32ForCausalLM", "mla": "Dee
 # ships Triton 3.4, below the 3.5.0 that aiter's preshuffle paged-MQA kernel needs: DSA models get page size 1.
 ROCM_IMAGE_ENV = {"SGLANG_USE_AITER": "1"}
 ROCM_IMAGE_TRITON_VERSION = "3.4.0"
-# ServerArgs fields the twin has no flag for but resolves or reads, with the release's defaults (sa:340-850).
+# ServerArgs fields the twin resolves or reads, with the release's defaults (sa:340-850), for arguments made
+# without the release's parser (``device``: what _handle_missing_default_values makes of its None).
 INTERNAL_DEFAULTS: dict[str, Any] = {
     "pp_size": 1,
     "nnodes": 1,
@@ -243,65 +242,148 @@ class ModelInfo:
         return max(1, self.total_num_kv_heads // tp_size)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python3 -m sglang.launch_server")
-    a = p.add_argument
-    a(
-        "--model-path",
-        "--model",
-        dest="model_path",
-        type=str,
-        required=True,
-        help="The path of the model weights. This can be a local folder or a Hugging Face repo ID.",
-    )
-    a(
-        "--sglang-root",
-        type=str,
-        default=None,
-        help="(twin) The SGLang source tree whose mechanisms the engine runs; defaults to ../sglang.",
-    )
-    a("--tokenizer-path", type=str, default=None)
-    a("--served-model-name", type=str, default=None)
-    a("--trust-remote-code", action="store_true")
-    a("--host", type=str, default="127.0.0.1")
-    a("--port", type=int, default=30000)
-    a("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
-    a("--dp-size", "--data-parallel-size", dest="dp_size", type=int, default=1)
-    a("--enable-dp-attention", action="store_true")
-    a("--quantization", type=str, default=None)
-    a("--kv-cache-dtype", type=str, default="auto", choices=KV_CACHE_DTYPES)
-    a("--context-length", type=int, default=None)
-    a("--mem-fraction-static", type=float, default=None)
-    a("--max-running-requests", type=int, default=None)
-    a("--max-total-tokens", type=int, default=None)
-    a("--chunked-prefill-size", type=int, default=None)
-    a("--max-prefill-tokens", type=int, default=16384)
-    a("--enable-mixed-chunk", action="store_true")
-    a("--page-size", type=int, default=None)
-    a("--cuda-graph-max-bs", type=int, default=None)
-    a("--disable-cuda-graph", action="store_true")
-    a("--disable-radix-cache", action="store_true")
-    a("--disable-overlap-schedule", action="store_true")
-    a("--attention-backend", type=str, default=None, choices=ATTENTION_BACKENDS)
-    a("--moe-runner-backend", type=str, default="auto", choices=MOE_RUNNER_BACKENDS)
-    a("--speculative-algorithm", type=str, default=None, choices=SPECULATIVE_ALGORITHMS)
-    a("--speculative-draft-model-path", type=str, default=None)
-    a("--speculative-num-steps", type=int, default=None)
-    a("--speculative-eagle-topk", type=int, default=None)
-    a("--speculative-num-draft-tokens", type=int, default=None)
-    a("--enable-aiter-allreduce-fusion", action="store_true")
-    a("--random-seed", type=int, default=None)
-    a("--log-level", type=str, default="info")
-    a("--watchdog-timeout", type=float, default=300)
-    a("--dist-timeout", type=int, default=None)
-    a("--disable-custom-all-reduce", action="store_true")
-    return p
+# --- the command line: the release's own parser -----------------------------------------------------------------
+
+TWIN_ONLY_HELP = ("(twin only: SGLang has no such flag) The SGLang source tree whose mechanisms the engine runs, "
+                  "and whose server_args.py parses this command line; defaults to ../sglang beside the model.")  # fmt: skip
+RELEASE_SERVER_ARGS = f"python/{release_cli.FILE}"  # under a workspace's sglang/ tree
+
+
+class ReleaseSourceMissing(ServerArgsError):
+    """No release source to read the command line with: neither a workspace tree nor the cached release."""
+
+    kind = "FileNotFoundError"
+
+
+def _tree_arguments(argv: list[str]) -> tuple[str | None, str | None]:
+    """``--sglang-root`` and ``--model-path`` as given (before the release's parser exists)."""
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    pre.add_argument("--sglang-root")
+    pre.add_argument("--model-path", "--model")
+    try:
+        known, _ = pre.parse_known_args(argv)
+    except argparse.ArgumentError:
+        return None, None
+    return known.sglang_root, known.model_path
+
+
+def release_root(argv: list[str] | None = None) -> Path:
+    """The python root (the folder holding ``sglang/``) of the release whose ``server_args.py`` parses
+    ``argv``: the workspace's (``--sglang-root``, else ``sglang/`` beside the model, as ``find_workspace``
+    looks), else the pinned release ``RELEASE`` from the per-user cache (downloaded as a workspace's is). Raises
+    ``ReleaseSourceMissing`` with one line saying what is missing."""
+    sglang_root, model_path = _tree_arguments(list(argv or []))
+    candidates = [Path(sglang_root)] if sglang_root else []
+    if model_path:
+        candidates.append(Path(model_path).parent / "sglang")
+    for root in candidates:
+        if (root / RELEASE_SERVER_ARGS).is_file():
+            return root / "python"
+    from ..workspace.release import release_tree
+
+    tree = release_tree(RELEASE)
+    if not hasattr(tree, "root") or not (tree.root / release_cli.FILE).is_file():  # Unavailable
+        where = " or ".join(str(r / RELEASE_SERVER_ARGS) for r in candidates) or "no workspace tree"
+        raise ReleaseSourceMissing(
+            f"cannot read SGLang's server arguments: no {where}, and the pinned SGLang {RELEASE} is not available "
+            f"({getattr(tree, 'reason', 'no server_args.py in it')}); python -m sandboxes.twin.workspace.release "
+            f"{RELEASE} fetches it"
+        )  # fmt: skip
+    return tree.root
+
+
+def release_command_line(python_root: Path) -> release_cli.ReleaseCli:
+    """The release's command line of the tree at ``python_root`` (``release_cli.load``; ``ServerArgsError``)."""
+    try:
+        return release_cli.load(python_root)
+    except FileNotFoundError as exc:
+        raise ReleaseSourceMissing(f"cannot read SGLang's server arguments: {exc}") from None
+    except release_cli.ReleaseCliError as exc:
+        raise ServerArgsError(f"cannot read SGLang's server arguments from {exc.path}: {exc}") from None
+
+
+def build_parser(python_root: Path | None = None) -> argparse.ArgumentParser:
+    """The release's own ``launch_server`` parser (``prepare_server_args``: every flag, alias, type, choice and
+    default of its ``ServerArgs.add_cli_args``), from the tree at ``python_root`` (default: the pinned
+    release), plus the twin's own ``--sglang-root``."""
+    cli = release_command_line(python_root if python_root is not None else release_root())
+    return _with_twin_flags(cli.parser())
+
+
+def _with_twin_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--sglang-root", type=str, default=None, help=TWIN_ONLY_HELP)
+    return parser
+
+
+@dataclass
+class CommandLine:
+    """A parsed command line: ``args`` has every ``ServerArgs`` field of the release (``from_cli_args``) and
+    the twin's ``sglang_root``; ``defaults`` and ``options`` are each field's release default and flag."""
+
+    args: argparse.Namespace
+    defaults: dict[str, Any]
+    options: dict[str, str]
+    source: Path  # the server_args.py whose parser parsed it
+
+    def changed(self) -> dict[str, Any]:
+        """The fields whose parsed value is not the release's default (what the command line set)."""
+        values = vars(self.args)
+        return {k: values[k] for k, d in self.defaults.items() if k in values and values[k] != d}
+
+    def unmodelled(self, modelled: Iterable[str]) -> dict[str, Any]:
+        """The flags set to other than their default that nothing in the twin reads (``modelled``: the field
+        names it does), flag -> value: accepted, and without simulated effect."""
+        known = set(modelled)
+        return {self.options.get(k, "--" + k.replace("_", "-")): v for k, v in self.changed().items()
+                if k not in known}  # fmt: skip
+
+
+def parse_command_line(argv: list[str]) -> CommandLine:
+    """Parse ``argv`` as the release does (``prepare_server_args``): ``--config`` merged by its own merger, its
+    parser's errors exactly as argparse prints them (usage, message, exit 2), then ``from_cli_args``'s renames
+    (``tensor_parallel_size`` -> ``tp_size``). Raises ``ServerArgsError`` when there is no release to read."""
+    root = release_root(argv)
+    cli = release_command_line(root)
+    parser = _with_twin_flags(cli.parser())
+    try:
+        argv = cli.merge_config(parser, list(argv))
+    except release_cli.ReleaseCliError as exc:
+        raise ServerArgsError(str(exc)) from None
+    except Exception as exc:  # the release's merger refusing the file (its ValueError, yaml's errors)
+        raise InvalidServerArgs(str(exc), type(exc).__name__) from None
+    raw = parser.parse_args(argv)
+    values = cli.server_args(raw)
+    values["sglang_root"] = raw.sglang_root
+    return CommandLine(args=argparse.Namespace(**values), defaults=cli.defaults(), options=cli.option_of(),
+                       source=cli.source)  # fmt: skip
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    """Parse like SGLang (argparse exits 2 on unknown flags and bad values). Defaults stay ``None`` until
-    ``resolve`` knows the node and the model."""
-    return build_parser().parse_args(argv)
+    """``parse_command_line(argv).args``. Defaults the release resolves later stay ``None`` until ``resolve``
+    knows the node and the model."""
+    return parse_command_line(argv).args
+
+
+# The ServerArgs fields the twin's own code reads: what a flag can change in the simulation. Everything else the
+# release accepts is accepted too, and reported as having no simulated effect (``CommandLine.unmodelled``; a
+# scenario's JIT kernels and injected faults may name more: ``launch_server.modelled_args``).
+# tests/twin/test_release_flags.py reads the twin's code and fails when this drifts from what it reads.
+MODELLED_ARGS = frozenset({
+    # resolve (ServerArgs.__post_init__) and check
+    "attention_backend", "chunked_prefill_size", "cuda_graph_max_bs", "decode_attention_backend", "device",
+    "disable_cuda_graph", "disable_overlap_schedule", "disable_piecewise_cuda_graph", "disable_radix_cache",
+    "dp_size", "enable_dp_attention", "enable_mixed_chunk", "kv_cache_dtype", "max_prefill_tokens",
+    "max_running_requests", "max_total_tokens", "mem_fraction_static", "model_path", "moe_runner_backend",
+    "nnodes", "nsa_decode_backend", "nsa_prefill_backend", "page_size", "piecewise_cuda_graph_max_tokens",
+    "pp_size", "prefill_attention_backend", "schedule_conservativeness", "speculative_algorithm",
+    "speculative_draft_model_path", "speculative_eagle_topk", "speculative_ngram_max_bfs_breadth",
+    "speculative_num_draft_tokens", "speculative_num_steps", "tp_size",
+    # the launcher: the workspace, the release's ModelConfig checks, the serving configuration, where it listens
+    "context_length", "disable_custom_all_reduce", "dist_timeout", "enable_aiter_allreduce_fusion", "host", "port",
+    "quantization", "served_model_name", "watchdog_timeout",
+    # the HTTP layer and the model build
+    "enable_cache_report", "preferred_sampling_params", "tokenizer_path", "trust_remote_code", "weight_version",
+})  # fmt: skip
 
 
 def resolve(
@@ -327,6 +409,7 @@ def resolve(
     for name, value in INTERNAL_DEFAULTS.items():
         if not hasattr(args, name):
             setattr(args, name, value)
+    handle_missing_default_values(args)
     handle_piecewise_cuda_graph(args)
     handle_gpu_memory_settings(args, platform.gpu_memory_mib, model.use_mla)
     handle_model_specific_adjustments(args, model, platform, env, log)
@@ -341,6 +424,13 @@ def resolve(
 
 
 # --- the steps of ServerArgs.__post_init__ the twin models -------------------------------------------------------
+
+
+def handle_missing_default_values(a: Any) -> None:
+    """sa:1165, what the twin reads: the device (get_device() on ROCm: torch's HIP build answers "cuda")."""
+    if a.device is None:
+        a.device = INTERNAL_DEFAULTS["device"]
+    a.device = a.device.split(":")[0]
 
 
 def handle_piecewise_cuda_graph(a: Any) -> None:
@@ -450,7 +540,10 @@ def aiter_can_use_preshuffle_paged_mqa(env: Mapping[str, str]) -> bool:
 
 
 def set_default_nsa_kv_cache_dtype(a: Any, major: int, log: Log) -> None:
-    """sa:1677 (no --nsa-*-backend flags in the twin, so the first warning never applies)."""
+    """sa:1677."""
+    user_set = a.nsa_prefill_backend is not None or a.nsa_decode_backend is not None
+    if user_set and a.kv_cache_dtype == "auto":
+        log("warning", "When specifying --nsa-prefill-backend or --nsa-decode-backend, you should also explicitly set --kv-cache-dtype (e.g., 'fp8_e4m3' or 'bfloat16'). DeepSeek V3.2 defaults to FP8 KV cache which may not be compatible with all backends.")  # fmt: skip
     if a.kv_cache_dtype == "auto":
         a.kv_cache_dtype = "fp8_e4m3" if major >= 10 else "bfloat16"
         log("warning", f"Setting KV cache dtype to {a.kv_cache_dtype} for DeepSeek DSA on SM{major} device.")
@@ -462,10 +555,23 @@ def set_default_nsa_kv_cache_dtype(a: Any, major: int, log: Log) -> None:
         )
 
 
-def set_default_nsa_backends(a: Any, log: Log) -> None:
-    """sa:1705 on HIP with neither NSA backend given: tilelang for both."""
-    a.nsa_prefill_backend = "tilelang"
-    a.nsa_decode_backend = "tilelang"
+def set_default_nsa_backends(a: Any, major: int, log: Log) -> None:
+    """sa:1705 on HIP: tilelang for both when neither is given, else the release's defaults for the one not
+    given. (``--enable-hisparse``'s own defaults, apply_hisparse_nsa_backend_defaults, are not modelled: that
+    flag is reported as having no simulated effect.)"""
+    user_set_prefill = a.nsa_prefill_backend is not None
+    user_set_decode = a.nsa_decode_backend is not None
+    if not user_set_prefill and not user_set_decode:
+        a.nsa_prefill_backend = "tilelang"
+        a.nsa_decode_backend = "tilelang"
+    else:
+        fp8 = a.kv_cache_dtype == "fp8_e4m3"
+        prefill, decode = (("trtllm", "trtllm") if major >= 10 else ("flashmla_kv", "flashmla_kv")) if fp8 else (
+            ("flashmla_sparse", "trtllm") if major >= 10 else ("flashmla_sparse", "fa3"))  # fmt: skip
+        if not user_set_prefill:
+            a.nsa_prefill_backend = prefill
+        if not user_set_decode:
+            a.nsa_decode_backend = decode
     log(
         "warning",
         f"Set NSA backends for {a.kv_cache_dtype} KV Cache: prefill={a.nsa_prefill_backend}, decode={a.nsa_decode_backend}.",
@@ -510,7 +616,7 @@ def handle_model_specific_adjustments(
             log("warning", "Setting page size to 64 for DeepSeek DSA.")
         major = platform.device_capability[0]
         set_default_nsa_kv_cache_dtype(a, major, log)
-        set_default_nsa_backends(a, log)
+        set_default_nsa_backends(a, major, log)
     # MoE backend for DeepSeek on HIP: the release only logs (the switch itself is commented out, sa:1962-1967)
     if not a.enable_dp_attention and a.nnodes == 1:
         log("info", "Enable Aiter AllReduce Fusion for DeepseekV3ForCausalLM")
@@ -635,9 +741,9 @@ def handle_speculative_decoding(a: Any, model: ModelInfo, env: Mapping[str, str]
             log("warning", "Spec v1 is used for eagle/eagle3/standalone speculative decoding because %s." % (reason or "overlap schedule is disabled"))  # fmt: skip
         else:
             log("warning", "Spec v2 is enabled by default for eagle/eagle3/standalone speculative decoding.")
-        # The release also switches --enable-mixed-chunk off here (sa:3773-3777, "Mixed chunked prefill is
-        # disabled because of using eagle speculative decoding."). The twin keeps refusing the combination in
-        # ``check`` (the assertion of sa:7278-7282), as tests/twin/test_launch.py expects; it models no mixed chunk.
+        if a.enable_mixed_chunk:  # sa:3773-3777
+            a.enable_mixed_chunk = False
+            log("warning", "Mixed chunked prefill is disabled because of using eagle speculative decoding.")
         if model.effective_architecture in MTP_SELF_DRAFT_ARCHITECTURES:
             if a.speculative_draft_model_path is None:
                 a.speculative_draft_model_path = a.model_path
@@ -700,9 +806,8 @@ def check(args: argparse.Namespace) -> None:
     if args.enable_dp_attention and args.tp_size % args.dp_size != 0:
         raise InvalidServerArgs(f"tp_size ({args.tp_size}) must be divisible by dp_size ({args.dp_size})")
     if args.speculative_algorithm and args.enable_mixed_chunk:
-        # an AssertionError in 0.5.12, which never gets here (it switches mixed chunk off first, see above); the
-        # twin refuses the combination as a ValueError, as tests/twin/test_launch.py expects
-        raise InvalidServerArgs("enable_mixed_chunk is required for speculative decoding")
+        # check_server_args (sa:7278-7282); never reached: speculative decoding switched mixed chunk off above
+        raise InvalidServerArgs("enable_mixed_chunk is required for speculative decoding", "AssertionError")
     if args.speculative_algorithm in ("EAGLE", "EAGLE3", "STANDALONE") and args.speculative_num_steps < 1:
         raise InvalidServerArgs("speculative_num_steps must be at least 1")
     if args.chunked_prefill_size > 0 and args.chunked_prefill_size % args.page_size != 0:

@@ -236,7 +236,7 @@ def _check(sc: Scenario) -> None:
         if shape.dtype not in MOE_DTYPES:
             fail(f"defects.tuned_moe_shapes[{i}].dtype",
                  f"unknown MoE dtype {shown(shape.dtype)} (expected one of {', '.join(MOE_DTYPES)})")
-    flags = _sglang_flags()
+    flags = _sglang_flags(sc.engine.version)
     for i, kernel in enumerate(sc.engine.jit_kernels):
         if kernel.when.flag not in flags:
             fail(f"engine.jit_kernels[{i}].when.flag", f"{shown(kernel.when.flag)} is not an SGLang server argument")
@@ -301,10 +301,19 @@ def _check_serving_defects(defects: DefectSpec, num_gpus: int, flags: set[str], 
             fail(f"{where}.when.flag", f"{shown(wf.when.flag)} is not an SGLang server argument")
 
 
-def _sglang_flags() -> set[str]:
-    from ..engine.server_args import build_parser  # the twin's copy of SGLang's command line
+def _sglang_flags(version: str) -> set[str]:
+    """The ServerArgs fields of SGLang ``version`` (its own parser, when the release is in the per-user cache;
+    never downloaded here), else those the twin models."""
+    from ..engine import server_args
+    from ..workspace.release import cached
 
-    return {a.dest for a in build_parser()._actions}
+    tree = cached(version)
+    if tree is not None:
+        try:
+            return set(server_args.release_command_line(tree.root).fields)
+        except server_args.ServerArgsError:
+            pass
+    return set(server_args.MODELLED_ARGS)
 
 
 # --- a small typed builder over YAML nodes, so that every error carries its line --------------------------

@@ -35,7 +35,7 @@ from typing import Any
 
 from . import fake_torch, hf_library
 from .platform import ABSENT, Platform
-from .pure_code import PureCodeError, _closure, bound_names, parse
+from .pure_code import PureCodeError, _closure, bound_names, named_code, parse
 from .stubs import StubValue
 
 _STDLIB = set(getattr(sys, "stdlib_module_names", ())) | {"__future__"}
@@ -167,15 +167,6 @@ def _definitions(path: Path, names: list[str]) -> ast.Module:
     return ast.fix_missing_locations(ast.Module(body=imports + _closure(tree, names, path), type_ignores=[]))
 
 
-def _named(code: types.CodeType, filename: str) -> types.CodeType:
-    """``code`` and every code object inside it (functions, classes, comprehensions) naming ``filename``, as if
-    compiled from it: what tracebacks print."""
-    if code.co_filename == filename:
-        return code
-    consts = tuple(_named(c, filename) if isinstance(c, types.CodeType) else c for c in code.co_consts)
-    return code.replace(co_filename=filename, co_consts=consts)
-
-
 def _compiled(path: Path, names: list[str] | None = None) -> types.CodeType:
     """``path`` compiled as the executor runs it (whole, or just ``names`` with what they use), kept like a .pyc in
     the per-user cache by the file's contents (not its place: every run's workspace holds the release's files
@@ -193,7 +184,7 @@ def _compiled(path: Path, names: list[str] | None = None) -> types.CodeType:
         tree = parse(path) if names is None else _definitions(path, names)  # a syntax error raises PureCodeError
         return compile(tree, str(path), "exec", flags=_FUTURE_ANNOTATIONS, dont_inherit=True)
 
-    return _named(cache_files.marshalled(cache_dir() / "compiled" / f"{key}.bin", make), str(path))
+    return named_code(cache_files.marshalled(cache_dir() / "compiled" / f"{key}.bin", make), str(path))
 
 
 class _StubMeta(abc.ABCMeta):

@@ -104,12 +104,10 @@ class Platform:
         return cuda
 
     def server_args_object(self) -> Any:
-        """What ``get_global_server_args()`` returns: the launch's arguments over the release's defaults (the
-        twin's copy of its command line); any other field answers a stub."""
-        from ..server_args import build_parser
-
+        """What ``get_global_server_args()`` returns: the launch's arguments (every field the release's parser
+        gives) over the release's literal defaults (for a load made without a command line); any other field
+        answers a stub."""
         values = release_server_arg_defaults(self.sglang_root)
-        values.update({a.dest: a.default for a in build_parser()._actions if a.dest != "help"})
         values.update(self.server_args)
         values.setdefault("tp_size", self.tp_size)
         values.setdefault("dp_size", self.dp_size)

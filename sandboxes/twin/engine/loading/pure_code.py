@@ -189,6 +189,15 @@ def class_attribute(path: Path, class_name: str, attribute: str, namespace: dict
     return False, None
 
 
+def named_code(code: types.CodeType, filename: str) -> types.CodeType:
+    """``code`` and every code object inside it (functions, classes, comprehensions) naming ``filename``, as if
+    compiled from it: what tracebacks print (a compiled file kept by its contents is run from another path)."""
+    if code.co_filename == filename:
+        return code
+    consts = tuple(named_code(c, filename) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    return code.replace(co_filename=filename, co_consts=consts)
+
+
 def definition_line(path: Path, name: str, class_name: str | None = None) -> int:
     """1-based line of a top-level (or class-level) definition of ``name`` in ``path``; 0 if absent."""
     try:
