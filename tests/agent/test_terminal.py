@@ -63,6 +63,14 @@ def test_a_figure_no_failing_rate_was_seen_above_is_printed_as_at_least(tmp_path
     assert "throughput: 1000.0 at bring-up -> at least 3000.0 (at least +2000.0)" in text
 
 
+def test_the_runs_list_writes_a_floor_as_one():
+    from agent.inspector.run_list import Figure, figure_text
+
+    assert figure_text(Figure(target="throughput", achieved=3260.0, goal=2626, met=True)) == "throughput 3260/2626"
+    floor = Figure(target="throughput", achieved=3260.0, goal=2626, met=True, lower_bound=True)
+    assert figure_text(floor) == "throughput >=3260/2626"
+
+
 def _run_folder(runs: Path, run_id: str, created: str, minutes: float | None, summary: dict | None = None,
                 checkpoint: bool = True) -> None:  # fmt: skip
     d = runs / run_id
