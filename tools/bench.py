@@ -279,9 +279,16 @@ def run_benchmark(ctx: ToolContext, args: BenchInput) -> BenchResult:
         f"decode {last.decode_tok_s:.1f} tok/s/stream" + (f", bottleneck: {last.bottleneck}" if last.bottleneck else "")))
 
 
-# A configuration still sustaining max_rate is climbed on, at the same growth, up to this multiple of it: a knee is
-# reported only with a failing rate above it, and a climb that reaches this cap without one reports a lower bound.
+# A configuration still sustaining max_rate is climbed on, at the same growth, up to this multiple of it (of the
+# first rate, when that is higher): a knee is reported only with a failing rate above it, and a climb that reaches
+# this cap without one reports a lower bound.
 RATE_CAP_FACTOR = 4.0
+
+
+def rate_cap(args: KneeInput) -> float:
+    """The highest rate a knee search climbs to: RATE_CAP_FACTOR x max_rate, or x its first rate when that is
+    higher (a search asked to start above max_rate runs its first rate)."""
+    return RATE_CAP_FACTOR * max(args.max_rate, args.start_rate, args.min_rate or 0.0)
 
 
 class KneeInput(ToolInput):
@@ -293,7 +300,8 @@ class KneeInput(ToolInput):
     start_rate: float = Field(1.0, gt=0)
     max_rate: float = Field(16.0, gt=0, description=(
         f"where the climb is expected to have failed: a configuration that still sustains it is climbed on (same "
-        f"growth) up to {RATE_CAP_FACTOR:g} x max_rate, so that the knee has a failing rate above it; one that "
+        f"growth) up to {RATE_CAP_FACTOR:g} x max_rate (x the first rate, when higher), so that the knee has a "
+        f"failing rate above it; one that "
         f"never fails within that cap (or within max_node_hours) is reported as a lower bound (knee_is_lower_bound)"))
     resolution: float = Field(0.1, ge=0.01, description=(
         "stop when the bracket is this narrow (requests/s); rates are kept to 3 decimals, so no finer than 0.01"))
@@ -340,7 +348,7 @@ class _OutOfBudget(Exception):
 @tool
 def find_knee(ctx: ToolContext, args: KneeInput) -> KneeResult:
     """Find the highest request rate whose TTFT p50 stays within the limit for every benchmark seed: grow the
-    rate until it fails (past max_rate too, up to RATE_CAP_FACTOR x max_rate), then bisect the bracket to the
+    rate until it fails (past max_rate too, up to ``rate_cap``), then bisect the bracket to the
     resolution. Reports the output throughput at that rate (the lowest of the seeds') with TTFT p50 and p99; a
     search that saw no rate fail above it (the cap, or the allowance, reached first) reports it as a lower bound,
     "at least", never as a knee. An interactivity bound (``max_tpot_ms``, by default the
@@ -394,7 +402,7 @@ def find_knee(ctx: ToolContext, args: KneeInput) -> KneeResult:
         return failed()
     except _OutOfBudget:
         return _budget_limited(seeds, results, cost, limit)
-    return _knee_result(lo, hi, seeds, results, cost, limit, cap=args.max_rate * RATE_CAP_FACTOR)
+    return _knee_result(lo, hi, seeds, results, cost, limit, cap=rate_cap(args))
 
 
 def knee_is_lower_bound(result: Mapping[str, Any]) -> bool:
@@ -443,7 +451,7 @@ def _search(args: KneeInput, seeds: list[int], check, tried) -> tuple[float | No
     lo, hi = None, None
     rate = max(args.start_rate, args.min_rate or 0.0)
     # past max_rate the climb goes on (RATE_CAP_FACTOR): only a failing rate closes the bracket
-    while rate <= args.max_rate * RATE_CAP_FACTOR:
+    while rate <= rate_cap(args):
         if not check(rate, seeds[:1]) or (early and lo is None and not check(rate, seeds)):
             hi = rate
             break
@@ -501,7 +509,7 @@ def _knee_result(lo: float | None, hi: float | None, seeds: list[int], results: 
     if hi is None:  # nothing failed above it: a floor, never a knee
         top = max(r for r, _ in results)
         why = ("the node-hour allowance ran out first" if stopped_by_budget
-               else f"the search's cap of {RATE_CAP_FACTOR:g} x max_rate" + (f", {cap:g} req/s" if cap else ""))
+               else f"the climb's cap ({RATE_CAP_FACTOR:g} x max_rate" + (f", {cap:g} req/s)" if cap else ")"))
         summary = (f"at least {worst.output_throughput:.0f} tok/s ({lo:g} req/s sustained by every one of "
                    f"{len(seeds)} seed(s); no failing rate was seen up to {top:g} req/s, {why}: the knee may lie "
                    f"higher): {figures}")  # fmt: skip

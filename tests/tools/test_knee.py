@@ -187,3 +187,11 @@ def test_an_allowance_that_runs_out_before_a_failure_gives_a_lower_bound(served)
     # the rates only the first seed ran held: none is a failing rate, so the knee is only a floor
     assert r.first_failing_rate is None and r.knee_is_lower_bound
     assert r.summary.startswith("at least") and "allowance" in r.summary
+
+
+def test_a_first_rate_above_max_rate_is_run(served):
+    """A search asked to start above max_rate (from just above a best knee) runs its first rate and climbs from it."""
+    served.capacity.update({1: 21.0, 2: 21.0})
+    r = find_knee(fake_ctx(), KneeInput(workload="tp", start_rate=20.0, min_rate=20.0, max_rate=16.0, growth=1.1,
+                                        resolution=0.1))
+    assert served.calls[0] == (20.0, 1) and r.ok and 20.9 < r.knee_rate <= 21.0 and not r.knee_is_lower_bound
