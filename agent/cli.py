@@ -136,14 +136,17 @@ def _outcome(summary: dict) -> tuple[int, str]:
     return (0, "every target met") if met else (3, f"targets missed: {summary['finish_reason']}")
 
 
-def _explain_lines(target: str, e: dict) -> list[str]:
+def _explain_lines(target: str, e: dict, lower_bound: bool = False) -> list[str]:
     """A target's bring-up-to-best explanation (``summary["explain"]``, :mod:`agent.ablation`) in words. Each
     effect is measured alone, between two configurations that differ by that one change (mostly the best and
     the best without it); the changes interact, so the effects are not shares of the gain and need not add up
-    to it: the lines say so, with both sums, rather than list them as if they did."""
+    to it: the lines say so, with both sums, rather than list them as if they did. A best that is a floor
+    (``lower_bound``: no rate was seen failing above its knee) is written "at least", and so is its gain."""
     gain = None if e.get("bring_up") is None else e["best"] - e["bring_up"]
     start = "not measured" if e.get("bring_up") is None else f"{e['bring_up']:.1f}"
-    lines = [f"{target}: {start} at bring-up -> {e['best']:.1f}" + (f" ({gain:+.1f})" if gain is not None else "")]
+    floor = "at least " if lower_bound else ""
+    lines = [f"{target}: {start} at bring-up -> {floor}{e['best']:.1f}"
+             + (f" ({floor}{gain:+.1f})" if gain is not None else "")]  # fmt: skip
     measured = [c["effect"] for c in e["changes"] if c.get("effect") is not None]
     if len(measured) > 1:
         total = sum(measured)
@@ -180,6 +183,8 @@ def _print_summary(run_dir: Path) -> int:
         table.add_column(col)
     for name, t in summary["targets"].items():
         achieved = "-" if t["achieved"] is None else f"{t['achieved']:.3f}"
+        if t["achieved"] is not None and t.get("lower_bound"):  # no rate was seen failing above its knee
+            achieved = f"at least {achieved}\n(no failing rate seen)"
         goal = f"{t['target']:g}" + (f"\n{t['bound']}" if t.get("bound") else "")
         inter = Interactivity.model_validate(t["interactivity"]) if t.get("interactivity") else None
         table.add_row(name, goal, achieved, "[green]yes[/]" if t["met"] else "[red]no[/]", _per_user_cell(inter))
@@ -187,7 +192,7 @@ def _print_summary(run_dir: Path) -> int:
     for c in summary["commits"]:
         console.print(Text(f"commit {', '.join(s[:10] for s in c['commits'])}  {c['title']}"), soft_wrap=True)
     for name, e in (summary.get("explain") or {}).items():  # what each change from the bring-up bought
-        for line in _explain_lines(name, e):
+        for line in _explain_lines(name, e, bool(summary["targets"].get(name, {}).get("lower_bound"))):
             console.print(Text(line), soft_wrap=True)
     for feature, b in (summary.get("blocked") or {}).items():  # what could not be brought up, and what it cost
         what = f"kernel {b['kernel']}" if b.get("kernel") else "its crash"

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from tasks.spec import Target
+from tools.bench import knee_is_lower_bound
 
 from .state import Interactivity, Observation
 
@@ -44,6 +45,8 @@ class Counted(BaseModel):
     run: dict[str, Any] = Field(default_factory=dict, description="the benchmark run the value comes from")
     interactivity: Interactivity | None = None
     miss: str | None = Field(None, description="why the value does not count: the target's bound it misses")
+    lower_bound: bool = Field(False, description=(
+        "the value is a floor: its knee search saw no rate fail above the knee (worded 'at least')"))
 
 
 def measured(target: Target, obs: Observation) -> Counted | None:
@@ -69,7 +72,8 @@ def measured(target: Target, obs: Observation) -> Counted | None:
         run = min(at_knee, key=lambda x: abs(x["output_throughput"] - r["throughput_at_knee"]), default={})
         inter = of_runs(at_knee)
         return Counted(value=float(r["throughput_at_knee"]), run=run, interactivity=inter,
-                       miss=target.interactivity_miss(inter.tpot_p50_ms if inter else None))  # fmt: skip
+                       miss=target.interactivity_miss(inter.tpot_p50_ms if inter else None),
+                       lower_bound=knee_is_lower_bound(r))  # fmt: skip
     return None
 
 

@@ -67,6 +67,8 @@ def apply_observations(state: AgentState, run: Run) -> dict[str, Any]:
                         trial.bound_missed[t.name] = f"{o['value']:.1f}: {miss}"
                     elif o["value"] > 0:  # a knee that failed says nothing of why: no figure (as with find_knee)
                         trial.metrics[t.name] = o["value"]
+                        if o.get("knee_is_lower_bound"):
+                            trial.lower_bounds.append(t.name)
                 trials.append(trial)
             budget = budget.model_copy(update={"trials": budget.trials + len(obs.result.get("outcomes", []))})
             server_flags, server_env = None, {}
@@ -106,13 +108,16 @@ def apply_observations(state: AgentState, run: Run) -> dict[str, Any]:
                     continue
                 if c.interactivity is not None and value >= trial.metrics.get(name, 0.0):
                     trial.interactivity[name] = c.interactivity
+                if value >= trial.metrics.get(name, 0.0):  # the figure kept says whether it is a floor
+                    floors = [n for n in trial.lower_bounds if n != name]
+                    trial.lower_bounds = [*floors, name] if c.lower_bound else floors
                 trial.metrics[name] = max(value, trial.metrics.get(name, 0.0))
                 best = state.bests.get(name)
                 cand = candidates.get(name)
                 if (best is None or value > best.value) and (cand is None or value > cand.value):
                     candidates[name] = Best(target=name, value=value, trial=trial.id, flags=trial.flags, env=trial.env,
                                             rate=c.run.get("request_rate"), bench_command=c.run.get("command") or [],
-                                            interactivity=c.interactivity)  # fmt: skip
+                                            interactivity=c.interactivity, lower_bound=c.lower_bound)  # fmt: skip
     return {"trials": trials, "patches": patches, "candidates": candidates, "budget": budget, "history": history,
             "server_flags": server_flags, "server_env": server_env}  # fmt: skip
 

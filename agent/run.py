@@ -505,7 +505,9 @@ def summarize(run: Run, state: AgentState) -> dict[str, Any]:
                            "trial": best.trial if best else None, "flags": best.flags if best else None,
                            # what one user saw in the benchmark behind the figure, and the bound it had to meet
                            "interactivity": best.interactivity.model_dump() if best and best.interactivity else None,
-                           "bound": bound_text(t) or None}  # fmt: skip
+                           "bound": bound_text(t) or None,
+                           # the figure is a floor (its knee search saw no rate fail above the knee): "at least"
+                           "lower_bound": bool(best and best.lower_bound)}  # fmt: skip
     simulated = run.choice.engine == "twin"
     best = _winning(run, state)
     commits = [{"patch": p.id, "title": p.title, "commits": p.commits, "files": p.files} for p in state.patches
@@ -623,7 +625,8 @@ def _script(run: Run, state: AgentState, header: list[str], argv_of: Callable[[B
         if argv is None:
             continue
         at = f" at {b.rate:g} req/s" if b.rate else ""
-        body.append(f"# {t.name}: {b.value:.1f} ({t.metric}{at}, target {t.min}), trial {b.trial}")
+        floor = "at least " if b.lower_bound else ""  # no rate was seen failing above the knee
+        body.append(f"# {t.name}: {floor}{b.value:.1f} ({t.metric}{at}, target {t.min}), trial {b.trial}")
         # rendered: a {workspace} left in AITER_CONFIG_FMOE would serve the untuned path
         env = run.ctx.engine_env(b.env)
         refs = secret_references(run.task, env, run.redactor)  # secrets by name: the script never holds one

@@ -70,6 +70,8 @@ class Trial(BaseModel):
     interactivity: dict[str, Interactivity] = Field(default_factory=dict)
     # target name -> why a figure it served does not count for the target (its interactivity bound)
     bound_missed: dict[str, str] = Field(default_factory=dict)
+    # the targets whose figure in metrics is a floor: its knee search saw no rate fail above the knee ("at least")
+    lower_bounds: list[str] = Field(default_factory=list)
 
 
 class Patch(BaseModel):
@@ -106,6 +108,9 @@ class Best(BaseModel):
     rate: float | None = None  # the request rate the value was measured at (the knee's, for a knee target)
     bench_command: list[str] = Field(default_factory=list)  # the benchmark command that measured it, argv
     interactivity: Interactivity | None = None  # what one user saw in that benchmark
+    # the value is a floor: its knee search saw no rate fail above the knee, so it is written "at least" (a
+    # checkpoint from before: False)
+    lower_bound: bool = False
 
 
 class Budget(BaseModel):

@@ -6,6 +6,7 @@ import json
 import math
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -278,6 +279,18 @@ def run_benchmark(ctx: ToolContext, args: BenchInput) -> BenchResult:
         f"decode {last.decode_tok_s:.1f} tok/s/stream" + (f", bottleneck: {last.bottleneck}" if last.bottleneck else "")))
 
 
+# A configuration still sustaining max_rate is climbed on, at the same growth, up to this multiple of it (of the
+# first rate, when that is higher): a knee is reported only with a failing rate above it, and a climb that reaches
+# this cap without one reports a lower bound.
+RATE_CAP_FACTOR = 4.0
+
+
+def rate_cap(args: KneeInput) -> float:
+    """The highest rate a knee search climbs to: RATE_CAP_FACTOR x max_rate, or x its first rate when that is
+    higher (a search asked to start above max_rate runs its first rate)."""
+    return RATE_CAP_FACTOR * max(args.max_rate, args.start_rate, args.min_rate or 0.0)
+
+
 class KneeInput(ToolInput):
     workload: str
     ttft_limit_ms: float | None = Field(None, gt=0, description="default: the workload's ttft_limit_ms")
@@ -285,7 +298,11 @@ class KneeInput(ToolInput):
         "interactivity bound: a rate counts as sustained only when its median TPOT is at most this too; default: "
         "the strictest bound (min_tok_s_per_user, max_tpot_ms) of the task's knee targets on this workload"))
     start_rate: float = Field(1.0, gt=0)
-    max_rate: float = Field(16.0, gt=0)
+    max_rate: float = Field(16.0, gt=0, description=(
+        f"where the climb is expected to have failed: a configuration that still sustains it is climbed on (same "
+        f"growth) up to {RATE_CAP_FACTOR:g} x max_rate (x the first rate, when higher), so that the knee has a "
+        f"failing rate above it; one that "
+        f"never fails within that cap (or within max_node_hours) is reported as a lower bound (knee_is_lower_bound)"))
     resolution: float = Field(0.1, ge=0.01, description=(
         "stop when the bracket is this narrow (requests/s); rates are kept to 3 decimals, so no finer than 0.01"))
     growth: float = Field(1.5, gt=1, description=(
@@ -311,7 +328,12 @@ class KneeResult(ToolResult):
     tpot_p50_ms: float | None = Field(None, description="at the knee, the highest of the seeds' TPOT p50")
     max_tpot_ms: float | None = Field(None, description="the interactivity bound the search held (None: none)")
     seeds: list[int] = []
-    first_failing_rate: float | None = None
+    first_failing_rate: float | None = Field(None, description=(
+        "the lowest rate seen failing above the knee (or, with no knee, the lowest seen failing)"))
+    knee_is_lower_bound: bool = Field(False, description=(
+        "no rate was seen failing above the knee (the climb reached its cap, or the allowance ran out first): the "
+        "configuration sustains at least knee_rate and throughput_at_knee, its knee may lie higher; the summary says "
+        "'at least'. Always a knee with no first_failing_rate (knee_is_lower_bound() reads a recorded result so)"))
     server_lost: bool = Field(False, description=(
         "the server died or hung during a run and is gone: launch it again to measure"))
     diagnosis: Diagnosis | None = Field(None, description="when the server was lost: why, from its own log")
@@ -326,8 +348,10 @@ class _OutOfBudget(Exception):
 @tool
 def find_knee(ctx: ToolContext, args: KneeInput) -> KneeResult:
     """Find the highest request rate whose TTFT p50 stays within the limit for every benchmark seed: grow the
-    rate until it fails, then bisect the bracket to the resolution. Reports the output throughput at that rate
-    (the lowest of the seeds') with TTFT p50 and p99. An interactivity bound (``max_tpot_ms``, by default the
+    rate until it fails (past max_rate too, up to ``rate_cap``), then bisect the bracket to the
+    resolution. Reports the output throughput at that rate (the lowest of the seeds') with TTFT p50 and p99; a
+    search that saw no rate fail above it (the cap, or the allowance, reached first) reports it as a lower bound,
+    "at least", never as a knee. An interactivity bound (``max_tpot_ms``, by default the
     task's) makes a rate whose median TPOT passes it unsustained as well: the knee is then the highest rate both
     hold, the load at which the users still get the decode speed asked for. With ``max_node_hours`` it stops
     before the run that would pass the allowance and reports the best rate every seed sustained so far."""
@@ -378,7 +402,14 @@ def find_knee(ctx: ToolContext, args: KneeInput) -> KneeResult:
         return failed()
     except _OutOfBudget:
         return _budget_limited(seeds, results, cost, limit)
-    return _knee_result(lo, hi, seeds, results, cost, limit)
+    return _knee_result(lo, hi, seeds, results, cost, limit, cap=rate_cap(args))
+
+
+def knee_is_lower_bound(result: Mapping[str, Any]) -> bool:
+    """Whether a ``find_knee`` result, as a trace recorded it, reports a lower bound rather than a knee: a knee
+    with no failing rate above it. Read from ``first_failing_rate`` (which ``knee_is_lower_bound`` always follows),
+    so that a result recorded before that field existed is read the same way."""
+    return result.get("knee_rate") is not None and result.get("first_failing_rate") is None
 
 
 class _RunFailed(Exception):
@@ -411,14 +442,16 @@ def _sustains(m: BenchMetrics, limit: _Limit) -> bool:
 def _search(args: KneeInput, seeds: list[int], check, tried) -> tuple[float | None, float | None]:
     """Bracket and bisect with the first seed; then the other seeds confirm the knee, which steps down (and the
     bisection resumes with every seed) while one of them does not sustain it. Returns (knee or None, the lowest
-    rate seen failing). ``check(rate, seeds)`` says whether those seeds sustain a rate; ``tried()`` lists the
+    rate seen failing; None when the climb reached its cap without one: the knee is then a lower bound).
+    ``check(rate, seeds)`` says whether those seeds sustain a rate; ``tried()`` lists the
     rates the first seed has run."""
     # with an allowance, the first rate sustained and the bracket's low end are confirmed by every seed before
     # going on, so that a search stopped half-way still has a rate to report
     early = args.max_node_hours is not None
     lo, hi = None, None
     rate = max(args.start_rate, args.min_rate or 0.0)
-    while rate <= args.max_rate:
+    # past max_rate the climb goes on (RATE_CAP_FACTOR): only a failing rate closes the bracket
+    while rate <= rate_cap(args):
         if not check(rate, seeds[:1]) or (early and lo is None and not check(rate, seeds)):
             hi = rate
             break
@@ -454,7 +487,11 @@ def _sustained(results: dict[tuple[float, int], BenchMetrics], seeds: list[int],
 
 
 def _knee_result(lo: float | None, hi: float | None, seeds: list[int], results: dict, cost: Cost, limit: _Limit,
-                 stopped_by_budget: bool = False) -> KneeResult:
+                 stopped_by_budget: bool = False, cap: float | None = None) -> KneeResult:
+    """The result for a knee ``lo`` and the lowest rate seen failing above it ``hi``: with no ``hi``, a lower bound
+    (``knee_is_lower_bound``), worded "at least"; ``cap`` is where the climb stopped looking for a failing rate.
+    Rates are reported as they were run (3 decimals), so that the runs at the knee are found by its rate."""
+    lo, hi = (None if x is None else round(x, 3) for x in (lo, hi))
     runs = [results[k] for k in sorted(results)]
     bound = f" or TPOT p50 exceeds {limit.tpot_ms:.1f} ms" if limit.tpot_ms else ""
     if lo is None:
@@ -462,25 +499,36 @@ def _knee_result(lo: float | None, hi: float | None, seeds: list[int], results: 
                if stopped_by_budget else f"TTFT p50 exceeds {limit.ttft_ms:.0f} ms{bound} even at {hi} req/s")
         return KneeResult(ok=False, first_failing_rate=hi, runs=runs, cost=cost, seeds=seeds,
                           stopped_by_budget=stopped_by_budget, summary=why, max_tpot_ms=limit.tpot_ms)  # fmt: skip
-    at_knee = [results[(round(lo, 3), s)] for s in seeds]
+    at_knee = [results[(lo, s)] for s in seeds]
     worst = min(at_knee, key=lambda m: m.output_throughput)
     p50, p99 = max(m.median_ttft_ms for m in at_knee), max(m.p99_ttft_ms for m in at_knee)
     tpot = max(m.median_tpot_ms for m in at_knee)
-    limited = " (stopped by its node-hour allowance: the knee may lie higher)" if stopped_by_budget else ""
     held = f" within the bound of {limit.tpot_ms:.1f} ms" if limit.tpot_ms else ""
     per_user = f", TPOT p50 {tpot:.1f} ms{held} ({1000 / tpot:.1f} tok/s per user)" if tpot > 0 else ""
+    figures = f"TTFT p50 {p50:.0f} ms, p99 {p99:.0f} ms{per_user} ({len(runs)} runs)"
+    if hi is None:  # nothing failed above it: a floor, never a knee
+        top = max(r for r, _ in results)
+        why = ("the node-hour allowance ran out first" if stopped_by_budget
+               else f"the climb's cap ({RATE_CAP_FACTOR:g} x max_rate" + (f", {cap:g} req/s)" if cap else ")"))
+        summary = (f"at least {worst.output_throughput:.0f} tok/s ({lo:g} req/s sustained by every one of "
+                   f"{len(seeds)} seed(s); no failing rate was seen up to {top:g} req/s, {why}: the knee may lie "
+                   f"higher): {figures}")  # fmt: skip
+    else:
+        limited = " (stopped by its node-hour allowance: the knee may lie higher)" if stopped_by_budget else ""
+        summary = (f"knee at {lo:g} req/s (every one of {len(seeds)} seed(s); {hi:g} req/s fails): "
+                   f"{worst.output_throughput:.0f} tok/s, {figures}{limited}")  # fmt: skip
     return KneeResult(knee_rate=lo, throughput_at_knee=worst.output_throughput, ttft_p50_ms=p50, ttft_p99_ms=p99,
                       tpot_p50_ms=tpot or None, max_tpot_ms=limit.tpot_ms, seeds=seeds, first_failing_rate=hi,
-                      runs=runs, cost=cost, stopped_by_budget=stopped_by_budget,
-                      summary=f"knee at {lo:g} req/s (every one of {len(seeds)} seed(s)): "
-                      f"{worst.output_throughput:.0f} tok/s, TTFT p50 {p50:.0f} ms, p99 {p99:.0f} ms{per_user} "
-                      f"({len(runs)} runs){limited}")  # fmt: skip
+                      knee_is_lower_bound=hi is None, runs=runs, cost=cost, stopped_by_budget=stopped_by_budget,
+                      summary=summary)  # fmt: skip
 
 
 def _budget_limited(seeds: list[int], results: dict, cost: Cost, limit: _Limit) -> KneeResult:
-    """What a search stopped by its allowance can still claim: the highest rate every seed sustained."""
+    """What a search stopped by its allowance can still claim: the highest rate every seed sustained, below the
+    lowest rate a seed ran and did not sustain (a rate only some seeds ran and held has not failed: with none
+    failing above it, the claim is a lower bound)."""
     sustained = _sustained(results, seeds, limit)
-    failing = sorted(r for (r, s) in results if r not in sustained)
+    failing = sorted({r for (r, s), m in results.items() if not _sustains(m, limit)})
     lo = sustained[-1] if sustained else None
     hi = next((r for r in failing if lo is None or r > lo), None)
     return _knee_result(lo, hi, seeds, results, cost, limit, stopped_by_budget=True)

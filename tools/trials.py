@@ -64,6 +64,7 @@ class TrialOutcome(BaseModel):
     diagnosis: str | None = None
     value: float = 0.0  # throughput at the knee, or the benchmark's output throughput
     knee_rate: float | None = None
+    knee_is_lower_bound: bool = False  # the knee search saw no rate fail above knee_rate: value is "at least"
     request_throughput: float | None = None  # a benchmark's completed requests/s (a burst's: the rate it served)
     benchmark_runs: int = 0  # how many benchmark runs the measurement made
     at_value: list[dict[str, Any]] = Field(default_factory=list, description=(
@@ -189,19 +190,21 @@ def _run_trial(job: TrialJob, task, gpu_ids: list[int] | None) -> TrialOutcome:
             m = find_knee(ctx, KneeInput(workload=spec.workload, start_rate=spec.start_rate, resolution=spec.resolution,
                                          duration_s=spec.duration_s))  # fmt: skip
             value, rate = (m.throughput_at_knee if m.ok else 0.0), m.knee_rate
+            floor = m.ok and m.knee_is_lower_bound
             at_value = [r for r in m.runs if m.ok and r.request_rate == m.knee_rate]
         else:
             m = run_benchmark(ctx, BenchInput(workload=spec.workload, request_rate=spec.request_rate,
                                               duration_s=spec.duration_s, num_prompts=spec.num_prompts))  # fmt: skip
             last = m.runs[-1] if m.ok and m.runs else None
-            value, rate = (last.output_throughput if last else 0.0), spec.request_rate
+            value, rate, floor = (last.output_throughput if last else 0.0), spec.request_rate, False
             served = last.request_throughput if last else None
             at_value = [last] if last else []
         cost = Cost(wall_seconds=cost.wall_seconds + m.cost.wall_seconds,
                     simulated_seconds=(cost.simulated_seconds or 0.0) + (m.cost.simulated_seconds or 0.0),
                     node_hours=cost.node_hours + m.cost.node_hours)  # fmt: skip
         lost = m.diagnosis if not m.ok and m.diagnosis else None  # it came up, then failed under the load
-        return TrialOutcome(job_id=job.job_id, spec=spec, status="up", value=value, knee_rate=rate, summary=m.summary,
+        return TrialOutcome(job_id=job.job_id, spec=spec, status="up", value=value, knee_rate=rate,
+                            knee_is_lower_bound=floor, summary=m.summary,
                             request_throughput=served, benchmark_runs=len(m.runs), gpus=gpus_of(spec.flags),
                             at_value=[r.model_dump() for r in at_value],
                             diagnosis=lost.summary if lost else None, cost=cost)  # fmt: skip

@@ -108,8 +108,10 @@ def throughput_vs_rate(report: RunReport) -> bytes:
             ax.axvline(c.knee_rate, color=COLORS[c.role], linestyle=":", linewidth=1)
             ax.plot([c.knee_rate], [c.knee_throughput], marker="*", markersize=15, color=COLORS[c.role],
                     markeredgecolor="black", linestyle="none")  # fmt: skip
-            ax.annotate(f"knee {c.knee_rate:g} req/s\n{c.knee_throughput:.0f} tok/s", (c.knee_rate, c.knee_throughput),
-                        textcoords="offset points", xytext=(8, -28), fontsize=8)  # fmt: skip
+            text = (f"at least {c.knee_throughput:.0f} tok/s\n{c.knee_rate:g} req/s, none seen failing"
+                    if c.knee_lower_bound else f"knee {c.knee_rate:g} req/s\n{c.knee_throughput:.0f} tok/s")
+            ax.annotate(text, (c.knee_rate, c.knee_throughput), textcoords="offset points", xytext=(8, -28),
+                        fontsize=8)  # fmt: skip
     goal = next((t.goal for t in report.targets if t.workload == report.curve_workload
                  and t.metric in ("throughput_at_knee", "output_throughput")), None)  # fmt: skip
     if goal is not None:
@@ -139,7 +141,8 @@ def ttft_vs_rate(report: RunReport) -> bytes:
         if c.knee_rate is not None:
             ax.axvline(c.knee_rate, color=COLORS[c.role], linestyle=":", linewidth=1)
             # above the frame, where no curve is drawn (inside it, the points past the knee covered it)
-            ax.annotate(f"knee {c.knee_rate:g}", (c.knee_rate, 1), xycoords=("data", "axes fraction"),
+            mark = f"at least {c.knee_rate:g}" if c.knee_lower_bound else f"knee {c.knee_rate:g}"
+            ax.annotate(mark, (c.knee_rate, 1), xycoords=("data", "axes fraction"),
                         textcoords="offset points", xytext=(0, 2 + 10 * i), ha="center", va="bottom", fontsize=8,
                         color=COLORS[c.role], annotation_clip=False)  # fmt: skip
     if report.ttft_limit_ms is not None:

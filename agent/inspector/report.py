@@ -25,6 +25,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from tasks.spec import TaskError, TaskSpec, load_task
+from tools.bench import knee_is_lower_bound
 
 from ..flag_text import dicts_as_flags
 from ..secrets import Redactor, run_redactor
@@ -72,6 +73,7 @@ class TargetResult(BaseModel):
     trial: int | None = None
     goal_words: str | None = None  # an accuracy goal as a sentence ("at most 0.02 below the reference")
     achieved_words: str | None = None
+    lower_bound: bool = False  # achieved is a floor: its knee search saw no rate fail above the knee ("at least")
 
 
 class PathRow(BaseModel):
@@ -149,6 +151,8 @@ class RateCurve(BaseModel):
     points: list[RatePoint]  # by request rate
     knee_rate: float | None = None
     knee_throughput: float | None = None
+    # no rate was seen failing above knee_rate: the configuration sustains at least that, its knee may lie higher
+    knee_lower_bound: bool = False
     screening: bool = False  # the configuration is a sweep's trial (run_trials), measured as a screening
 
     @property
@@ -200,6 +204,8 @@ class TrialRow(BaseModel):
     accuracy_ok: bool | None = None
     bench_runs: int = 0
     knee_rate: float | None = None
+    knee_lower_bound: bool = False  # its knee search saw no rate fail above knee_rate: a floor
+    lower_bounds: list[str] = Field(default_factory=list)  # the targets whose figure in metrics is a floor
     screening: bool = False  # a trial of a sweep (run_trials): its figures are never a best
     measured: str | None = (
         None  # its highest output throughput per workload, e.g. "throughput 2987 tok/s at 3.2 req/s"
@@ -344,6 +350,7 @@ class _TraceFacts(BaseModel):
         default_factory=list
     )  # (trial, file) for every attributed run
     knees: dict[int, tuple[str, float]] = Field(default_factory=dict)  # trial -> (workload, knee rate)
+    floors: set[int] = Field(default_factory=set)  # the trials whose knee (in knees) is a lower bound
     screening: set[int] = Field(default_factory=set)  # the trials of sweeps (run_trials): never a best
 
     evals: list[AccuracyCheck] = Field(default_factory=list)
@@ -423,6 +430,8 @@ def _read_facts(run_dir: Path, run_id: str) -> _TraceFacts:
                     facts.order.append((trial, rel))
                 if o.get("status") == "up" and o.get("knee_rate") and o["spec"].get("measure") == "knee":
                     facts.knees[trial] = (o["spec"]["workload"], float(o["knee_rate"]))
+                    if o.get("knee_is_lower_bound"):
+                        facts.floors.add(trial)
                 facts.screening.add(trial)
             current = None
         elif e.tool == "stop_server" and e.ok:
@@ -440,6 +449,10 @@ def _read_facts(run_dir: Path, run_id: str) -> _TraceFacts:
                 facts.order.append((current, rel))
             if e.tool == "find_knee" and e.ok and r.get("knee_rate") and current is not None:
                 facts.knees[current] = (str(e.input.get("workload")), float(r["knee_rate"]))
+                if knee_is_lower_bound(r):  # from first_failing_rate: a trace from before the flag too
+                    facts.floors.add(current)
+                else:
+                    facts.floors.discard(current)
         elif e.tool == "run_eval" and e.ok and r.get("accuracy") is not None:
             facts.evals.append(AccuracyCheck(trial=current, suite=str(r.get("suite") or e.input.get("suite", "")),
                                              n=r.get("n"), accuracy=float(r["accuracy"]), ci_low=r.get("ci_low"),
@@ -549,10 +562,11 @@ def _flag_diff(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     return out
 
 
-def _fmt_value(metric: str, value: float | None) -> str:
+def _fmt_value(metric: str, value: float | None, lower_bound: bool = False) -> str:
+    """A target's figure; a floor (``lower_bound``: no rate was seen failing above its knee) as "at least"."""
     if value is None:
         return "-"
-    return f"{value:+.3f}" if metric == "accuracy_delta" else f"{value:.1f}"
+    return f"{value:+.3f}" if metric == "accuracy_delta" else ("at least " if lower_bound else "") + f"{value:.1f}"
 
 
 def _sustained(run: BenchRun, limit: float | None) -> bool | None:
@@ -640,12 +654,14 @@ def _curve(role: str, trial: TrialRow, workload: str, runs: list[BenchRun], fact
     knee = facts.knees.get(trial.id)
     if knee and knee[0] == workload:
         knee_rate: float | None = knee[1]
-    else:  # no knee search recorded: the highest sustained rate
+        floor = trial.id in facts.floors  # as the knee search judged it
+    else:  # no knee search recorded: the highest sustained rate, a floor unless a higher rate was not sustained
         knee_rate = max((p.request_rate for p in points if p.sustained), default=None)
+        floor = knee_rate is not None and not any(p.request_rate > knee_rate and p.sustained is False for p in points)
     at = next((p for p in points if p.request_rate == knee_rate), None)
     return RateCurve(role=role, trial=trial.id, flags=trial.flags, env=trial.env, workload=workload, ttft_limit_ms=limit,
                      points=points, knee_rate=knee_rate, knee_throughput=at.output_throughput if at else None,
-                     screening=trial.screening)  # fmt: skip
+                     knee_lower_bound=floor, screening=trial.screening)  # fmt: skip
 
 
 def _curves(report_targets: list[TargetResult], winner: TrialRow | None, winner_target: str | None,
@@ -732,7 +748,7 @@ def _path(targets: list[TargetResult], trials: list[TrialRow], facts: _TraceFact
             ref = (best_any if trial.screening else best).get(t.name)
             if value is None or (ref is not None and value <= ref[0]):
                 continue
-            figure = f"{_fmt_value(t.metric, value)} {t.unit}"
+            figure = f"{_fmt_value(t.metric, value, t.name in trial.lower_bounds)} {t.unit}"
             met = " - goal met" if value >= t.goal and not trial.screening else ""
             screened = next((s for s in reversed(trials[: trials.index(trial)]) if s.screening
                              and s.flags == trial.flags and s.env == trial.env), None)  # fmt: skip
@@ -750,7 +766,7 @@ def _path(targets: list[TargetResult], trials: list[TrialRow], facts: _TraceFact
             if ref is None or not ref[0]:
                 result = f"{t.name} {figure} (goal {t.goal:g}){met}"
             else:
-                result = (f"{t.name} {_fmt_value(t.metric, ref[0])} -> {figure} "
+                result = (f"{t.name} {_fmt_value(t.metric, ref[0], t.name in ref[1].lower_bounds)} -> {figure} "
                           f"({(value / ref[0] - 1) * 100:+.1f} %){met}")  # fmt: skip
             if trial.screening:
                 result += " - screening (a sweep's trial), not a best"
@@ -930,9 +946,12 @@ def build_report(run_dir: Path, gpu_hour_usd: float | None = None) -> RunReport:
     for name, t in summary.get("targets", {}).items():
         spec = by_name.get(name)
         words = t["metric"] == "accuracy_delta"
+        # a summary from before it said so: the best's trial's knee as the trace judged it
+        floor = t["lower_bound"] if "lower_bound" in t else \
+            t["metric"] == "throughput_at_knee" and t.get("trial") in facts.floors  # fmt: skip
         targets.append(TargetResult(name=name, metric=t["metric"], unit=UNITS.get(t["metric"], ""),
                                     workload=spec.workload if spec else None, goal=t["target"], achieved=t["achieved"],
-                                    met=bool(t["met"]), trial=t.get("trial"),
+                                    met=bool(t["met"]), trial=t.get("trial"), lower_bound=bool(floor),
                                     goal_words=accuracy_goal_words(t["target"], reference) if words else None,
                                     achieved_words=accuracy_delta_words(t["achieved"]) if words else None))  # fmt: skip
 
@@ -944,6 +963,7 @@ def build_report(run_dir: Path, gpu_hour_usd: float | None = None) -> RunReport:
                        metrics=t.get("metrics", {}), accuracy=t.get("accuracy"),
                        accuracy_ok=t.get("accuracy_ok"), bench_runs=sum(1 for r in runs if r.trial == t["id"]),
                        knee_rate=facts.knees[t["id"]][1] if t["id"] in facts.knees else None,
+                       knee_lower_bound=t["id"] in facts.floors, lower_bounds=t.get("lower_bounds", []),
                        screening=t["id"] in facts.screening, measured=_measured(runs, t["id"]),
                        winner=t["id"] == winner_id) for t in summary.get("trials", [])]  # fmt: skip
     winner = next((t for t in trials if t.id == winner_id), None)
@@ -1017,7 +1037,7 @@ def _environment(autoescape: bool):
     env.filters["split_flags"] = lambda text: [w for w in re.split(r"[,\s]+", str(text)) if w]  # "a=1, b" -> chips
     env.filters["data_v"] = lambda v: "" if v is None else f"{v:.6g}"  # a sortable cell's value
     env.filters["num"] = lambda v, digits=1: "-" if v is None else f"{v:,.{digits}f}"
-    env.filters["value"] = lambda v, metric: _fmt_value(metric, v)
+    env.filters["value"] = lambda v, metric, lower_bound=False: _fmt_value(metric, v, lower_bound)
     env.filters["pct"] = lambda v: "-" if v is None else f"{v * 100:.1f} %"
     env.filters["cell"] = lambda v: str(v).replace("|", "\\|").replace("\n", " ")  # one Markdown table cell
     return env

@@ -707,7 +707,7 @@ def _format_patches(repo: git.Repo, tree: TreeReview, dest: Path) -> list[Path]:
 def _targets(summary: dict[str, Any]) -> list[TargetResult]:
     return [TargetResult(name=name, metric=t.get("metric", ""), unit=UNITS.get(t.get("metric", ""), ""),
                          goal=t.get("target", 0.0), achieved=t.get("achieved"), met=bool(t.get("met")),
-                         trial=t.get("trial"))
+                         trial=t.get("trial"), lower_bound=bool(t.get("lower_bound")))
             for name, t in summary.get("targets", {}).items()]  # fmt: skip
 
 
@@ -841,6 +841,7 @@ def _winners(record: _RunRecord, summary: dict[str, Any], trees: list[TreeReview
         inter = from_summary(t)
         out.append({"target": name, "trial": trial.id, "achieved": t.get("achieved"), "metric": t.get("metric", ""),
                     "met": bool(t.get("met")), "goal": t.get("target"), "bound": t.get("bound"),
+                    "lower_bound": bool(t.get("lower_bound")),
                     "per_user": per_user_text(inter) if inter else None,
                     "load": _load_text(inter),
                     "command": "\n".join(x for x in (trees_at(record, trees, trial.id), _reproduce(record, trial)) if x)})  # fmt: skip

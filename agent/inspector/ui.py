@@ -83,6 +83,7 @@ class TargetResult(BaseModel):
     trial: int | None = None
     interactivity: Interactivity | None = None  # what one user saw in the benchmark behind the best
     bound: str | None = None  # the target's interactivity bound in words, if it has one
+    lower_bound: bool = False  # achieved is a floor: its knee search saw no rate fail above the knee
 
 
 class TrialRow(BaseModel):
@@ -204,7 +205,8 @@ def read_listing(run_dir: Path) -> RunListing:
 def _targets(summary: dict[str, Any]) -> list[TargetResult]:
     return [TargetResult(name=name, metric=str(t.get("metric", "")), goal=float(t.get("target", 0.0)),
                          achieved=t.get("achieved"), met=bool(t.get("met")), trial=t.get("trial"),
-                         interactivity=from_summary(t), bound=t.get("bound"))
+                         interactivity=from_summary(t), bound=t.get("bound"),
+                         lower_bound=bool(t.get("lower_bound")))
             for name, t in (summary.get("targets") or {}).items()]  # fmt: skip
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from agent.state import AgentState, Call, Observation, Trial
 from tasks.spec import TaskSpec
+from tools.bench import knee_is_lower_bound
 from tools.loader_names import renamed_prefix, renames
 from tools.parsed import json_value
 from tools.source import unified_diff
@@ -719,6 +720,7 @@ class PlaybookPolicy:
                 memo["current"], memo["phase"] = None, "done"
                 return [], f"the budget left ({obs.args.get('max_node_hours', 0):.3f} node-hours) buys no more benchmark runs"
             value = self._value(obs, task)
+            floor = value > 0 and self._lower_bound(obs)  # no rate seen failing above its knee: at least value
             trial = state.current_trial()
             if trial and trial.accuracy_ok is False:
                 return self._abandon(memo, cur, accuracy_failure(trial))
@@ -735,6 +737,8 @@ class PlaybookPolicy:
             if keep_as == "base" or best is None or value > best["value"]:
                 entry = {"flags": cur["flags"], "env": cur["env"], "value": value, "serving": cur.get("serving") or {},
                          "shares": self._time_shares(obs), "accept_length": self._accept_length(obs)}
+                if floor:  # kept as what it was shown to sustain; its knee may lie higher
+                    entry["lower_bound"] = True
                 memo["best"][keep_as] = entry
                 if keep_as == "base":
                     memo["base"] = entry
@@ -742,11 +746,17 @@ class PlaybookPolicy:
                     memo["best"]["none"] = dict(entry)
                 if cur["measure"] in ("knee", "knee_full") and obs.result.get("knee_rate"):
                     memo["knee_rate"] = obs.result["knee_rate"]
-                verdict = f"kept: {value:.1f}" + (f" (was {best['value']:.1f})" if best else "")
+                verdict = f"kept: {self._figure(value, floor)}" + (
+                    f" (was {self._figure(best['value'], best.get('lower_bound', False))})" if best else "")
                 if keep_as == "throughput" and memo["phase"] in ("knee", "search"):
                     memo["queue"][:0] = self._runner_up_items(task, memo)
+            elif floor:  # a floor below the best is not shown worse: nothing is concluded from it
+                verdict = (f"not kept: {self._figure(value, floor)} vs "
+                           f"{self._figure(best['value'], best.get('lower_bound', False))} (a lower bound, not shown "
+                           "to be worse)")  # fmt: skip
             else:
-                verdict = f"not kept: {value:.1f} vs {best['value']:.1f}"
+                verdict = (f"not kept: {value:.1f} vs "
+                           f"{self._figure(best['value'], best.get('lower_bound', False))}")  # fmt: skip
                 if cur.get("group"):  # deeper along this axis will not pay either
                     memo["queue"] = [q for q in memo["queue"] if q.get("group") != cur["group"]]
             memo["current"] = None
@@ -930,6 +940,17 @@ class PlaybookPolicy:
         runs = obs.result.get("runs") or [] if obs.ok and obs.tool == "run_benchmark" else []
         best = max(runs, key=lambda r: r.get("decode_tok_s") or 0.0, default=None)
         return best.get("accept_length") if best else None
+
+    @staticmethod
+    def _lower_bound(obs: Observation) -> bool:
+        """Whether a knee search's figure is a floor: it saw no rate fail above its knee (``find_knee``'s
+        ``knee_is_lower_bound``, read from ``first_failing_rate`` so that a recorded result reads the same)."""
+        return obs.tool == "find_knee" and obs.ok and knee_is_lower_bound(obs.result)
+
+    @staticmethod
+    def _figure(value: float, lower_bound: bool) -> str:
+        """A kept or compared figure in the run's notes: a floor as "at least"."""
+        return f"at least {value:.1f}" if lower_bound else f"{value:.1f}"
 
     @staticmethod
     def _value(obs: Observation, task: TaskSpec | None = None) -> float:

@@ -74,6 +74,20 @@ def test_without_a_bound_the_fastest_knee_counts_and_carries_its_per_user_figure
     assert PlaybookPolicy._value(_knee(3.42, 3260.0, [190.0, 260.0]), task) == 3260.0
 
 
+def test_a_knee_with_no_failing_rate_above_it_is_carried_as_a_lower_bound():
+    """A knee search that saw no rate fail above its knee measured a floor: the trial and the best say so (and a
+    result recorded before find_knee said it in a field of its own reads the same, from first_failing_rate)."""
+    task = load_task(DEFAULT_TASK)
+    run = SimpleNamespace(task=task)
+    floor = _knee(3.42, 3260.0, [190.0, 260.0])  # no first_failing_rate: nothing failed above 3.42 req/s
+    out = apply_observations(_state(floor), run)  # type: ignore[arg-type]
+    assert out["candidates"]["throughput"].lower_bound and out["trials"][0].lower_bounds == ["throughput"]
+    knee = _knee(3.42, 3260.0, [190.0, 260.0])
+    knee.result["first_failing_rate"] = 3.5
+    out = apply_observations(_state(knee), run)  # type: ignore[arg-type]
+    assert not out["candidates"]["throughput"].lower_bound and out["trials"][0].lower_bounds == []
+
+
 def test_the_stricter_bound_wins(tmp_path):
     task = _task(tmp_path, "min_tok_s_per_user: 5, max_tpot_ms: 150")
     knee = next(t for t in task.targets if t.metric == "throughput_at_knee")

@@ -169,3 +169,40 @@ def test_a_failed_accuracy_check_without_a_figure_is_worded_not_crashed():
     assert accuracy_failure(failed) == "the accuracy check did not complete (no accuracy measured)"
     outside = Trial(id=2, flags={}, status="up", accuracy=0.5, accuracy_ok=False)
     assert accuracy_failure(outside) == "accuracy 0.500 is outside the tolerance"
+
+
+# --- a knee that is only a lower bound (issue 40) -------------------------------------------------------------------
+
+
+def _measured_knee(tput: float, failing: float | None) -> tuple[dict, dict]:
+    """The playbook's memo after it measured a candidate's knee (``failing``: the rate seen failing above it,
+    None: none was) against a best of 3000 tok/s; a queued item deeper along the candidate's axis."""
+    from agent.policies.base import PolicyContext
+    from agent.state import AgentState, Observation
+
+    cur = {"label": "deeper", "flags": {"tp-size": 8}, "env": {}, "measure": "knee", "keep_as": "throughput",
+           "step": "measuring", "group": "g"}  # fmt: skip
+    memo = {"phase": "layout", "queue": [{"label": "deeper still", "group": "g"}], "current": cur,
+            "best": {"throughput": {"flags": {"tp-size": 4}, "env": {}, "value": 3000.0}}}  # fmt: skip
+    result = {"knee_rate": 3.1, "throughput_at_knee": tput, "runs": [], "first_failing_rate": failing}
+    obs = Observation(call_id="k", tool="find_knee", args={"workload": "throughput"}, ok=True, result=result)
+    state = AgentState(run_id="r", task_path="t", observations=[obs], memo=memo)
+    PlaybookPolicy()._work_on(state, PolicyContext(task=TASK, workspace=None, tool_schemas=[], run_id="r"), memo,
+                              cur, obs)  # fmt: skip
+    return memo, memo["best"]["throughput"]
+
+
+def test_a_lower_bound_below_the_best_is_not_taken_as_proof_it_is_worse():
+    memo, best = _measured_knee(2900.0, failing=None)
+    assert best["value"] == 3000.0 and memo["tried"][-1].endswith(
+        "not kept: at least 2900.0 vs 3000.0 (a lower bound, not shown to be worse)")
+    assert [q["label"] for q in memo["queue"]] == ["deeper still"]  # its axis is not given up on a floor
+    memo, best = _measured_knee(2900.0, failing=3.2)  # a measured knee below the best: the axis is done
+    assert memo["tried"][-1].endswith("not kept: 2900.0 vs 3000.0") and memo["queue"] == []
+
+
+def test_a_lower_bound_above_the_best_still_beats_it_and_stays_a_lower_bound():
+    memo, best = _measured_knee(3100.0, failing=None)
+    assert best["value"] == 3100.0 and best["lower_bound"] and memo["tried"][-1].endswith("kept: at least 3100.0 (was 3000.0)")
+    memo, best = _measured_knee(3100.0, failing=3.2)
+    assert best["value"] == 3100.0 and "lower_bound" not in best and memo["tried"][-1].endswith("kept: 3100.0 (was 3000.0)")

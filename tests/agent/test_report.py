@@ -15,8 +15,24 @@ import pytest
 import yaml
 
 from agent.inspector.plots import render_plots
-from agent.inspector.report import SIMULATED_BANNER, ReportError, build_report, write_report
-from agent.trace import read_trace
+from agent.inspector.report import (
+    SIMULATED_BANNER,
+    UNITS,
+    BenchRun,
+    CostEstimate,
+    ReportError,
+    RunReport,
+    TargetResult,
+    TrialRow,
+    _curve,
+    _read_facts,
+    _TraceFacts,
+    build_report,
+    render_html,
+    render_markdown,
+    write_report,
+)
+from agent.trace import TraceWriter, read_trace
 from tasks.spec import TaskError, load_task
 from tests.agent.conftest import DEFAULT_TASK, FINISHED_RUN_ID, REPO, other_run_without_the_best, run_agent
 
@@ -445,3 +461,56 @@ def test_plot_labels_and_legends_do_not_collide(written, monkeypatch):
         for i, (text, box) in enumerate(labels):
             for other, obox in labels[i + 1 :]:
                 assert not box.overlaps(obox), f"{name}: {text!r} collides with {other!r}"
+
+
+# --- a knee no failing rate was seen above (issue 40): a lower bound, never shown as a knee ---------------------
+
+
+def _bench_run(index: int, rate: float, ttft_ms: float) -> BenchRun:
+    return BenchRun(index=index, file=f"bench/{index:03d}-throughput.jsonl", trial=1, workload="throughput",
+                    request_rate=rate, output_throughput=1000.0 * rate, ttft_p50_ms=ttft_ms, ttft_p99_ms=2 * ttft_ms,
+                    decode_tok_s=50.0, success_rate=1.0)  # fmt: skip
+
+
+def test_a_knee_with_no_failing_rate_above_it_is_reported_as_at_least(tmp_path):
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    knee = {"summary": "...", "knee_rate": 2.0, "throughput_at_knee": 2000.0, "runs": []}
+    with TraceWriter(run_dir / "trace.jsonl", "r") as trace:
+        for trial in (1, 2):
+            trace.emit("tool_call", call_id=f"l{trial}", tool="launch_server", ok=True, wall_seconds=0.1,
+                       input={"flags": {}}, result={"status": "up"})  # fmt: skip
+            # trial 1: a search from before knee_is_lower_bound, with nothing failing above 2 req/s; trial 2: a knee
+            result = knee if trial == 1 else {**knee, "first_failing_rate": 2.2, "knee_is_lower_bound": False}
+            trace.emit("tool_call", call_id=f"k{trial}", tool="find_knee", ok=True, wall_seconds=0.1,
+                       input={"workload": "throughput"}, result=result)  # fmt: skip
+    facts = _read_facts(run_dir, "r")
+    assert facts.knees == {1: ("throughput", 2.0), 2: ("throughput", 2.0)} and facts.floors == {1}
+    row = TrialRow(id=1, status="up", flags={}, knee_rate=2.0, knee_lower_bound=True, lower_bounds=["throughput"],
+                   metrics={"throughput": 2000.0})  # fmt: skip
+    runs = [_bench_run(1, 1.0, 500.0), _bench_run(2, 2.0, 900.0)]
+    curve = _curve("winner", row, "throughput", runs, facts, 1000.0)
+    assert curve.knee_rate == 2.0 and curve.knee_lower_bound
+    # no knee search recorded: the highest sustained rate is a floor unless a higher rate was not sustained
+    none = _TraceFacts()
+    assert _curve("winner", row, "throughput", runs, none, 1000.0).knee_lower_bound
+    failing = [*runs, _bench_run(3, 2.5, 4000.0)]
+    assert not _curve("winner", row, "throughput", failing, none, 1000.0).knee_lower_bound
+
+    target = TargetResult(name="throughput", metric="throughput_at_knee", unit=UNITS["throughput_at_knee"],
+                          workload="throughput", goal=1500, achieved=2000.0, met=True, trial=1, lower_bound=True)
+    report = RunReport(run_id="r", task="t", task_path="t.yaml", engine="twin", simulated=True,
+                       finish_reason="all targets met", targets=[target], path=[], curve_workload="throughput",
+                       ttft_limit_ms=1000.0, curves=[curve], best_so_far=[], winner_trial=1, trials=[row],
+                       cost=CostEstimate(), commits=[], bench_runs=runs)  # fmt: skip
+    md = render_markdown(report, {})
+    assert "| 1500.0 | at least 2000.0 | yes |" in md
+    assert "at least 2,000.0 output tok/s: 2.0 req/s sustained and no rate seen failing above it" in md
+    assert "knee at 2.0" not in md and "| 2.0 (at least) |" in md and "(knee)" not in md
+    assert "throughput at least 2,000.0" in md and "| at least 2 |" in md  # the trial's figure and its rate
+    html = render_html(report, {})
+    assert "at least 2000.0" in html and "no rate seen failing above it" in html
+    assert 'The <a href="#glossary-knee">knee</a> at' not in html and "2.0 (at least)" in html
+    report.targets[0].lower_bound = report.curves[0].knee_lower_bound = False
+    assert "| 1500.0 | 2000.0 | yes |" in render_markdown(report, {})
+    assert "knee at 2.0 req/s: 2,000.0 output tok/s" in render_markdown(report, {})

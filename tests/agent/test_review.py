@@ -268,6 +268,24 @@ def test_tiny_run_without_its_task_file(tmp_path):
     assert [t.tree for t in collect_trees(run_dir)] == ["src"]
 
 
+def test_a_figure_no_failing_rate_was_seen_above_is_at_least_in_the_pr(tmp_path):
+    """A best whose knee search saw no rate fail above its knee is a floor: the PR never shows it as a plain figure."""
+    run_dir = _tiny_run(tmp_path)
+    target = {"metric": "throughput_at_knee", "target": 2500, "achieved": 3000.0, "met": True, "trial": 2}
+    (run_dir / "summary.json").write_text(json.dumps({
+        "run_id": "tiny", "task": "tiny", "finish_reason": "all targets met", "simulated": True,
+        "targets": {"throughput": {**target, "lower_bound": True}}, "trials": [], "commits": []}))  # fmt: skip
+    summary = write_review(run_dir).summary_pr.read_text()
+    targets = _section(summary, "Targets")
+    assert "| at least 3000.000 (simulated) (no failing rate seen above its knee: a lower bound) |" in targets
+    assert "throughput: at least 3000.0 (simulated) (throughput_at_knee), trial 2" in summary
+    (run_dir / "summary.json").write_text(json.dumps({  # a knee with a failing rate above it: the plain figure
+        "run_id": "tiny", "task": "tiny", "finish_reason": "all targets met", "simulated": True,
+        "targets": {"throughput": target}, "trials": [], "commits": []}))  # fmt: skip
+    summary = write_review(run_dir).summary_pr.read_text()
+    assert "| 3000.000 (simulated) |" in _section(summary, "Targets") and "at least 3000" not in summary
+
+
 def test_two_sentences():
     assert two_sentences("A is b. C is d. E is f.") == ("A is b. C is d.", "E is f.")
     assert two_sentences("x.y fails [inferred: z]") == ("x.y fails.", "inferred: z")

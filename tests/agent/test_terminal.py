@@ -48,6 +48,29 @@ def test_the_summary_says_one_at_a_time_effects_do_not_add_up(tmp_path, monkeypa
     assert "chunked-prefill-size: (unset) -> 4096: not isolated by a measurement" in text
 
 
+def test_a_figure_no_failing_rate_was_seen_above_is_printed_as_at_least(tmp_path, monkeypatch):
+    """A knee whose search saw no rate fail above it is a floor: the summary never prints it as a plain figure."""
+    _summary(tmp_path / "r")
+    path = tmp_path / "r" / "summary.json"
+    summary = json.loads(path.read_text())
+    summary["targets"]["throughput"]["lower_bound"] = True
+    path.write_text(json.dumps(summary))
+    out = io.StringIO()
+    monkeypatch.setattr(cli, "console", Console(file=out, width=120, color_system=None))
+    cli._print_summary(tmp_path / "r")
+    text = " ".join(out.getvalue().split())
+    assert "at least 3000.000" in text and "no failing rate seen" in text
+    assert "throughput: 1000.0 at bring-up -> at least 3000.0 (at least +2000.0)" in text
+
+
+def test_the_runs_list_writes_a_floor_as_one():
+    from agent.inspector.run_list import Figure, figure_text
+
+    assert figure_text(Figure(target="throughput", achieved=3260.0, goal=2626, met=True)) == "throughput 3260/2626"
+    floor = Figure(target="throughput", achieved=3260.0, goal=2626, met=True, lower_bound=True)
+    assert figure_text(floor) == "throughput >=3260/2626"
+
+
 def _run_folder(runs: Path, run_id: str, created: str, minutes: float | None, summary: dict | None = None,
                 checkpoint: bool = True) -> None:  # fmt: skip
     d = runs / run_id

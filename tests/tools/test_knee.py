@@ -152,3 +152,46 @@ def test_the_knee_holds_the_task_s_interactivity_bound(served):
     assert r.tpot_p50_ms == pytest.approx(20.0 * r.knee_rate) and "tok/s per user" in r.summary
     unbounded = find_knee(fake_ctx(), KneeInput(workload="tp", start_rate=1.0, resolution=0.1))
     assert 3.2 <= unbounded.knee_rate <= 3.3 and unbounded.max_tpot_ms is None
+
+
+def test_a_configuration_that_sustains_max_rate_is_climbed_on_until_a_rate_fails(served):
+    """max_rate is where the climb is expected to fail, not where it stops: a knee needs a failing rate above it."""
+    served.capacity.update({1: 5.0, 2: 5.0})
+    r = find_knee(fake_ctx(), KneeInput(workload="tp", start_rate=1.0, max_rate=2.0, resolution=0.1))
+    assert r.ok and not r.knee_is_lower_bound and not bench.knee_is_lower_bound(r.model_dump())
+    assert 4.9 < r.knee_rate <= 5.0  # not 1.5, the last rate of the climb at or below max_rate
+    assert r.first_failing_rate is not None and r.knee_rate < r.first_failing_rate <= 5.0 + 0.1 + 1e-9
+    assert any(rate > 5.0 for rate, _ in served.calls)  # a failing run, above max_rate
+    assert r.summary.startswith(f"knee at {r.knee_rate:g} req/s") and f"{r.first_failing_rate:g} req/s fails" in r.summary
+
+
+def test_a_climb_that_never_fails_within_its_cap_is_a_lower_bound(served):
+    served.capacity.update({1: 100.0, 2: 100.0})
+    r = find_knee(fake_ctx(), KneeInput(workload="tp", start_rate=1.0, max_rate=2.0, resolution=0.1))
+    cap = 2.0 * bench.RATE_CAP_FACTOR
+    assert max(rate for rate, _ in served.calls) <= cap  # the climb stops at its cap
+    assert r.ok and r.knee_is_lower_bound and r.first_failing_rate is None and not r.stopped_by_budget
+    assert r.knee_rate > cap / 1.5  # the last rate of the climb, confirmed by every seed
+    assert sorted(s for rate, s in served.calls if rate == r.knee_rate) == [1, 2]
+    assert r.summary.startswith(f"at least {r.throughput_at_knee:.0f} tok/s ({r.knee_rate:g} req/s sustained")
+    assert "no failing rate was seen" in r.summary and "knee at" not in r.summary
+    # a recorded result says so too, and one recorded before the flag existed is read the same way
+    assert bench.knee_is_lower_bound(r.model_dump(exclude={"knee_is_lower_bound"}))
+
+
+def test_an_allowance_that_runs_out_before_a_failure_gives_a_lower_bound(served):
+    served.capacity.update({1: 100.0, 2: 100.0})
+    # four runs: the first rate on both seeds, then two rates of the climb on the first seed; none fails
+    r = find_knee(fake_ctx(), KneeInput(workload="tp", start_rate=1.0, resolution=0.1, max_node_hours=0.45))
+    assert len(served.calls) == 4 and r.stopped_by_budget and r.ok and r.knee_rate == 1.0
+    # the rates only the first seed ran held: none is a failing rate, so the knee is only a floor
+    assert r.first_failing_rate is None and r.knee_is_lower_bound
+    assert r.summary.startswith("at least") and "allowance" in r.summary
+
+
+def test_a_first_rate_above_max_rate_is_run(served):
+    """A search asked to start above max_rate (from just above a best knee) runs its first rate and climbs from it."""
+    served.capacity.update({1: 21.0, 2: 21.0})
+    r = find_knee(fake_ctx(), KneeInput(workload="tp", start_rate=20.0, min_rate=20.0, max_rate=16.0, growth=1.1,
+                                        resolution=0.1))
+    assert served.calls[0] == (20.0, 1) and r.ok and 20.9 < r.knee_rate <= 21.0 and not r.knee_is_lower_bound
