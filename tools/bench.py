@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import urllib.error
@@ -192,8 +193,8 @@ def remember_failure(ctx: ToolContext, info: dict[str, Any], env: dict[str, str]
     """Record that this serving configuration failed under a workload (in the run's folder, so a resumed run knows)."""
     path = ctx.run_dir / FAILURES_FILE
     known = json.loads(path.read_text()) if path.exists() else {}
-    known[_failure_key(ctx, info, env)] = {"why": why, "workload": workload, "rate": rate}
-    path.write_text(json.dumps(ctx.redactor(known), indent=1))
+    known[_failure_key(ctx, info, env)] = ctx.redactor({"why": why, "workload": workload, "rate": rate})
+    path.write_text(json.dumps(known, indent=1))  # keyed by digests, valued by redacted reasons
 
 
 def known_failure(ctx: ToolContext, info: dict[str, Any], env: dict[str, str]) -> dict[str, Any] | None:
@@ -205,9 +206,12 @@ def known_failure(ctx: ToolContext, info: dict[str, Any], env: dict[str, str]) -
 
 
 def _failure_key(ctx: ToolContext, info: dict[str, Any], env: dict[str, str]) -> str:
-    """:func:`serving_key` as serving_failures.json stores it: with the run's secrets masked, on both the writing
-    and the looking up side."""
-    return ctx.redactor.text(serving_key(ctx.redactor(info), ctx.redactor(env)))
+    """:func:`serving_key` as serving_failures.json stores it: the digest of the key with the run's secrets masked
+    (on both the writing and the looking-up side). A digest, not the key itself: the key holds every field the
+    server reports (``ssl_keyfile_password`` among them), and a JSON object key naming a secret word has its
+    whole value masked by the redaction every file goes through."""
+    masked = ctx.redactor.text(serving_key(ctx.redactor(info), ctx.redactor(env)))
+    return hashlib.sha256(masked.encode()).hexdigest()
 
 
 def _forget_server(ctx: ToolContext) -> None:
