@@ -126,13 +126,22 @@ def trim_history(messages: list[dict[str, Any]], keep: int) -> list[dict[str, An
 
 
 def _shrink(value: Any, limit: int) -> Any:
-    """``value`` with long strings cut in the middle and long lists shortened."""
+    """``value`` with long strings cut in the middle and long lists shortened; a large mapping (a server's ~400
+    arguments) loses its unset entries (None, False, empty) first, then is cut to its first keys."""
     if isinstance(value, str):
         if len(value) <= limit:
             return value
         half = max(limit // 2, 1)
         return f"{value[:half]} ...[{len(value) - 2 * half} chars cut]... {value[-half:]}"
     if isinstance(value, dict):
+        keys = max(limit // 25, 10)
+        if len(value) > keys:
+            set_ = {k: v for k, v in value.items() if v not in (None, False, "", [], {})}
+            left = len(value) - len(set_)
+            if len(set_) > keys:
+                left += len(set_) - keys
+                set_ = dict(list(set_.items())[:keys])
+            return {**{k: _shrink(v, limit) for k, v in set_.items()}, "...": f"{left} more (unset or cut)"}
         return {k: _shrink(v, limit) for k, v in value.items()}
     if isinstance(value, list):
         items = max(limit // 100, 3)
@@ -148,6 +157,13 @@ def _compact_json(value: Any, max_chars: int) -> str:
         if len(text) <= max_chars:
             return text
         text = json.dumps(_shrink(value, limit), ensure_ascii=False, separators=(",", ":"), default=str)
+    if len(text) > max_chars and isinstance(value, dict):  # still too long: its largest fields give way
+        value = _shrink(value, 60)
+        for key in sorted(value, key=lambda k: -len(json.dumps(value[k], default=str))):
+            if len(text) <= max_chars:
+                break
+            value = {**value, key: f"[{len(json.dumps(value[key], default=str))} chars left out]"}
+            text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
     if len(text) > max_chars:
         text = text[: max_chars - 20] + " ...[truncated]"
     return text
