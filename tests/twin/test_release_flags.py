@@ -17,6 +17,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import urllib.request
@@ -91,7 +92,13 @@ def outcome(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[Any, str]
             parsed: Any = {k: v for k, v in vars(parser.parse_args(argv)).items() if k != "sglang_root"}
         except SystemExit as exc:
             parsed = exc.code
-    return parsed, " ".join(err.getvalue().replace(TWIN_USAGE, "").split())
+    text = " ".join(err.getvalue().replace(TWIN_USAGE, "").split())
+    return parsed, _CHOICES.sub(lambda m: "{" + ",".join(sorted(m.group(1).split(","))) + "}", text)
+
+
+# a flag's choices as usage prints them: a set's (``SAMPLING_BACKEND_CHOICES`` in 0.5.13) come in the order of the
+# process's string hashes, so the release's own message differs from run to run; compared as sets
+_CHOICES = re.compile(r"\{([^{}\s]+)\}")
 
 
 def sample(d: Declared, action: argparse.Action) -> list[str]:
