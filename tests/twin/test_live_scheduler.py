@@ -30,7 +30,7 @@ def _model(layout: dict) -> tuple[CostModel, int]:
 
 def _serve(live: LiveScheduler, n: int, input_len: int, output_len: int) -> list:
     cond = threading.Condition()
-    tickets = [live.submit(input_len, output_len, [], True, cond) for _ in range(n)]
+    tickets = [live.submit(input_len, output_len, [], TOKEN_NOISE, cond) for _ in range(n)]
     deadline = time.monotonic() + 60
     while not all(t.progress.done for t in tickets):
         assert time.monotonic() < deadline, "the live scheduler did not finish"

@@ -43,6 +43,7 @@ the listen backlog is uvicorn's (2048).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -58,7 +59,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from . import problems
+from .live_scheduler import WAKE_GAP_S
 from .prefix_index import MAX_BLOCKS, BlockIndex
+from .prompt_content import prompt_content
 
 
 def _request_id() -> str:
@@ -81,7 +84,7 @@ CACHE_BLOCK_TOKENS = 16
 # a live stream sends at most one event per this many wall seconds after its first token (what the steps wrote
 # meanwhile goes in one event, as SGLang's stream does when its detokenizer is behind): at a small time scale a
 # decode step lasts microseconds of wall time, far less than an event costs to write and to read
-STREAM_MIN_GAP_S = 0.01
+STREAM_MIN_GAP_S = WAKE_GAP_S
 CACHE_MAX_BLOCKS = MAX_BLOCKS
 KEEP_ALIVE_S = 5.0  # uvicorn's timeout_keep_alive in SGLang
 LISTEN_BACKLOG = 2048  # uvicorn's default backlog
@@ -170,6 +173,7 @@ class _Prompt:
     text: str | None  # None when given as token ids
     ids: list[int] | None
     tokens: int
+    chat: bool = False  # rendered from messages under the chat template
 
 
 @dataclass
@@ -315,7 +319,7 @@ class _Engine:
         live = self.state.live
         if live is not None:
             keys = [] if self._arg("disable_radix_cache") else self.cache.keys(prompt)
-            ticket = live.submit(prompt.tokens, len(pieces), keys, prompt.ids is not None,
+            ticket = live.submit(prompt.tokens, len(pieces), keys, prompt_content(prompt.text, prompt.chat),
                                  cond or threading.Condition())  # fmt: skip
             return _Completion(rid=rid or _request_id(), prompt_tokens=prompt.tokens,
                                cached_tokens=ticket.cached_tokens, pieces=pieces, finish=finish, schedule=[],
@@ -785,6 +789,11 @@ class _Handler(BaseHTTPRequestHandler):
         else:  # one entry per data-parallel rank, as SGLang's scheduler fan-out returns them
             internal = [dict(st.internal_states) for _ in range(max(1, int(st.server_args.get("dp_size") or 1)))]
         twin = st.twin if st.live is None else {**st.twin, "live_scheduler": st.live.stats()}
+        measured = st.live.accept_length() if st.live is not None else None
+        if measured is not None:  # the scheduler's running figure, as SGLang's is, once it has one
+            for state in internal:
+                if state.get("avg_spec_accept_length") is not None:
+                    state["avg_spec_accept_length"] = round(measured, 3)
         info = {**st.server_args, **dict(st.twin.get("scheduler_info") or {}),
                 "internal_states": internal, "version": st.twin.get("version", SGLANG_VERSION),
                 "simulated": True, "twin": twin}
@@ -793,7 +802,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _model_info(self) -> None:
         st = self.server.state
         self._json(200, {"model_path": st.model_path,
-                         "tokenizer_path": st.server_args.get("tokenizer_path", st.model_path),
+                         # ServerArgs.__post_init__ sets an unset tokenizer path to the model's
+                         "tokenizer_path": st.server_args.get("tokenizer_path") or st.model_path,
                          "is_generation": True,
                          "preferred_sampling_params": st.server_args.get("preferred_sampling_params"),
                          "weight_version": st.server_args.get("weight_version", "default"),
@@ -992,7 +1002,7 @@ class _Handler(BaseHTTPRequestHandler):
             if max_new and max_new > ctx:  # serving_chat._validate_request, verbatim (no space after the dot)
                 raise RequestError(f"max_completion_tokens is too large: {max_new}."
                                    f"This model supports at most {ctx} completion tokens.")
-            prompt = _prompt_from(render_chat(messages))
+            prompt = dataclasses.replace(_prompt_from(render_chat(messages)), chat=True)
             engine.check_length(prompt.tokens, max_new)
             self._check_size(1, n, max_new)
             cond = threading.Condition()

@@ -20,8 +20,8 @@ keep their simulated times; ``lag_s`` says by how much the loop ran behind).
 
 Prefix caching: each rank keeps an index of the prompt blocks it has seen (chained hashes of 16-token blocks, as
 the HTTP layer cuts them); a request's hit is the longest block-aligned prefix its rank has seen, held in that
-rank's KV pool once, evicted as the benchmark evicts. A prompt given as token ids writes token noise (the draft's
-acceptance for it: ``perf.cost_model.TOKEN_NOISE``), a text prompt natural text.
+rank's KV pool once, evicted as the benchmark evicts. What the model writes for a prompt (natural text or token
+noise, which sets the draft's acceptance) is the HTTP layer's answer from the prompt (``engine.prompt_content``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,13 @@ from ..perf.cost_model import NATURAL_TEXT, TOKEN_NOISE, CostModel
 from ..perf.simulator import RankScheduler, RequestTrace, make_ranks
 from ..perf.workload import SimRequest
 from .prefix_index import BlockIndex
+
+# Wall seconds between two wake-ups of one stream for tokens alone, per ``STREAMS_PER_GAP`` open streams: a wake-up
+# (and an event written and read) per stream per step is more than a host can do for hundreds of streams at a small
+# time scale, and the time it costs would delay the steps themselves (``lag_s``). Times to first token and ends are
+# never held back; inter-token gaps shorter than this (in wall time) are what the client cannot see.
+WAKE_GAP_S = 0.01
+STREAMS_PER_GAP = 32
 
 
 @dataclass(frozen=True)
@@ -56,11 +63,19 @@ class Ticket:
     sent: float  # simulated time it reached the server
     cond: threading.Condition  # shared by the requests of one HTTP call: one waiter wakes for any of them
     progress: Progress = field(default_factory=Progress)
+    _woken: float = field(default=-1.0, repr=False)  # monotonic wall time of the last wake-up
 
-    def post(self, p: Progress) -> None:
+    def post(self, p: Progress, gap_s: float = 0.0) -> None:
+        """Record what the request has; wake its HTTP call for a first token, an end or an error at once, for other
+        tokens at most every ``gap_s`` of wall time (the call sends what it finds, as SGLang's stream sends what
+        the detokenizer has when it is behind)."""
+        now = time.monotonic()
         with self.cond:
+            urgent = p.done or (p.tokens > 0 and self.progress.tokens == 0)
             self.progress = p
-            self.cond.notify_all()
+            if urgent or now - self._woken >= gap_s:
+                self._woken = now
+                self.cond.notify_all()
 
 
 class LiveScheduler:
@@ -83,7 +98,10 @@ class LiveScheduler:
         self._next = 0
         self._stop = False
         self.lag_s = 0.0  # the most the loop ran behind the wall clock, in wall seconds
+        self.lag_total_s = 0.0  # summed over the steps (a client's run: the difference over its steps)
         self.steps = 0
+        self.finished = 0
+        self._accept_total = 0.0  # tokens per decode step of the finished requests, summed
         self._thread = threading.Thread(target=self._loop, name="twin-scheduler", daemon=True)
         self._thread.start()
 
@@ -97,10 +115,11 @@ class LiveScheduler:
 
     # --- requests --------------------------------------------------------------------------------------------
 
-    def submit(self, input_tokens: int, output_tokens: int, block_keys: list[bytes], token_ids: bool,
+    def submit(self, input_tokens: int, output_tokens: int, block_keys: list[bytes], content: str,
                cond: threading.Condition) -> Ticket:  # fmt: skip
         """Queue one request on the next rank (round-robin). ``block_keys``: its prompt's chained block hashes (no
-        prefix caching when the radix cache is off: pass none); ``token_ids``: the prompt came as ids."""
+        prefix caching when the radix cache is off: pass none); ``content``: what the model writes for it
+        (``engine.prompt_content``: natural text or token noise)."""
         with self._cond:
             index = self._next
             self._next += 1
@@ -113,7 +132,7 @@ class LiveScheduler:
             req = SimRequest(index=index, group=group, prefix_len=prefix, unique_len=input_tokens - prefix,
                              output_len=max(1, output_tokens))
             sent = self.now()
-            tr = RequestTrace(req=req, send=sent, accept=self._noise_accept if token_ids else None)
+            tr = RequestTrace(req=req, send=sent, accept=self._noise_accept if content == TOKEN_NOISE else None)
             ticket = Ticket(index=index, cached_tokens=cached, sent=sent, cond=cond)
             self._tickets[index] = (ticket, tr)
             self._written[index] = 0
@@ -135,7 +154,14 @@ class LiveScheduler:
             return {"running": sum(len(r.running) for r in self.ranks),
                     "waiting": sum(len(r.waiting) for r in self.ranks),
                     "retracted": sum(r.retracted for r in self.ranks), "steps": self.steps,
-                    "lag_s": round(self.lag_s, 4), "time_scale": self.time_scale}  # fmt: skip
+                    "lag_s": round(self.lag_s, 4), "lag_total_s": round(self.lag_total_s, 6),
+                    "finished": self.finished, "time_scale": self.time_scale}  # fmt: skip
+
+    def accept_length(self) -> float | None:
+        """Tokens per decode step over the requests finished so far (what SGLang's scheduler reports as
+        ``avg_spec_accept_length``); None before the first."""
+        with self._cond:
+            return self._accept_total / self.finished if self.finished else None
 
     def close(self) -> None:
         with self._cond:
@@ -162,10 +188,12 @@ class LiveScheduler:
                         self._cond.wait(-late)  # a request may arrive meanwhile: decide again
                         continue
                     self.lag_s = max(self.lag_s, late)
+                    self.lag_total_s += late
                 else:
                     self._frontier = max(self._frontier, rank.clock)
+                gap = WAKE_GAP_S * max(1.0, len(self._tickets) / STREAMS_PER_GAP)
                 for ticket, p in self._due[rank.index]:  # what the step that ended now wrote
-                    ticket.post(p)
+                    ticket.post(p, gap)
                 self._due[rank.index].clear()
                 if rank.has_work():
                     self._step(rank)
@@ -181,6 +209,9 @@ class LiveScheduler:
                 ticket = self._tickets[tr.req.index][0]
                 due.append((ticket, Progress(n, rank.clock - ticket.sent, retractions=tr.retractions)))
         for tr in finished:
+            if not tr.error:
+                self.finished += 1
+                self._accept_total += rank.accept_of(tr)
             ticket, _ = self._tickets.pop(tr.req.index)
             self._written.pop(tr.req.index, None)
             n = 0 if tr.error else tr.req.output_len
