@@ -80,11 +80,17 @@ class Workspace:
     model_config: dict
 
 
-def time_scale() -> float:
+def time_scale(variable: str = "TWIN_TIME_SCALE", default: float = DEFAULT_TIME_SCALE) -> float:
     try:
-        return max(float(os.environ.get("TWIN_TIME_SCALE", DEFAULT_TIME_SCALE)), 0.0)
+        return max(float(os.environ.get(variable, default)), 0.0)
     except ValueError:
-        return DEFAULT_TIME_SCALE
+        return default
+
+
+def startup_time_scale() -> float:
+    """Wall seconds per simulated second of the start-up (``TWIN_STARTUP_TIME_SCALE``, default the serving's
+    ``TWIN_TIME_SCALE``): a live comparison serves at a scale the host can follow and need not start that slowly."""
+    return time_scale("TWIN_STARTUP_TIME_SCALE", time_scale())
 
 
 def find_workspace(args) -> Workspace:
@@ -377,7 +383,7 @@ def start(args, command_line: server_args.CommandLine | None = None) -> tuple[Se
         f"context_len={context_len}, available_gpu_mem={plan.free_bytes / memory.GIB:.2f} GB"
     )
     startup_s = sc.startup.base_seconds + load_s + graph_s
-    time.sleep(startup_s * scale)
+    time.sleep(startup_s * startup_time_scale())
     accuracy = sc.accuracy.get(sc.quantization.weight_format, 0.9)
     if cfg.kv_cache_dtype.startswith("fp8"):
         accuracy -= sc.accuracy.get("kv_fp8_penalty", 0.0)

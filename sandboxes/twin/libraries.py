@@ -14,7 +14,8 @@ from collections.abc import Iterable, Iterator
 from importlib import metadata
 from pathlib import Path
 
-ROOTS = ("transformers", "PyYAML")  # what the twin's own code imports
+# what the twin's own code imports, and what the release's bench_serving imports beyond them (release_bench.py)
+ROOTS = ("transformers", "PyYAML", "aiohttp", "pybase64", "Pillow", "requests", "numpy", "tqdm")
 
 
 class MissingLibrary(RuntimeError):

@@ -207,9 +207,10 @@ class PureImports:
         self.files_read.add(path)
         if name in bound:
             try:
-                return self.load(module, [name])[name]
+                namespace = self.load(module, [name])
             except PureCodeError:
                 return StubValue()
+            return dict.get(namespace, name, StubValue())  # bound only on a path not taken (``if``, ``try``)
         if name in imports:  # a re-export: ``from .common import name``
             return self.imported(*imports[name])
         for source in stars:  # ``from .common import *``
@@ -217,6 +218,22 @@ class PureImports:
             if not isinstance(found, StubValue):
                 return found
         return StubValue()
+
+    def star_names(self, module: str) -> list[str]:
+        """The names ``from module import *`` asks of it: its literal ``__all__``, else its public top-level
+        names (defined or imported)."""
+        path = self.file(module)
+        if path is None:
+            return []
+        for node in parse(path).body:
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__"
+                                                    for t in node.targets):  # fmt: skip
+                try:
+                    return [str(v) for v in ast.literal_eval(node.value)]
+                except ValueError:
+                    break
+        bound, imports, _stars = _summary(path, module)
+        return [n for n in [*bound, *imports] if not n.startswith("_")]
 
     def load(self, module: str, names: list[str]) -> dict[str, Any]:
         """Execute the named top-level definitions of ``module`` (with the definitions of its own they use, and
