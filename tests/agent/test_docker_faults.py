@@ -32,7 +32,7 @@ import pytest
 import yaml
 
 from agent.trace import read_trace
-from tests.agent.conftest import DEFAULT_TASK
+from tests.agent.conftest import DEFAULT_TASK, docker_or_skip
 from tests.shared_runs import run_agent
 
 REPO = Path(__file__).resolve().parents[2]
@@ -126,20 +126,7 @@ def engine_socket() -> str:
 @pytest.fixture(scope="module")
 def docker_engine() -> str:
     """The engine's socket; without a Docker engine (or the twin's image) this skips, except in CI."""
-    from sandboxes.docker import docker_available
-
-    why = docker_available()
-    if why is None:
-        import docker
-
-        try:
-            docker.from_env().images.get("dayzero-twin:latest")
-        except docker.errors.ImageNotFound:
-            why = "image dayzero-twin:latest not built (agent twin image)"
-    if why:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the Docker tests: {why}")
-        pytest.skip(f"Docker tests skipped: {why}")
+    docker_or_skip()
     return engine_socket()
 
 

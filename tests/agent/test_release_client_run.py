@@ -7,13 +7,12 @@ its target; every record it keeps is the release client's, converted to simulate
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.agent.conftest import DEFAULT_TASK
+from tests.agent.conftest import DEFAULT_TASK, docker_or_skip
 from tests.shared_runs import run_agent
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,27 +22,10 @@ DOCKER = {"kind": "docker", "docker": {"image": "dayzero-twin:latest", "engine":
                                        "group_add": [], "shm_size": "1g"}}  # as tasks/glm52_mi355x_docker.yaml
 
 
-def _docker_or_skip() -> None:
-    from sandboxes.docker import docker_available
-
-    why = docker_available()
-    if why is None:
-        import docker
-
-        try:
-            docker.from_env().images.get("dayzero-twin:latest")
-        except docker.errors.ImageNotFound:
-            why = "image dayzero-twin:latest not built (agent twin image)"
-    if why:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the Docker tests: {why}")
-        pytest.skip(f"Docker tests skipped: {why}")
-
-
 @pytest.mark.parametrize("sandbox", ["local", "docker"])
 def test_a_run_measured_by_the_release_client_meets_its_target(tmp_path: Path, sandbox: str) -> None:
     if sandbox == "docker":
-        _docker_or_skip()
+        docker_or_skip()
     shipped = yaml.safe_load(RELEASE_CLIENT_TASK.read_text())  # a task extends one level: its option copied
     assert shipped["extends"] == DEFAULT_TASK.name
     task = tmp_path / "task.yaml"
