@@ -55,14 +55,22 @@ class BenchMetrics(BaseModel):
 def bench_argv(ctx: ToolContext, workload: Workload, rate: float | None, output_file: str,
                duration_s: float | None = None, seed: int | None = None,
                num_prompts: int | None = None) -> tuple[list[str], int]:  # fmt: skip
-    """The benchmark command for ``workload`` at ``rate``; returns it with the number of prompts sent.
+    """The benchmark command for ``workload`` at ``rate``; returns it with the number of prompts sent
+    (``workload_flags``)."""
+    argv = ctx.render(ctx.engine.benchmark, base_url=ctx.server.handle.base_url, output_file=output_file)
+    flags, prompts = workload_flags(workload, rate, duration_s, seed, num_prompts)
+    return argv + flags, prompts
+
+
+def workload_flags(workload: Workload, rate: float | None, duration_s: float | None = None,
+                   seed: int | None = None, num_prompts: int | None = None) -> tuple[list[str], int]:  # fmt: skip
+    """``bench_serving``'s flags for ``workload`` at ``rate``, with the number of prompts they send.
     ``duration_s`` shortens (or lengthens) a rate run, e.g. for a cheap screening pass; ``seed`` draws another
     sample of the same workload (prompts and arrival times); ``num_prompts`` sizes a run that has no rate and
     duration to derive it from (a burst: every prompt at once)."""
     if duration_s and workload.duration_s:
         workload = workload.model_copy(update={"duration_s": duration_s})
-    argv = ctx.render(ctx.engine.benchmark, base_url=ctx.server.handle.base_url, output_file=output_file)
-    argv += ["--dataset-name", workload.dataset]
+    argv = ["--dataset-name", workload.dataset]
     params = dict(workload.params)
     rate = rate if rate is not None else workload.request_rate
     if workload.dataset == "generated-shared-prefix":  # a fixed set of prefixes; the run length sets their size

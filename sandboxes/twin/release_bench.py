@@ -32,7 +32,7 @@ from typing import Any
 
 from .release_client import clock, imports, tokenizer
 
-LAG_SHARE = 0.05  # a host lag above this share of the median inter-token gap is reported as measuring the host
+LAG_SHARE = 0.5  # a host lag above this share of the median inter-token gap is reported as measuring the host
 
 
 class ReleaseBenchError(RuntimeError):
@@ -68,28 +68,27 @@ def _get(url: str) -> dict[str, Any]:
         raise ReleaseBenchError(f"cannot read {url}: {exc}") from None
 
 
-def _with(argv: list[str], flag: str, value: str) -> list[str]:
-    """``argv`` with ``flag`` set to ``value`` (replaced where given, appended where not)."""
+def _without(argv: list[str], flag: str) -> list[str]:
+    """``argv`` without ``flag`` and its value (``--flag value`` or ``--flag=value``)."""
     out, i = [], 0
     while i < len(argv):
-        if argv[i] == flag and i + 1 < len(argv):
+        if argv[i] == flag:
             i += 2
             continue
-        if argv[i].startswith(flag + "="):
-            i += 1
-            continue
-        out.append(argv[i])
+        if not argv[i].startswith(flag + "="):
+            out.append(argv[i])
         i += 1
-    return [*out, flag, value]
+    return out
+
+
+def _with(argv: list[str], flag: str, value: str) -> list[str]:
+    """``argv`` with ``flag`` set to ``value`` (replaced where given, appended where not)."""
+    return [*_without(argv, flag), flag, value]
 
 
 def run(argv: list[str]) -> int:
     args, _ = _parser().parse_known_args(argv)
-    passed = [a for a in argv]
-    i = passed.index("--sglang-root") if "--sglang-root" in passed else -1
-    if i >= 0:
-        del passed[i:i + 2]
-    passed = [a for a in passed if not a.startswith("--sglang-root=")]
+    passed = _without(argv, "--sglang-root")  # every other flag is the release's
     python_root = Path(args.sglang_root) / "python"
     entry = python_root / "sglang" / "bench_serving.py"
     if not entry.is_file():

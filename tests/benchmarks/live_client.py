@@ -2,6 +2,7 @@
 
     python -m tests.benchmarks.live_client                      # 5 configurations x concurrency 1..256
     python -m tests.benchmarks.live_client --scale 0.5 --concurrencies 1,16,128 --output-len 256
+    python -m tests.benchmarks.live_client --task tasks/glm52_mi355x.yaml --configs tp8,tp8-mtp3   # its workloads
 
 For each configuration a twin server is launched serving at ``--scale`` wall seconds per simulated second (its
 start-up not slept); at each fixed concurrency the workspace's ``bench_serving.py`` runs through
@@ -14,6 +15,8 @@ seed. The table gives both, their ratio and whether the configurations rank the 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -90,7 +93,7 @@ class Workload:
 
     def flags(self, concurrency: int) -> list[str]:
         prompts = self.single if concurrency == 1 else self.waves * concurrency
-        return ["--backend", "sglang", "--dataset-name", "random-ids", "--random-input-len", str(self.input_len),
+        return ["--dataset-name", "random-ids", "--random-input-len", str(self.input_len),
                 "--random-output-len", str(self.output_len), "--random-range-ratio", str(self.range_ratio),
                 "--num-prompts", str(prompts), "--max-concurrency", str(concurrency), "--seed", str(self.seed)]  # fmt: skip
 
@@ -99,10 +102,10 @@ def _record(path: Path) -> dict:
     return json.loads(path.read_text().strip().splitlines()[-1])
 
 
-def measure(ws: Path, url: str, concurrency: int, workload: Workload, tmp: Path) -> tuple[dict, dict]:
-    """(the release client's record in simulated time, the twin's virtual-time record) at one concurrency."""
-    flags = [*workload.flags(concurrency), "--base-url", url]
-    live_out, virtual_out = tmp / f"live-{concurrency}.jsonl", tmp / f"virtual-{concurrency}.jsonl"
+def measure(ws: Path, url: str, workload_flags: list[str], tmp: Path, tag: str) -> tuple[dict, dict]:
+    """(the release client's record in simulated time, the twin's virtual-time record) of one workload."""
+    flags = ["--backend", "sglang", *workload_flags, "--base-url", url]
+    live_out, virtual_out = tmp / f"live-{tag}.jsonl", tmp / f"virtual-{tag}.jsonl"
     for out in (live_out, virtual_out):
         out.unlink(missing_ok=True)
     live = subprocess.run([sys.executable, "-m", "sandboxes.twin.release_bench", "--sglang-root", str(ws / "sglang"),
@@ -110,10 +113,12 @@ def measure(ws: Path, url: str, concurrency: int, workload: Workload, tmp: Path)
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     if live.returncode != 0 or not live_out.exists():
         raise RuntimeError(f"the release's bench_serving failed (exit {live.returncode}):\n{live.stderr[-3000:]}")
-    virtual = subprocess.run([sys.executable, "-m", "sandboxes.twin.bench_serving", *flags,
-                              "--output-file", str(virtual_out)], capture_output=True, text=True, timeout=600)  # fmt: skip
-    if virtual.returncode != 0:
-        raise RuntimeError(f"the twin's bench_serving failed:\n{virtual.stderr[-3000:]}")
+    from sandboxes.twin import (
+        bench_serving,  # in this process: it only reads the server's plan, then simulates
+    )
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        bench_serving.run(bench_serving.build_parser().parse_args([*flags, "--output-file", str(virtual_out)]))
     return _record(live_out), _record(virtual_out)
 
 
@@ -124,7 +129,7 @@ def compare(ws: Path, configs: dict[str, list[str]], concurrencies: list[int], s
         server = Launched(ws, flags, scale, tmp / f"server-{name}.log", port)
         try:
             for c in concurrencies:
-                live, virtual = measure(ws, server.url, c, workload, tmp)
+                live, virtual = measure(ws, server.url, workload.flags(c), tmp, f"{name}-{c}")
                 point = Point(name, c, {m: float(live[m]) for m in METRICS},
                               {m: float(virtual[m]) for m in METRICS}, float(live["host_lag_ms"]))  # fmt: skip
                 points.append(point)
@@ -132,6 +137,31 @@ def compare(ws: Path, configs: dict[str, list[str]], concurrencies: list[int], s
         finally:
             server.close()
     return points
+
+
+def task_workloads(ws: Path, task: Path, configs: dict[str, list[str]], scale: float, rate: float,
+                   duration_s: float, tmp: Path, port: int, progress=print) -> list[tuple[str, str, dict, dict]]:  # fmt: skip
+    """Both clients on a task's own workloads (``tools.bench.workload_flags``, as the agent sends them; a rate
+    workload at ``rate`` for ``duration_s`` simulated seconds): (config, workload, live record, virtual record)."""
+    from tasks.spec import load_task
+    from tools.bench import workload_flags
+
+    spec = load_task(task)
+    out = []
+    for name, flags in configs.items():
+        server = Launched(ws, flags, scale, tmp / f"server-{name}.log", port)
+        try:
+            for wname, w in spec.workloads.items():
+                argv, _ = workload_flags(w, rate if w.duration_s else None, duration_s, seed=1)
+                live, virtual = measure(ws, server.url, [*argv, "--flush-cache"], tmp, f"{name}-{wname}")
+                out.append((name, wname, live, virtual))
+                progress(f"{name:<10} {wname:<14} " + "  ".join(
+                    f"{m.replace('median_', '')}: {float(live[m]):9.1f} / {float(virtual[m]):9.1f} "
+                    f"({float(live[m]) / float(virtual[m]):5.2f}x)" for m in METRICS)
+                    + f"  lag {float(live['host_lag_ms']):6.2f} ms")  # fmt: skip
+        finally:
+            server.close()
+    return out
 
 
 def ranking(points: list[Point], side: str, concurrency: int, metric: str = "output_throughput") -> list[str]:
@@ -160,6 +190,10 @@ def main() -> None:
     ap.add_argument("--output-len", type=int, default=128)
     ap.add_argument("--range-ratio", type=float, default=0.8)
     ap.add_argument("--waves", type=int, default=2)
+    ap.add_argument("--task", default=None, help="instead of the sweep: this task's own workloads (e.g. "
+                    "tasks/glm52_mi355x.yaml), a rate workload at --rate for --duration simulated seconds")
+    ap.add_argument("--rate", type=float, default=2.0)
+    ap.add_argument("--duration", type=float, default=120.0)
     a = ap.parse_args()
     workload = Workload(a.input_len, a.output_len, a.range_ratio, a.waves)
     concurrencies = [int(c) for c in a.concurrencies.split(",")]
@@ -174,10 +208,15 @@ def main() -> None:
         kernel = ws / "sglang/python/sglang/jit_kernel/csrc/elementwise/fused_metadata_copy.cuh"
         kernel.write_text(kernel.read_text().replace("#include <cuda_runtime.h>",
                                                      "#ifndef USE_ROCM\n#include <cuda_runtime.h>\n#endif", 1))  # fmt: skip
+        configs = {k: CONFIGS[k] for k in a.configs.split(",")}
+        if a.task:
+            print(f"release bench_serving (live, time scale {a.scale:g}) / twin's virtual bench_serving; "
+                  f"{a.task}'s workloads (rate {a.rate:g} req/s for {a.duration:g} s)")
+            task_workloads(ws, Path(a.task), configs, a.scale, a.rate, a.duration, tmp, free_port())
+            return
         print(f"release bench_serving (live, time scale {a.scale:g}) / twin's virtual bench_serving; "
               f"{workload}")
-        points = compare(ws, {k: CONFIGS[k] for k in a.configs.split(",")}, concurrencies, a.scale, workload, tmp,
-                         free_port())  # fmt: skip
+        points = compare(ws, configs, concurrencies, a.scale, workload, tmp, free_port())
     print()
     for c in concurrencies:
         live, virtual = ranking(points, "live", c), ranking(points, "virtual", c)

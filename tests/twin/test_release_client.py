@@ -44,6 +44,15 @@ def test_the_clock_converts_times_and_rates_and_keeps_counts() -> None:
     assert clock.wall_rate(5.0, 0.25) == 20.0 and clock.wall_rate(float("inf"), 0.25) == float("inf")
 
 
+def test_the_client_gets_every_flag_but_the_twins_and_a_rate_in_wall_time() -> None:
+    from sandboxes.twin.release_bench import _with, _without
+
+    argv = ["--sglang-root", "/ws/sglang", "--request-rate", "3", "--seed=2", "--sglang-root=/other"]
+    assert _without(argv, "--sglang-root") == ["--request-rate", "3", "--seed=2"]
+    assert _with(_without(argv, "--sglang-root"), "--request-rate", repr(clock.wall_rate(3.0, 0.25))) == [
+        "--seed=2", "--request-rate", "12.0"]
+
+
 def test_the_stand_in_tokenizer_is_four_characters_a_token(tmp_path: Path) -> None:
     from transformers import AutoTokenizer
 
