@@ -139,6 +139,26 @@ def test_guard_with_sglang_aliases_builds(root: Path) -> None:
     assert lines[-1] == "[JIT] fused_metadata_copy built"
 
 
+def test_a_kept_outcome_follows_every_header_the_build_read(root: Path, tmp_path: Path, monkeypatch) -> None:
+    """The outcome of a build is kept with the hashes of the files cpp read: the same build again is the kept
+    outcome (cpp not run), an edit of an included header (not the kernel's own file) builds it again."""
+    import sandboxes.twin.engine.jit as jit
+
+    monkeypatch.setenv("DAYZERO_CACHE", str(tmp_path / "cache"))
+    _edit(root / FMC, "#include <cuda_runtime.h>", GUARD_RUNTIME)
+    assert _build(root) == ["fused_metadata_copy"]
+    assert len(list((tmp_path / "cache" / jit.COMPILED_FOLDER).glob("*.json"))) == 1
+    ran = []
+    monkeypatch.setattr(jit, "_compile", lambda *a: ran.append(a) or (1, "not kept", None))
+    assert _build(root) == ["fused_metadata_copy"] and ran == []  # kept
+    monkeypatch.undo()
+    monkeypatch.setenv("DAYZERO_CACHE", str(tmp_path / "cache"))
+    header = root / JIT / "include/sgl_kernel/utils.cuh"
+    header.write_text(header.read_text() + "\n#include <cuda_fp16.h>\n")  # the header the kernel includes
+    err = _fails(root)
+    assert f"{header}:" in err.log and "'cuda_fp16.h' file not found" in err.log
+
+
 def test_gfx_from_the_scenario(root: Path) -> None:
     lines: list[str] = []
     err = _fails(root, gfx="gfx942", lines=lines)

@@ -31,8 +31,10 @@ knows what the fix is.
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -961,10 +963,82 @@ def _fail(build: Build, root: Path, compiler_output: str, emit: Callable[[str], 
 
 
 def compile_kernel(build: Build, gfx: str, cpp: str) -> tuple[int, str]:
-    """Run the twin's compiler on one build: (0, "") or (1, clang's diagnostics)."""
+    """Run the twin's compiler on one build: (0, "") or (1, clang's diagnostics). The outcome is kept in the
+    per-user cache with every file the preprocessor read and its hash (what ``cpp -MD`` lists, as ccache's direct
+    mode does): the same source, command and included files give it again without running ``cpp``; a changed
+    header (an agent's patch) runs it again."""
+    key = _compile_key(build, gfx, cpp)
+    kept = _kept_outcome(key)
+    if kept is not None:
+        return kept
+    code, output, read = _compile(build, gfx, cpp)
+    if read is not None:
+        _keep_outcome(key, read, code, output)
+    return code, output
+
+
+COMPILED_FOLDER = "jit-outcomes"  # in the per-user cache
+_COMPILE_FORMAT = "1"
+
+
+def _compile_key(build: Build, gfx: str, cpp: str) -> str:
+    cmd = preprocess_command(Path("<main>"), [str(ROCM_INCLUDE), build.include_dir], gfx, cpp)
+    try:
+        tool = os.stat(cpp)
+        stamp = [tool.st_size, tool.st_mtime_ns]
+    except OSError:
+        stamp = []
+    text = json.dumps([_COMPILE_FORMAT, build.cuda_source, build.main, cmd, stamp])
+    return hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+def _entry(key: str) -> Path:
+    from ...workspace.release import cache_dir
+
+    return cache_dir() / COMPILED_FOLDER / f"{key}.json"
+
+
+def _digest(path: str) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _kept_outcome(key: str) -> tuple[int, str] | None:
+    try:
+        kept = json.loads(_entry(key).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(kept, dict) or any(_digest(p) != h for p, h in (kept.get("read") or {}).items()):
+        return None
+    return int(kept["code"]), str(kept["output"])
+
+
+def _keep_outcome(key: str, read: list[str], code: int, output: str) -> None:
+    from ... import cache_files
+
+    digests = {p: _digest(p) for p in read}
+    if any(d is None for d in digests.values()):
+        return
+    with contextlib.suppress(OSError):  # a read-only cache (a container's home): nothing kept
+        _entry(key).parent.mkdir(parents=True, exist_ok=True)
+        cache_files.write_atomic(_entry(key), json.dumps({"read": digests, "code": code, "output": output}))
+
+
+def _depfile_paths(text: str, main: Path) -> list[str]:
+    """The files a ``-MD`` dependency file lists (the target and the main source left out)."""
+    body = text.replace("\\\n", " ").split(":", 1)[-1]
+    paths = [p.replace("\\ ", " ") for p in re.split(r"(?<!\\)\s+", body.strip()) if p]
+    return [p for p in paths if p != str(main)]
+
+
+def _compile(build: Build, gfx: str, cpp: str) -> tuple[int, str, list[str] | None]:
+    """``compile_kernel`` without its cache, with the files the preprocessor read (None: unknown)."""
     with tempfile.TemporaryDirectory(prefix="dayzero-jit-") as tmp:
         main = Path(tmp) / "cuda.cu"
         main.write_text(build.cuda_source)
+        depfile = Path(tmp) / "cuda.d"
 
         def show(path: str) -> str:
             if path == str(main):
@@ -974,18 +1048,23 @@ def compile_kernel(build: Build, gfx: str, cpp: str) -> tuple[int, str]:
             return path
 
         cmd = preprocess_command(main, [str(ROCM_INCLUDE), build.include_dir], gfx, cpp)
+        cmd = [*cmd[:-1], "-MD", "-MF", str(depfile), cmd[-1]]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         except (OSError, subprocess.TimeoutExpired) as exc:
-            return 1, f"clang: error: unable to execute command: {exc}"
+            return 1, f"clang: error: unable to execute command: {exc}", None
+        try:
+            read: list[str] | None = _depfile_paths(depfile.read_text(), main)
+        except OSError:  # cpp stopped before writing it (a missing header): not kept
+            read = None
         if proc.returncode != 0:
             fatal = translate_cpp_errors(proc.stderr, show)
             if not fatal:
-                return 1, proc.stderr.rstrip("\n")
+                return 1, proc.stderr.rstrip("\n"), None
             # what cpp wrote before it stopped is the translation unit up to there: clang reports its errors first
-            return 1, render([*check_declarations(proc.stdout, show), *fatal], gfx)
+            return 1, render([*check_declarations(proc.stdout, show), *fatal], gfx), read
         diags = check_declarations(proc.stdout, show)
-        return (1, render(diags, gfx)) if diags else (0, "")
+        return (1, render(diags, gfx), read) if diags else (0, "", read)
 
 
 def compile_jit_kernels(scenario: Scenario, sglang_root: Path, server_args: Mapping[str, Any],
