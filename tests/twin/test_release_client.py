@@ -53,6 +53,28 @@ def test_the_client_gets_every_flag_but_the_twins_and_a_rate_in_wall_time() -> N
         "--seed=2", "--request-rate", "12.0"]
 
 
+def test_an_engine_module_the_client_imports_from_is_the_releases_own_definitions(release_package: Path) -> None:
+    """``srt/utils/network.py`` imports psutil and torch as it starts; the client still gets its ``NetworkAddress``,
+    the release's class, and a module that needs nothing missing runs as written."""
+    from sandboxes.twin.release_client import imports
+
+    finder = imports.install(release_package.parent)
+    try:
+        from sglang.benchmark.datasets.common import compute_random_lens  # runs as written
+        from sglang.srt.utils.network import NetworkAddress
+
+        assert NetworkAddress("[::1]", 30000).to_url() == "http://[::1]:30000"  # the release's bracket handling
+        assert finder.importer.origin(NetworkAddress) == ("sglang.srt.utils.network", "NetworkAddress")
+        assert finder.fallbacks["sglang.srt.utils.network"] in {"psutil", "torch", "zmq"}
+        assert "sglang.benchmark.datasets.common" not in finder.fallbacks
+        assert len(compute_random_lens(full_len=100, range_ratio=0.5, num=7)) == 7
+        with pytest.raises(ImportError, match="without the engine's libraries"):
+            from sglang.srt.utils.network import no_such_name  # noqa: F401
+    finally:
+        imports.uninstall(finder)
+    assert not any(m == "sglang" or m.startswith("sglang.") for m in sys.modules)
+
+
 def test_the_stand_in_tokenizer_is_four_characters_a_token(tmp_path: Path) -> None:
     from transformers import AutoTokenizer
 

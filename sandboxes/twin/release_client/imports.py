@@ -107,8 +107,19 @@ class ReleaseFinder(importlib.abc.MetaPathFinder):
 def install(python_root: Path) -> ReleaseFinder:
     """Make ``import sglang...`` import the workspace tree under ``python_root`` (first on the finder list); an
     ``sglang`` imported before is forgotten. Returns the finder (its ``fallbacks``)."""
-    for name in [n for n in sys.modules if n == PACKAGE or n.startswith(PACKAGE + ".")]:
-        del sys.modules[name]
+    _forget()
     finder = ReleaseFinder(python_root)
     sys.meta_path.insert(0, finder)
     return finder
+
+
+def uninstall(finder: ReleaseFinder) -> None:
+    """Undo ``install``: the finder gone, and every ``sglang`` module it imported forgotten."""
+    if finder in sys.meta_path:
+        sys.meta_path.remove(finder)
+    _forget()
+
+
+def _forget() -> None:
+    for name in [n for n in sys.modules if n == PACKAGE or n.startswith(PACKAGE + ".")]:
+        del sys.modules[name]
