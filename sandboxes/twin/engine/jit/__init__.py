@@ -978,6 +978,7 @@ def compile_kernel(build: Build, gfx: str, cpp: str) -> tuple[int, str]:
 
 
 COMPILED_FOLDER = "jit-outcomes"  # in the per-user cache
+COMPILED_KEEP = 1024  # entries kept (a few kB each; a workspace's path is part of the command, so of the key)
 _COMPILE_FORMAT = "1"
 
 
@@ -1012,6 +1013,8 @@ def _kept_outcome(key: str) -> tuple[int, str] | None:
         return None
     if not isinstance(kept, dict) or any(_digest(p) != h for p, h in (kept.get("read") or {}).items()):
         return None
+    with contextlib.suppress(OSError):
+        os.utime(_entry(key))  # recently used: evicted last
     return int(kept["code"]), str(kept["output"])
 
 
@@ -1022,8 +1025,11 @@ def _keep_outcome(key: str, read: list[str], code: int, output: str) -> None:
     if any(d is None for d in digests.values()):
         return
     with contextlib.suppress(OSError):  # a read-only cache (a container's home): nothing kept
-        _entry(key).parent.mkdir(parents=True, exist_ok=True)
+        folder = _entry(key).parent
+        folder.mkdir(parents=True, exist_ok=True)
         cache_files.write_atomic(_entry(key), json.dumps({"read": digests, "code": code, "output": output}))
+        for old in cache_files.least_recent(folder.glob("*.json"))[:-COMPILED_KEEP]:
+            old.unlink(missing_ok=True)
 
 
 def _depfile_paths(text: str, main: Path) -> list[str]:
