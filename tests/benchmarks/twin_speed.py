@@ -48,8 +48,8 @@ def _launch_to_ready(ws: Path, port: int) -> float:
 
 
 def launch() -> None:
-    """A launch of the default scenario: load_weights in-process, then launch_server as a process, to ready."""
-    from sandboxes.twin.engine.loading import weights
+    """Launches of the default scenario as processes, to ready (the first loads the weights unless the per-user
+    weight-load cache holds them; the rest find them in the workspace's)."""
     from sandboxes.twin.workspace.materialize import materialize
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -57,13 +57,6 @@ def launch() -> None:
         materialize("glm52_mi355x", ws)
         index = ws / "model" / "model.safetensors.index.json"
         print(f"index {index.stat().st_size / 1e6:.1f} MB")
-        loads = []
-        for _ in range(REPEATS):
-            t0 = time.perf_counter()
-            report = weights.load_weights(ws / "model", ws / "sglang", with_draft=False, tp_size=8)
-            loads.append(time.perf_counter() - t0)
-        print(f"load_weights ({report.num_tensors} tensors)  first {loads[0]:.3f} s  "
-              f"median of the rest {statistics.median(loads[1:]):.3f} s")
         launches = [_launch_to_ready(ws, 31000 + i) for i in range(REPEATS)]
         print(f"launch_server to ready        first {launches[0]:.3f} s  "
               f"median of the rest {statistics.median(launches[1:]):.3f} s")
