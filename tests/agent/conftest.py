@@ -79,23 +79,3 @@ def chromium() -> Iterator[object]:
         browser = p.chromium.launch(executable_path=executable, headless=True, args=["--no-sandbox"])
         yield browser
         browser.close()
-
-
-def docker_or_skip(image: str = "dayzero-twin:latest") -> None:
-    """Skip without a Docker engine or the twin's image, except in CI (where the Docker tests must run)."""
-    import os
-
-    from sandboxes.docker import docker_available
-
-    why = docker_available()
-    if why is None:
-        import docker
-
-        try:
-            docker.from_env().images.get(image)
-        except docker.errors.ImageNotFound:
-            why = f"image {image} not built (agent twin image)"
-    if why:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the Docker tests: {why}")
-        pytest.skip(f"Docker tests skipped: {why}")

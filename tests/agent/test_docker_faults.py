@@ -32,7 +32,8 @@ import pytest
 import yaml
 
 from agent.trace import read_trace
-from tests.agent.conftest import DEFAULT_TASK, docker_or_skip
+from tests.agent.conftest import DEFAULT_TASK
+from tests.docker_engine import docker_or_skip
 from tests.shared_runs import run_agent
 
 REPO = Path(__file__).resolve().parents[2]

@@ -252,12 +252,9 @@ def test_killed_in_docker_ends_as_an_uninterrupted_run(tmp_path):
     single-stream stage (every server of it a container, three of them crashing), the reference that stage run
     uninterrupted with local processes (the twin's figures are the same in either sandbox); the whole task's
     phases are the local points' business."""
-    from sandboxes.docker import docker_available
+    from tests.docker_engine import docker_or_skip
 
-    if (why := docker_available()) is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the Docker tests: {why}")
-        pytest.skip(why)
+    docker_or_skip(image=None)
     made = agent(tmp_path, "run", str(single_stream_stage(tmp_path / "local.yaml")), "--policy", "playbook",
                  "--run-id", "reference")  # fmt: skip
     assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-2000:]

@@ -270,12 +270,9 @@ def test_a_crashed_launch_is_charged_the_node_time_it_held(tmp_path):
 
 @pytest.fixture(scope="module")
 def docker_client():
-    from sandboxes.docker import docker_available
+    from tests.docker_engine import docker_or_skip
 
-    if why := docker_available():
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the Docker tests: {why}")
-        pytest.skip(f"Docker tests skipped: {why}")
+    docker_or_skip(image=None)
     import docker
 
     client = docker.from_env()

@@ -5,16 +5,16 @@ line, except in CI (CI=true), where they must run."""
 from __future__ import annotations
 
 import json
-import os
 import uuid
 
 import docker
 import pytest
 
 from sandboxes.base import SandboxError
-from sandboxes.docker import DockerSandbox, docker_available
+from sandboxes.docker import DockerSandbox
 from sandboxes.twin.workspace.materialize import materialize
 from tasks.spec import DockerSpec
+from tests.docker_engine import docker_or_skip
 
 IMAGE = "dayzero-twin:latest"
 READY = "The server is fired up and ready to roll!"
@@ -24,16 +24,7 @@ SPEC = ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3", "--s
 
 @pytest.fixture(scope="module")
 def engine():
-    why = docker_available()
-    if why is None:
-        try:
-            docker.from_env().images.get(IMAGE)
-        except docker.errors.ImageNotFound:
-            why = f"image {IMAGE} not built (agent twin image)"
-    if why:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the Docker tests: {why}")
-        pytest.skip(f"Docker tests skipped: {why}")
+    docker_or_skip(IMAGE)
     return docker.from_env()
 
 

@@ -226,13 +226,9 @@ def test_the_image_holds_the_packages_bytecode_for_its_own_python_only(tmp_path)
 @pytest.fixture
 def docker_engine():
     """The engine, as the Docker tests decide: without one this skips, except in CI (CI=true)."""
-    from sandboxes.docker import docker_available
+    from tests.docker_engine import docker_or_skip
 
-    why = docker_available()
-    if why:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the Docker tests: {why}")
-        pytest.skip(f"Docker tests skipped: {why}")
+    docker_or_skip(image=None)
     import docker
 
     return docker.from_env()

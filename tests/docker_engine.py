@@ -1,0 +1,28 @@
+"""The Docker tests' one gate: without a Docker engine (or the image a test needs) they skip, except in CI, where
+they must run (``CI`` set: the missing engine or image fails the test in one line)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+TWIN_IMAGE = "dayzero-twin:latest"
+
+
+def docker_or_skip(image: str | None = TWIN_IMAGE) -> None:
+    """Skip without a Docker engine or ``image`` (None: the engine alone is needed), except in CI."""
+    from sandboxes.docker import docker_available
+
+    why = docker_available()
+    if why is None and image is not None:
+        import docker
+
+        try:
+            docker.from_env().images.get(image)
+        except docker.errors.ImageNotFound:
+            why = f"image {image} not built (agent twin image)"
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the Docker tests: {why}")
+        pytest.skip(f"Docker tests skipped: {why}")
