@@ -65,14 +65,21 @@ def _used_names(node: ast.AST) -> set[str]:
         n = todo.pop()
         if isinstance(n, ast.Name):
             names.add(n.id)
-        for name, value in ast.iter_fields(n):
-            if name in ("annotation", "returns"):
-                continue
-            if isinstance(value, ast.AST):
-                todo.append(value)
-            elif isinstance(value, list):
-                todo.extend(v for v in value if isinstance(v, ast.AST))
+        todo.extend(unannotated_children(n))
     return names
+
+
+def unannotated_children(node: ast.AST) -> list[ast.AST]:
+    """``node``'s child nodes but its annotations (``annotation``, ``returns``: compiled as text)."""
+    out: list[ast.AST] = []
+    for name, value in ast.iter_fields(node):
+        if name in ("annotation", "returns"):
+            continue
+        if isinstance(value, ast.AST):
+            out.append(value)
+        elif isinstance(value, list):
+            out.extend(v for v in value if isinstance(v, ast.AST))
+    return out
 
 
 def _is_stdlib_import(node: ast.stmt) -> bool:

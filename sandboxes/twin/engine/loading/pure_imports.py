@@ -33,7 +33,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .pure_code import PureCodeError, _closure, _is_stdlib_import, _used_names, bound_names, named_code, parse
+from .pure_code import (
+    PureCodeError,
+    _closure,
+    _is_stdlib_import,
+    _used_names,
+    bound_names,
+    named_code,
+    parse,
+    unannotated_children,
+)
 from .stubs import StubValue
 
 _STDLIB = set(getattr(sys, "stdlib_module_names", ())) | {"__future__"}
@@ -105,13 +114,7 @@ def _definition_time_names(node: ast.AST) -> set[str]:
         if isinstance(n, ast.Lambda):
             todo.extend(d for d in (*n.args.defaults, *n.args.kw_defaults) if d is not None)
             continue
-        for field, value in ast.iter_fields(n):
-            if field in ("annotation", "returns"):
-                continue
-            if isinstance(value, ast.AST):
-                todo.append(value)
-            elif isinstance(value, list):
-                todo.extend(v for v in value if isinstance(v, ast.AST))
+        todo.extend(unannotated_children(n))
     return names
 
 
