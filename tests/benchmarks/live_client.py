@@ -47,6 +47,12 @@ class Point:
     virtual: dict[str, float]
     host_lag_ms: float
 
+    @classmethod
+    def of(cls, config: str, concurrency: int, live: dict, virtual: dict) -> Point:
+        """From the two records (the live one's ``host_lag_ms``)."""
+        return cls(config, concurrency, {m: float(live[m]) for m in METRICS},
+                   {m: float(virtual[m]) for m in METRICS}, float(live["host_lag_ms"]))  # fmt: skip
+
     def ratio(self, metric: str) -> float:
         return self.live[metric] / self.virtual[metric] if self.virtual[metric] else float("nan")
 
@@ -130,8 +136,7 @@ def compare(ws: Path, configs: dict[str, list[str]], concurrencies: list[int], s
         try:
             for c in concurrencies:
                 live, virtual = measure(ws, server.url, workload.flags(c), tmp, f"{name}-{c}")
-                point = Point(name, c, {m: float(live[m]) for m in METRICS},
-                              {m: float(virtual[m]) for m in METRICS}, float(live["host_lag_ms"]))  # fmt: skip
+                point = Point.of(name, c, live, virtual)
                 points.append(point)
                 progress(_row(point))
         finally:
@@ -155,10 +160,8 @@ def task_workloads(ws: Path, task: Path, configs: dict[str, list[str]], scale: f
                 argv, _ = workload_flags(w, rate if w.duration_s else None, duration_s, seed=1)
                 live, virtual = measure(ws, server.url, [*argv, "--flush-cache"], tmp, f"{name}-{wname}")
                 out.append((name, wname, live, virtual))
-                progress(f"{name:<10} {wname:<14} " + "  ".join(
-                    f"{m.replace('median_', '')}: {float(live[m]):9.1f} / {float(virtual[m]):9.1f} "
-                    f"({float(live[m]) / float(virtual[m]):5.2f}x)" for m in METRICS)
-                    + f"  lag {float(live['host_lag_ms']):6.2f} ms")  # fmt: skip
+                point = Point.of(name, 0, live, virtual)
+                progress(_row(point, f"{name:<10} {wname:<14}"))
         finally:
             server.close()
     return out
@@ -170,8 +173,8 @@ def ranking(points: list[Point], side: str, concurrency: int, metric: str = "out
     return [p.config for p in sorted(at, key=lambda p: -getattr(p, side)[metric])]
 
 
-def _row(p: Point) -> str:
-    cells = [f"{p.config:<10} c={p.concurrency:<4}"]
+def _row(p: Point, label: str | None = None) -> str:
+    cells = [label or f"{p.config:<10} c={p.concurrency:<4}"]
     for m in METRICS:
         cells.append(f"{m.replace('median_', '')}: {p.live[m]:9.1f} / {p.virtual[m]:9.1f} ({p.ratio(m):5.2f}x)")
     cells.append(f"lag {p.host_lag_ms:6.2f} ms")
