@@ -20,7 +20,7 @@ import collections
 import itertools
 import sys
 import types
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,13 +59,18 @@ def bound_names(node: ast.stmt) -> tuple[str, ...]:
 def _used_names(node: ast.AST) -> set[str]:
     """Names a definition uses when it is defined or run. Annotations are left out: they are compiled as text
     (``from __future__ import annotations``), so a type named only there is never needed."""
+    return names_under(node, unannotated_children)
+
+
+def names_under(node: ast.AST, children: Callable[[ast.AST], Iterable[ast.AST]]) -> set[str]:
+    """The names (``ast.Name`` ids) in ``node`` and what ``children`` descends into from each node."""
     names: set[str] = set()
     todo = [node]
     while todo:
         n = todo.pop()
         if isinstance(n, ast.Name):
             names.add(n.id)
-        todo.extend(unannotated_children(n))
+        todo.extend(children(n))
     return names
 
 

@@ -40,6 +40,7 @@ from .pure_code import (
     _used_names,
     bound_names,
     named_code,
+    names_under,
     parse,
     unannotated_children,
 )
@@ -100,22 +101,16 @@ class _ModuleProxy:
 def _definition_time_names(node: ast.AST) -> set[str]:
     """The names ``node`` uses while it is executed as a definition: all but function and lambda bodies (their
     decorators and defaults included, their annotations left out: they stay text)."""
-    names: set[str] = set()
-    todo = [node]
-    while todo:
-        n = todo.pop()
-        if isinstance(n, ast.Name):
-            names.add(n.id)
-            continue
-        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef):
-            todo.extend(n.decorator_list)
-            todo.extend(d for d in (*n.args.defaults, *n.args.kw_defaults) if d is not None)
-            continue
-        if isinstance(n, ast.Lambda):
-            todo.extend(d for d in (*n.args.defaults, *n.args.kw_defaults) if d is not None)
-            continue
-        todo.extend(unannotated_children(n))
-    return names
+    return names_under(node, _definition_time_children)
+
+
+def _definition_time_children(n: ast.AST) -> list[ast.AST]:
+    if isinstance(n, ast.Name):
+        return []
+    if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+        decorators = [] if isinstance(n, ast.Lambda) else n.decorator_list
+        return [*decorators, *(d for d in (*n.args.defaults, *n.args.kw_defaults) if d is not None)]
+    return unannotated_children(n)
 
 
 def _top_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
