@@ -2,7 +2,9 @@
 
 The workspace stays on the host, as with ``LocalSandbox`` (whose file operations and git preparation this
 class inherits), and is bind-mounted into every container at ``workspace_mount``; the task can mount parts of
-it over the image's own copies (the patched SGLang tree, the checkpoint config). Servers are containers with
+it over the image's own copies (the patched SGLang tree, the checkpoint config), and a folder of the per-user cache
+(``{cache}/...``) where what an engine caches outlives its container (the twin's image keeps its compiled sources
+and derived models there, so only the first container of a model pays for them). Servers are containers with
 AMD's device recipe by default; commands (the benchmark, the tuner) run inside the server's container with
 ``exec``, or in a one-off container when no server is up. Every container carries labels naming the run, the
 trial and this sandbox, and the workspace's random token (``.dayzero-token``, out of the tools' reach); the
@@ -40,6 +42,7 @@ from tasks.spec import DockerSpec
 
 from .base import CommandResult, ReadyResult, SandboxError, SandboxUnavailable, ServerHandle
 from .local import LocalSandbox
+from .twin.workspace.release import cache_dir
 
 LABEL = "dayzero"
 # capabilities that give a container the host (or its kernel); AMD's recipe needs none of them
@@ -114,7 +117,9 @@ class DockerSandbox(LocalSandbox):
     def _mounts(self) -> dict[str, dict[str, str]]:
         volumes = {str(self.root): {"bind": self.spec.workspace_mount, "mode": "rw"}}
         for host, inner in self.spec.mounts.items():
-            host_path = host.replace("{workspace}", str(self.root))
+            host_path = host.replace("{workspace}", str(self.root)).replace("{cache}", str(cache_dir()))
+            if host.startswith("{cache}"):  # made by us, as this user: Docker would make it root's
+                Path(host_path).mkdir(parents=True, exist_ok=True)
             volumes[host_path] = {"bind": inner, "mode": "rw"}
         return volumes
 

@@ -95,8 +95,9 @@ class DockerSpec(Strict):
     network: Literal["bridge", "host"] = "bridge"
     workspace_mount: PathStr = "/workspace"
     mounts: Annotated[dict[PathStr, PathStr], Field(max_length=L.ENTRIES)] = Field(default_factory=dict, description=(
-        "host path -> path in the image, e.g. '{workspace}/sglang' -> /sgl-workspace/sglang; a relative host path is "
-        "relative to the task file"))
+        "host path -> path in the image, e.g. '{workspace}/sglang' -> /sgl-workspace/sglang, or '{cache}/NAME' (a "
+        "folder of the per-user cache, $DAYZERO_CACHE or ~/.cache/dayzero) for what an engine caches across "
+        "containers; a relative host path is relative to the task file"))
     env: Env = {}
     gpus: Annotated[list[Annotated[int, Field(ge=0, lt=L.GPUS)]], Field(max_length=L.GPUS)] | None = Field(
         None, description=f"a GPU subset for partial-node trials (HIP_VISIBLE_DEVICES; indices below {L.GPUS})")
@@ -450,7 +451,7 @@ def _resolve_paths(data: dict[str, Any], file: Path) -> dict[str, Any]:
         replace(("workspace", "twin"), {**twin, "scenario": _absolute(base, scenario, lambda v: not _is_path(v))})
     if (sources := section("workspace", "sources")) is not None:
         replace(("workspace", "sources"), {k: _absolute(base, v) for k, v in sources.items()})
-    if (mounts := section("sandbox", "docker", "mounts")) is not None:  # '{workspace}/...' is the run's workspace
+    if (mounts := section("sandbox", "docker", "mounts")) is not None:  # '{workspace}/...', '{cache}/...' stay placeholders
         replace(("sandbox", "docker", "mounts"),
                 {_absolute(base, k, lambda v: v.startswith("{")): v for k, v in mounts.items()})  # fmt: skip
     if (evals := section("evals")) is not None:

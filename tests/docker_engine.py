@@ -4,10 +4,19 @@ they must run (``CI`` set: the missing engine or image fails the test in one lin
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
+import yaml
 
 TWIN_IMAGE = "dayzero-twin:latest"
+DOCKER_TASK = Path(__file__).resolve().parents[1] / "tasks" / "glm52_mi355x_docker.yaml"
+
+
+def twin_sandbox() -> dict:
+    """The shipped Docker task's ``sandbox`` block: the twin's image, no devices, its cache mounted across containers
+    (as a user runs it: a test that starts its own containers starts them so)."""
+    return yaml.safe_load(DOCKER_TASK.read_text())["sandbox"]
 
 
 def docker_or_skip(image: str | None = TWIN_IMAGE) -> None:

@@ -33,11 +33,10 @@ import yaml
 
 from agent.trace import read_trace
 from tests.agent.conftest import DEFAULT_TASK
-from tests.docker_engine import docker_or_skip
+from tests.docker_engine import docker_or_skip, twin_sandbox
 from tests.shared_runs import run_agent
 
 REPO = Path(__file__).resolve().parents[2]
-DOCKER_TASK = REPO / "tasks" / "glm52_mi355x_docker.yaml"
 RUN_ID = "docker-lost"
 
 
@@ -172,7 +171,7 @@ def test_a_docker_engine_that_stops_mid_run_then_comes_back(docker_engine, tmp_p
         "extends": str(DEFAULT_TASK),
         "targets": [{"name": "single_stream", "metric": "decode_tok_s", "workload": "single_stream", "min": 185}],
         "budgets": {"after_targets": {"node_hours": 0}},
-        "sandbox": yaml.safe_load(DOCKER_TASK.read_text())["sandbox"],
+        "sandbox": twin_sandbox(),
     }))  # fmt: skip
     run_dir = tmp_path / "runs" / RUN_ID
     trace = run_dir / "trace.jsonl"

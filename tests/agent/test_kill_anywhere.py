@@ -36,7 +36,6 @@ from tests.shared_runs import NO_PACING
 
 REPO = Path(__file__).resolve().parents[2]
 TASK = REPO / "tasks" / "glm52_mi355x.yaml"
-DOCKER_TASK = REPO / "tasks" / "glm52_mi355x_docker.yaml"
 SEED = int(os.environ.get("DAYZERO_KILL_SEED", "0"))
 POINTS = int(os.environ.get("DAYZERO_KILL_POINTS", "0"))
 
@@ -252,7 +251,7 @@ def test_killed_in_docker_ends_as_an_uninterrupted_run(tmp_path):
     single-stream stage (every server of it a container, three of them crashing), the reference that stage run
     uninterrupted with local processes (the twin's figures are the same in either sandbox); the whole task's
     phases are the local points' business."""
-    from tests.docker_engine import docker_or_skip
+    from tests.docker_engine import docker_or_skip, twin_sandbox
 
     docker_or_skip(image=None)
     made = agent(tmp_path, "run", str(single_stream_stage(tmp_path / "local.yaml")), "--policy", "playbook",
@@ -261,7 +260,7 @@ def test_killed_in_docker_ends_as_an_uninterrupted_run(tmp_path):
     expected, total = end_state(tmp_path / "runs" / "reference"), _lines(tmp_path / "runs" / "reference" / "trace.jsonl")
     assert len(expected["commits"]) == 3, expected
     point = random.Random(SEED + 1).randint(2, total - 1)
-    sandbox = yaml.safe_load(DOCKER_TASK.read_text())["sandbox"]
+    sandbox = twin_sandbox()
     task = single_stream_stage(tmp_path / "docker.yaml", sandbox=sandbox)
     run_dir = killed_then_resumed(tmp_path, task, "killed-docker", events=point)
     assert end_state(run_dir) == expected, f"killed after {point} of {total} trace events (seed {SEED})"

@@ -13,14 +13,12 @@ import pytest
 import yaml
 
 from tests.agent.conftest import DEFAULT_TASK
-from tests.docker_engine import docker_or_skip
+from tests.docker_engine import docker_or_skip, twin_sandbox
 from tests.shared_runs import run_agent
 
 REPO = Path(__file__).resolve().parents[2]
 RELEASE_CLIENT_TASK = REPO / "tasks" / "glm52_mi355x_release_client.yaml"
 SCALE = 0.05
-DOCKER = {"kind": "docker", "docker": {"image": "dayzero-twin:latest", "engine": "twin", "devices": [],
-                                       "group_add": [], "shm_size": "1g"}}  # as tasks/glm52_mi355x_docker.yaml
 
 
 @pytest.mark.parametrize("sandbox", ["local", "docker"])
@@ -37,7 +35,7 @@ def test_a_run_measured_by_the_release_client_meets_its_target(tmp_path: Path, s
                              "env": {**shipped["engines"]["twin"]["env"], "TWIN_TIME_SCALE": str(SCALE)}}},
         "targets": [{"name": "single_stream", "metric": "decode_tok_s", "workload": "single_stream", "min": 50}],
         "budgets": {"after_targets": {"node_hours": 0}},
-        "sandbox": DOCKER if sandbox == "docker" else {"kind": "local"},
+        "sandbox": twin_sandbox() if sandbox == "docker" else {"kind": "local"},
     }))  # fmt: skip
     proc = run_agent(tmp_path, "run", str(task), "--policy", "playbook", "--run-id", "rc", timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -14,7 +14,7 @@ from sandboxes.base import SandboxError
 from sandboxes.docker import DockerSandbox
 from sandboxes.twin.workspace.materialize import materialize
 from tasks.spec import DockerSpec
-from tests.docker_engine import docker_or_skip
+from tests.docker_engine import docker_or_skip, twin_sandbox
 
 IMAGE = "dayzero-twin:latest"
 READY = "The server is fired up and ready to roll!"
@@ -29,7 +29,7 @@ def engine():
 
 
 def twin_spec(**kw) -> DockerSpec:
-    return DockerSpec(image=IMAGE, engine="twin", devices=[], group_add=[], shm_size="256m", **kw)
+    return DockerSpec(**{**twin_sandbox()["docker"], "shm_size": "256m", **kw})
 
 
 def launch_argv(sb: DockerSandbox, port: int, *flags: str) -> list[str]:
