@@ -106,6 +106,10 @@ _DEFAULT_LOADER = re.compile(rf"Attempted to load weight \({_SIZE}(?:, dtype=([\
 _TRIED = re.compile(rf"Tried to load weights of size {_SIZE}\s*to a parameter (?:shard of id \S+ )?(?:of )?size {_SIZE}")
 _REPLICATED = re.compile(rf"param\.shape={_SIZE} param\.dtype=([\w.]+) loaded_weight\.shape={_SIZE} loaded_weight\.dtype=([\w.]+)")
 _PARAM_DATA = re.compile(rf"param_data\.shape={_SIZE}(?: !=)? loaded_weight\.shape={_SIZE}")
+# PyTorch's load_state_dict, one line per parameter under its "Error(s) in loading state_dict for <Module>:" header
+# (the header may be cut off a pasted excerpt): the name is the module's own, which is the checkpoint's key as well
+_STATE_DICT = re.compile(rf"size mismatch for ([\w.]+): copying a param with shape {_SIZE} from checkpoint, the shape in "
+                         rf"current model is {_SIZE}")  # fmt: skip
 # PyTorch's own, meaningful only while a loader runs: copy_ into a parameter, and slice assignment
 _TENSOR_SIZE = re.compile(r"The size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)")
 _EXPANDED = re.compile(r"The expanded size of the tensor \((\d+)\) must match the existing size \((\d+)\)")
@@ -304,7 +308,7 @@ def _weight_match(entries: list[tuple[str, str]]) -> tuple[str, re.Match, list[F
     starts = [0]
     for _, body in entries:
         starts.append(starts[-1] + len(body) + 1)
-    kinds = (("default", _DEFAULT_LOADER), ("tried", _TRIED), ("replicated", _REPLICATED),
+    kinds = (("default", _DEFAULT_LOADER), ("tried", _TRIED), ("replicated", _REPLICATED), ("state_dict", _STATE_DICT),
              ("param_data", _PARAM_DATA), ("tensor_size", _TENSOR_SIZE), ("expanded", _EXPANDED),
              ("key", _KEY_ERROR), ("assert", _BARE_ASSERT))  # fmt: skip
     for kind, pattern in kinds:
@@ -313,7 +317,7 @@ def _weight_match(entries: list[tuple[str, str]]) -> tuple[str, re.Match, list[F
             frames = _frames_before(entries, idx)
             raised = frames[-1] if frames else None
             loading = any(_is_loading(f.function) for f in frames)
-            if kind in ("default", "tried", "replicated"):
+            if kind in ("default", "tried", "replicated", "state_dict"):
                 return kind, m, frames
             if kind in ("param_data", "tensor_size", "expanded") and loading:
                 return kind, m, frames
@@ -358,6 +362,8 @@ def _weight_failure(entries: list[tuple[str, str]]) -> Diagnosis | None:
     elif kind in ("tensor_size", "expanded"):
         # copy_/assignment into the parameter: a (the target) is the engine's, b the checkpoint's; one dimension
         d.engine_shape, d.checkpoint_shape = [int(m.group(1))], [int(m.group(2))]
+    elif kind == "state_dict":
+        d.parameter, d.checkpoint_shape, d.engine_shape = m.group(1), _shape(m.group(2)), _shape(m.group(3))
     elif kind == "key":
         d.parameter = m.group(1)
     raised = frames[-1] if frames else None
