@@ -57,6 +57,7 @@ class Diagnosis(BaseModel):
     header: str | None = Field(None, description="missing include")
     symbol: str | None = Field(None, description="undeclared type or identifier a compile error names")
     flag: str | None = Field(None, description="offending command-line flag")
+    target: str | None = Field(None, description="the GPU target (gfx id) a compiler driver or kernel library names")
     memory_phase: MemoryPhase | None = Field(None, description="for out_of_memory: which memory ran out (MemoryPhase)")
     mem_fraction_static: float | None = Field(
         None, description="the --mem-fraction-static the engine ran with, as its OOM message (else its ServerArgs line) "
@@ -132,6 +133,14 @@ _GCC_MISSING = re.compile(rf"^[ \t]*(\S+?):(\d+):(?:\d+:)? {_FATAL}[:：]\s*([^:
 _UNDECLARED = re.compile(r"^[ \t]*(\S+?):(\d+):\d+: error:\s*(unknown type name|use of undeclared identifier) '([^']+)'",
                          re.M)  # fmt: skip
 _COMPILE = re.compile(r"^[ \t]*(\S+?):(\d+):(?:\d+:)? (?:fatal )?error:[ \t]*\n?[ \t]*(\S.*)$", re.M)
+# the compiler driver's own errors, which name no source position: an offload target it refuses (an unknown or
+# malformed gfx id, feature combinations that conflict), a HIP option given to the host compiler, a ROCm component it
+# cannot find. The build failed before any source was compiled, for the target, not for a line of code.
+_DRIVER = re.compile(r"^[ \t]*(?:[^\s:]*[/\\])?((?:amd)?clang(?:\+\+)?(?:-\d+)?|hipcc(?:\.bin)?|[cg]\+\+|gcc|cc|nvcc|"
+                     r"ld\.lld|lld|ld)(?:\.exe)?: (?:fatal )?error: (\S.*)$", re.M)  # fmt: skip
+# the compiler's count when the error lines themselves were cut off the excerpt (or went to another stream)
+_ERRORS_GENERATED = re.compile(r"^[ \t]*(\d+) errors? generated(?: when compiling for ([^\s.]+))?\.?[ \t]*$", re.M)
+_GFX = re.compile(r"\b(gfx\d{2,4}[a-z]?)\b")
 _ARGPARSE = re.compile(r"error: (unrecognized arguments: (\S+).*|argument (--[\w-]+)(?:/\S+)?: (.+))$", re.M)
 # Out of memory, by the messages' own words, most specific first; each kind says which memory ran out (MemoryPhase).
 # SGLang's start-up KV-cache checks: the 0.5.14+ ValueError of _profile_available_bytes (model_runner_kv_cache_mixin.py,
@@ -547,6 +556,16 @@ def classify(log: str, *, timed_out: bool = False) -> Diagnosis:
         return Diagnosis(category="compile_error", file=m.group(1), line=int(m.group(2)),
                          summary=f"compile error in {m.group(1)}:{m.group(2)}: {m.group(3)}", evidence=[m.group(0)],
                          frames=frames)  # fmt: skip
+    if m := _DRIVER.search(text):
+        target = _GFX.search(m.group(2))
+        return Diagnosis(category="compile_error", target=target.group(1) if target else None,
+                         summary=f"compiler driver error ({m.group(1)}): {m.group(2).strip()[:240]}",
+                         evidence=_tail(lines, _DRIVER), frames=frames)  # fmt: skip
+    if m := _ERRORS_GENERATED.search(text):
+        target = _GFX.search(m.group(2) or "")
+        return Diagnosis(category="compile_error", target=target.group(1) if target else None,
+                         summary=f"{m.group(0).strip()} (the errors themselves are not in the log)",
+                         evidence=_tail(lines, _ERRORS_GENERATED), frames=frames)  # fmt: skip
     if m := _PORT_TAKEN.search(text):
         return Diagnosis(category="port_in_use", summary=f"a port the server binds is taken by another process: "
                          f"{m.group(0).strip()}", evidence=_tail(lines, _PORT_TAKEN))  # fmt: skip

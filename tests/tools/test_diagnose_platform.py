@@ -29,3 +29,27 @@ def test_a_state_dict_mismatch_without_its_header_and_behind_a_rank_prefix():
     assert d.category == "weight_shape_mismatch"
     assert (d.parameter, d.checkpoint_shape, d.engine_shape) == ("model.layers.0.mlp.gate_proj.weight", [1024, 512],
                                                                  [2048, 512])  # fmt: skip
+
+
+def test_a_driver_error_is_a_compile_error_for_its_gfx_target():
+    for line, target in [("clang-14: error: invalid target ID 'gfx1201'; format is a processor name ...", "gfx1201"),
+                         ("/opt/rocm/llvm/bin/clang++: error: unsupported CUDA gpu architecture: gfx90a", "gfx90a"),
+                         ("c++: error: unrecognized command line option '--offload-arch=gfx942'", "gfx942"),
+                         ("clang: error: cannot find ROCm device library; provide its path via '--rocm-path'", None)]:
+        d = classify(f"[ 10%] Building HIP object k.hip.o\n{line}\nmake[2]: *** [build.make:76: k.hip.o] Error 1\n")
+        assert (d.category, d.target, d.file, d.header) == ("compile_error", target, None, None), line
+        assert line.split("error: ", 1)[1][:30] in d.summary
+
+
+def test_a_source_position_wins_over_the_driver_and_the_error_count():
+    log = ("/ws/k.cu:12:10: fatal error: 'cuda_fp8.h' file not found\n1 error generated when compiling for gfx950.\n"
+           "clang++: error: clang frontend command failed with exit code 1\n")
+    d = classify(log)
+    assert (d.category, d.file, d.line, d.header) == ("compile_error", "/ws/k.cu", 12, "cuda_fp8.h")
+
+
+def test_an_error_count_whose_errors_were_cut_names_the_target():
+    d = classify("4 errors generated when compiling for gfx1100.\nmake[2]: *** [build.make:245: a.cpp.o] Error 1\n")
+    assert (d.category, d.target) == ("compile_error", "gfx1100")
+    assert "not in the log" in d.summary
+    assert classify("2 errors generated.\n").target is None
