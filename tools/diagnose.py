@@ -57,6 +57,7 @@ class Diagnosis(BaseModel):
     header: str | None = Field(None, description="missing include")
     symbol: str | None = Field(None, description="undeclared type or identifier a compile error names")
     flag: str | None = Field(None, description="offending command-line flag")
+    value: str | None = Field(None, description="for invalid_flag: the refused value, when the message names it")
     target: str | None = Field(None, description="the GPU target (gfx id) a compiler driver or kernel library names")
     memory_phase: MemoryPhase | None = Field(None, description="for out_of_memory: which memory ran out (MemoryPhase)")
     mem_fraction_static: float | None = Field(
@@ -215,10 +216,18 @@ _WARN_FAILURE = re.compile(r"\b(?:fail\w*|error|errno|mismatch\w*|refused|closed
                            r"unable|cannot|could not|invalid|unhandled|no such)\b", re.I)
 # a ValueError is a configuration (flag) problem only when it names a server argument: a --flag, a parallel size
 # (SGLang's "tp_size * dp_size = 16 GPUs requested ..."), or it was raised by the argument validation itself
-_VALUE_ERROR = re.compile(r"\b(?:ValueError|ServerArgsError)\b:?\s*(.*)$")
+# ... a ValueError, or an assertion or NotImplementedError with a message (SGLang's ServerArgs asserts many of its
+# refusals: an algorithm a model class cannot run, an attention backend a configuration cannot use)
+_VALUE_ERROR = re.compile(r"\b(?:ValueError|ServerArgsError|(?:AssertionError|NotImplementedError)(?=:\s*\S))\b:?\s*(.*)$")
+# a backend the message refuses by its enum value (vLLM's "Selected backend AttentionBackendEnum.FLASHINFER is not valid
+# for this configuration"): the enum's class names the argument that selected it (attention_backend)
+_BACKEND_VALUE = re.compile(r"\b([A-Z][A-Za-z]*Backend)(?:Enum)?\.([A-Z][A-Z0-9_]*)\b")
+_REFUSAL = re.compile(r"\bnot (?:valid|supported|compatible|allowed)\b|\bunsupported\b|\bdoes(?: not|n't) support\b|"
+                      r"\bcannot be used\b|\bincompatible\b", re.I)  # fmt: skip
 _FLAG_NAME = re.compile(r"(--[a-z][\w-]*|\b(?:tp|dp|pp|ep|cp|sp|attn_tp|moe_dense_tp|moe_ep)_size\b|"
                         r"\b(?:tensor|pipeline|data)[ _-]parallel[ _-]size\b)")  # fmt: skip
 _ARGS_FILES = ("server_args.py", "arg_utils.py")
+_RECORD_CONTINUES = re.compile(r"\s*(?:During handling|The above exception|\[|(?:DEBUG|INFO|WARNING|ERROR)\b)")
 # aiter's MoE-shape lines (its selection line and its untuned notices); tools/moe_lines.py reads them field by field
 _FALLBACK = re.compile(r"\[fused_moe\] |Fmoe tuning not support for ")
 _ERROR_LINE = re.compile(r"^[\w.]*(?:Error|Exception)\b: |\bHSA_STATUS_ERROR_\w+|\bHIP error: |Memory access fault|"
@@ -412,16 +421,40 @@ def _flag_value_error(entries: list[tuple[str, str]]) -> Diagnosis | None:
         frames = _frames_before(entries, idx)
         by_args = bool(frames) and frames[-1].file.endswith(_ARGS_FILES)
         config_context = by_args or (bool(frames) and config_errors.is_config_file(frames[-1].file))
-    flag = None
-    if named := _FLAG_NAME.search(message):
-        flag = named.group(1) if named.group(1).startswith("--") else config_errors.as_flag(named.group(1))
-    elif parameter := config_errors.blamed_parameter(message, config_context=config_context):
-        flag = config_errors.as_flag(parameter)
+    body = bodies[idx].strip()
+    flag, value = _blamed_flag(message, config_context)
+    if not (flag or pydantic):  # a message Python printed over several lines: the rest of it
+        whole = _message_lines(entries, idx, message)
+        flag, value = _blamed_flag(whole, config_context)
+        body = body[: len(body) - len(message)] + whole if flag else body
     if not (flag or by_args):
         return None  # the last check that failed is no configuration problem
-    body = bodies[idx].strip()
-    return Diagnosis(category="invalid_flag", flag=flag, summary=f"rejected configuration: {body[-200:]}",
+    return Diagnosis(category="invalid_flag", flag=flag, value=value, summary=f"rejected configuration: {body[-200:]}",
                      evidence=[body], frames=frames)  # fmt: skip
+
+
+def _blamed_flag(message: str, config_context: bool) -> tuple[str | None, str | None]:
+    """(the flag a refusal blames, the value it refuses): a --flag or parallel size it names, the Python parameter
+    behind a flag (tools/config_errors.py), or a backend it refuses by its enum value."""
+    if named := _FLAG_NAME.search(message):
+        return (named.group(1) if named.group(1).startswith("--") else config_errors.as_flag(named.group(1))), None
+    if parameter := config_errors.blamed_parameter(message, config_context=config_context):
+        return config_errors.as_flag(parameter), None
+    if (m := _BACKEND_VALUE.search(message)) and _REFUSAL.search(message):
+        return config_errors.as_flag(re.sub(r"(?<!^)(?=[A-Z])", "_", m.group(1))), m.group(2)
+    return None, None
+
+
+def _message_lines(entries: list[tuple[str, str]], idx: int, first: str) -> str:
+    """The message of the exception at ``entries[idx]`` with the lines it continues on (up to three of its stream's
+    next lines, until a blank line, a traceback's own line or another exception)."""
+    source, parts = entries[idx][0], [first]
+    for src, body in entries[idx + 1 : idx + 4]:
+        if (src != source or not body.strip() or _FRAME.match(body) or _CARETS.match(body) or _TRACEBACK in body
+                or _EXCEPTION_LINE.match(body) or _RECORD_CONTINUES.match(body)):  # fmt: skip
+            break
+        parts.append(body.strip())
+    return " ".join(parts)
 
 
 def _allocation_phase(entries: list[tuple[str, str]], idx: int, line: str) -> MemoryPhase:

@@ -1037,8 +1037,8 @@ class PlaybookPolicy:
             if cur["keep_as"] == "base":
                 memo["min_tp"] = 2 * int(cur["flags"].get("tp-size", 1))
         elif category == "invalid_flag":
-            flag = (diag.get("flag") or "").lstrip("-").replace("_", "-")
-            if flag in cur["flags"]:
+            flag = self._refused_flag(cur["flags"], diag)
+            if flag is not None:
                 cur["flags"].pop(flag)
                 cur["step"] = "launch"
                 return None
@@ -1062,6 +1062,17 @@ class PlaybookPolicy:
             cur["step"] = "launch"
             return None
         return self._give_up(ctx, memo, cur, diag, diag.get("summary", category))
+
+    @staticmethod
+    def _refused_flag(flags: dict, diag: dict) -> str | None:
+        """The flag of ``flags`` an invalid_flag diagnosis refuses: the one it names, else the only one set to the value
+        it refuses (a message that names a backend, not the flag that chose it); None when neither is set here."""
+        named = (diag.get("flag") or "").lstrip("-").replace("_", "-")
+        if named in flags:
+            return named
+        value = str(diag.get("value") or "").lower()
+        holding = [k for k, v in flags.items() if value and str(v).lower() == value]
+        return holding[0] if len(holding) == 1 else None
 
     def _give_up(self, ctx: PolicyContext, memo: dict, cur: dict, diag: dict, why: str) -> tuple[list[Call], str] | None:
         """No fix made ``cur`` launch. A kernel that would not build blocks what builds it, not its whole feature:

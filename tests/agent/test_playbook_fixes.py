@@ -184,3 +184,14 @@ def test_a_diagnosis_without_the_phase_still_moves_the_right_way() -> None:
     task, cur = _oom_setup({"mem-fraction-static": 0.85})
     assert PlaybookPolicy._memory_fix(task, cur, {"summary": "out of memory: out of memory", "evidence": [HIP_OOM]})
     assert cur["flags"]["mem-fraction-static"] == 0.8
+
+
+def test_a_refused_flag_is_the_one_named_else_the_only_one_set_to_the_refused_value() -> None:
+    from agent.policies.playbook import PlaybookPolicy
+
+    flags = {"tp-size": 8, "attention-backend": "aiter", "moe-runner-backend": "aiter"}
+    assert PlaybookPolicy._refused_flag(flags, {"flag": "--attention-backend", "value": "x"}) == "attention-backend"
+    assert PlaybookPolicy._refused_flag({"tp-size": 8, "attention-backend": "triton"},
+                                        {"flag": "--backend", "value": "TRITON"}) == "attention-backend"  # fmt: skip
+    assert PlaybookPolicy._refused_flag(flags, {"value": "aiter"}) is None  # two flags hold it: neither is known
+    assert PlaybookPolicy._refused_flag(flags, {"flag": "--turbo"}) is None

@@ -53,3 +53,31 @@ def test_an_error_count_whose_errors_were_cut_names_the_target():
     assert (d.category, d.target) == ("compile_error", "gfx1100")
     assert "not in the log" in d.summary
     assert classify("2 errors generated.\n").target is None
+
+
+# --- a refused server argument: the flag, or the value the message refuses -----------------------------------------
+def test_an_assertion_of_the_argument_checks_is_a_refused_flag():
+    log = ('  File "/sgl-workspace/sglang/python/sglang/srt/server_args.py", line 1203, in _handle_attention_backend\n'
+           '    assert self.speculative_algorithm is None, (\n'
+           "AssertionError: --speculative-algorithm is not supported with --attention-backend torch_native\n")
+    d = classify(log)
+    assert (d.category, d.flag) == ("invalid_flag", "--speculative-algorithm")
+
+
+def test_a_backend_refused_by_its_enum_value_names_the_argument_that_chose_it():
+    d = classify("ValueError: Selected backend AttentionBackendEnum.ROCM_ATTN is not valid for this configuration. "
+                 "Reason: ['sink setting not supported']\n")
+    assert (d.category, d.flag, d.value) == ("invalid_flag", "--attention-backend", "ROCM_ATTN")
+    # an enum value a message merely mentions is no refusal
+    assert classify("ValueError: AttentionBackendEnum.TRITON_ATTN selected, but the KV cache is empty\n").category \
+        == "unknown"
+
+
+def test_a_message_over_several_lines_blames_the_parameter_it_advises_to_change():
+    d = classify("AssertionError: Aiter MLA only supports 16 or 128 number of heads.\nProvided 8 number of heads.\n"
+                 "Try adjusting tensor_parallel_size value.\n")
+    assert (d.category, d.flag) == ("invalid_flag", "--tensor-parallel-size")
+    assert "Try adjusting tensor_parallel_size" in d.summary
+    # the next record of the log is no part of the message
+    d = classify("AssertionError: nhead=8 not supported\nINFO 10-10 server.py:12] set tensor_parallel_size to 8\n")
+    assert d.category == "unknown"
