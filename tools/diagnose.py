@@ -18,8 +18,18 @@ from .context import ToolContext
 
 Category = Literal[
     "weight_shape_mismatch", "compile_error", "out_of_memory", "invalid_flag", "hang_timeout",
-    "collective_error", "port_in_use", "worker_crash", "unknown",
+    "collective_error", "port_in_use", "worker_crash", "kernel_unavailable", "unsupported_quantization",
+    "missing_op", "graph_capture_error", "tokenizer_error", "unknown",
 ]  # fmt: skip
+# The last five are failures of what the engine runs on rather than of its configuration or weights:
+#   kernel_unavailable        a kernel library (aiter, CK, hipBLASLt/rocBLAS) has no kernel for this problem on this
+#                             GPU: no instance for the shape, none built for the arch, or its kernel files would not
+#                             load; the remedy is another path for the same work (another MoE runner, attention backend)
+#   unsupported_quantization  the checkpoint's quantization scheme is one the GPU or the release cannot run
+#   missing_op                the installed kernel library was built without an op the engine calls
+#   graph_capture_error       the GPU runtime refused an operation while a graph was being captured
+#   tokenizer_error           the tokenizer would not load, or has no chat template the server needs
+KernelPath = Literal["moe", "gemm", "attention"]
 # Which memory ran out; the fix goes the opposite way for the first and the third:
 #   startup_kv  the static pool leaves no room for the KV cache at start-up: raise --mem-fraction-static (or more GPUs)
 #   weights     the weights alone do not fit one GPU: more GPUs per rank (--tp-size)
@@ -59,6 +69,12 @@ class Diagnosis(BaseModel):
     flag: str | None = Field(None, description="offending command-line flag")
     value: str | None = Field(None, description="for invalid_flag: the refused value, when the message names it")
     target: str | None = Field(None, description="the GPU target (gfx id) a compiler driver or kernel library names")
+    library: str | None = Field(None, description="the kernel library that has no kernel or op for the problem")
+    kernel: str | None = Field(None, description="the kernel or op the library names")
+    kernel_path: KernelPath | None = Field(
+        None, description="for kernel_unavailable: which of the engine's paths has no kernel (another backend for it "
+        "is the remedy)")
+    quantization: str | None = Field(None, description="for unsupported_quantization: the scheme refused")
     memory_phase: MemoryPhase | None = Field(None, description="for out_of_memory: which memory ran out (MemoryPhase)")
     mem_fraction_static: float | None = Field(
         None, description="the --mem-fraction-static the engine ran with, as its OOM message (else its ServerArgs line) "
@@ -141,7 +157,7 @@ _DRIVER = re.compile(r"^[ \t]*(?:[^\s:]*[/\\])?((?:amd)?clang(?:\+\+)?(?:-\d+)?|
                      r"ld\.lld|lld|ld)(?:\.exe)?: (?:fatal )?error: (\S.*)$", re.M)  # fmt: skip
 # the compiler's count when the error lines themselves were cut off the excerpt (or went to another stream)
 _ERRORS_GENERATED = re.compile(r"^[ \t]*(\d+) errors? generated(?: when compiling for ([^\s.]+))?\.?[ \t]*$", re.M)
-_GFX = re.compile(r"\b(gfx\d{2,4}[a-z]?)\b")
+_GFX = re.compile(r"(?<![A-Za-z0-9])(gfx\d{2,4}[a-z]?)(?![a-z0-9])")  # also in a file name: TensileLibrary_lazy_gfx942
 _ARGPARSE = re.compile(r"error: (unrecognized arguments: (\S+).*|argument (--[\w-]+)(?:/\S+)?: (.+))$", re.M)
 # Out of memory, by the messages' own words, most specific first; each kind says which memory ran out (MemoryPhase).
 # SGLang's start-up KV-cache checks: the 0.5.14+ ValueError of _profile_available_bytes (model_runner_kv_cache_mixin.py,
@@ -214,6 +230,41 @@ _COLLECTIVE_MISMATCH = re.compile(r"(Detected mismatch between collectives on ra
 _COLLECTIVE_WARN = re.compile(r"\b(?:NCCL|RCCL) WARN\b\s*(.*)")
 _WARN_FAILURE = re.compile(r"\b(?:fail\w*|error|errno|mismatch\w*|refused|closed|abort\w*|timed out|timeout|"
                            r"unable|cannot|could not|invalid|unhandled|no such)\b", re.I)
+# What the engine runs on (the Category notes): the libraries' and runtimes' own words.
+# an op torch's registry lacks (the installed kernel library was built without it), or has no kernel of for the backend
+_MISSING_OP = re.compile(r"'_OpNamespace' '(\w+)' object has no attribute '(\w+)'|"
+                         r"Could not run '(\w+)::(\w+)' with arguments from the '\w+' backend")  # fmt: skip
+# a quantization scheme the GPU (its capability) or the release (its methods, its platform's list) cannot run
+_QUANT_REFUSED = re.compile(r"[Tt]he quantization method ([\w-]+) is not supported for the current GPU[^\n]*|"
+                            r"Quantization scheme is not supported for[^\n]*|"
+                            r"Unknown quantization method: ([\w-]+)[^\n]*|"
+                            r"\b([\w-]+) quantization is (?:currently )?not supported (?:in|on|for) [^\n]*")  # fmt: skip
+# the GPU runtime refusing an operation on a stream being captured into a graph (HIP's words, and CUDA's)
+_CAPTURE_REFUSED = re.compile(r"operation not permitted when stream is capturing|operation not permitted on an event "
+                              r"last recorded in a capturing stream|\b(?:hip|cuda)Error(?:StreamCapture\w*|CapturedEvent)\b|"
+                              r"operation would make the legacy stream depend on a capturing blocking stream")  # fmt: skip
+# the tokenizer: no chat template where the server needs one (transformers' words), a tokenizer.json the installed
+# tokenizers library cannot read (written by a newer one), a tokenizer that is not there
+_TOKENIZER = re.compile(r"Cannot use chat template functions because tokenizer\.chat_template is not set[^\n]*|"
+                        r"data did not match any variant of untagged enum ModelWrapper[^\n]*|"
+                        r"Can't load tokenizer for [^\n]*")  # fmt: skip
+# a kernel library with no kernel for the problem, in its own words (composable_kernel's instance check, aiter's
+# dispatch, an op refusing its arguments) ...
+_NO_KERNEL = re.compile(r"device_gemm with the specified compilation parameters does not support this \w+ problem|"
+                        r"Unsupported kernel config\b[^\n]*|\binvalid argument for (\w+)")  # fmt: skip
+# ... or a refusal raised in the library's own code (its package directory in the raising frame's path)
+_KERNEL_LIBRARY = re.compile(r"[/\\](aiter|composable_kernel|ck_tile|sgl_kernel)[/\\]")
+# the GEMM libraries that found no kernels for the GPU (their kernel files not there, or not loadable); a line that is
+# followed by the library's fallback to another path was only a warning
+_BLAS_NO_KERNELS = re.compile(r"\b(rocblaslt|hipBLASLt|rocBLAS) error: (?:Could not load|Cannot read|Could not "
+                              r"initialize)\b[^\n]*")  # fmt: skip
+_BLAS_FALLBACK = re.compile(r"\bfalling back to\b", re.I)
+# which of the engine's paths the kernel served, by the words of the message and then of the frames
+_PATH_WORDS: tuple[tuple[KernelPath, re.Pattern], ...] = (
+    ("moe", re.compile(r"moe|expert", re.I)),
+    ("attention", re.compile(r"attn|attention|(?<![a-z])f?mha|(?<![a-z])mla|flash", re.I)),
+    ("gemm", re.compile(r"gemm|matmul|blas|tensile", re.I)),
+)  # fmt: skip
 # a ValueError is a configuration (flag) problem only when it names a server argument: a --flag, a parallel size
 # (SGLang's "tp_size * dp_size = 16 GPUs requested ..."), or it was raised by the argument validation itself
 # ... a ValueError, or an assertion or NotImplementedError with a message (SGLang's ServerArgs asserts many of its
@@ -569,6 +620,72 @@ def _collective_failure(entries: list[tuple[str, str]], lines: list[str], frames
     return None
 
 
+def _kernel_path(text: str, frames: list[Frame]) -> KernelPath | None:
+    for where in [text] + [f"{f.function} {f.file.rsplit('/', 1)[-1]}" for f in reversed(frames)]:
+        for path, words in _PATH_WORDS:
+            if words.search(where):
+                return path
+    return None
+
+
+def _platform_failure(entries: list[tuple[str, str]], lines: list[str], frames: list[Frame]) -> Diagnosis | None:
+    """A failure of what the engine runs on (the Category notes), by the decisive line's own words: an op the kernel
+    library lacks, a quantization scheme refused, the tokenizer, a graph capture the runtime refused, a kernel
+    library with no kernel for the problem (its own message, or a refusal raised in its code)."""
+    for _, body in entries:
+        if m := _MISSING_OP.search(body):
+            library, op = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+            return Diagnosis(category="missing_op", library=library, symbol=op, frames=frames, evidence=[body.strip()],
+                             summary=f"the installed {library} has no op {op}: {body.strip()[:200]}")  # fmt: skip
+    for pattern, category in ((_QUANT_REFUSED, "unsupported_quantization"), (_TOKENIZER, "tokenizer_error"),
+                              (_CAPTURE_REFUSED, "graph_capture_error")):  # fmt: skip
+        hits = [(body, m) for _, body in entries if (m := pattern.search(body))]
+        if not hits:
+            continue
+        body, m = hits[0]
+        d = Diagnosis(category=category, frames=frames, evidence=_tail(lines, pattern),  # type: ignore[arg-type]
+                      summary={"unsupported_quantization": "a quantization scheme this GPU or release cannot run",
+                               "tokenizer_error": "the tokenizer failed",
+                               "graph_capture_error": "the GPU runtime refused an operation during graph capture",
+                               }[category] + f": {body.strip()[:240]}")  # fmt: skip
+        if category == "unsupported_quantization":
+            d.quantization = next((g for g in m.groups() if g), None)
+        return d
+    for i, (_, body) in enumerate(entries):
+        m = _NO_KERNEL.search(body)
+        raised = None
+        if m is None and _EXCEPTION_LINE.match(body.lstrip()) and _REFUSAL.search(body):
+            raised = _frames_before(entries, i)
+            if not (raised and _KERNEL_LIBRARY.search(raised[-1].file)):
+                continue
+        elif m is None:
+            continue
+        raised = raised if raised is not None else _frames_before(entries, i)
+        where = next((lib.group(1) for f in reversed(raised) if (lib := _KERNEL_LIBRARY.search(f.file))), None)
+        library = "ck" if m is not None and m.group(0).startswith("device_gemm") else \
+            {"composable_kernel": "ck", "ck_tile": "ck"}.get(where or "", where)  # fmt: skip
+        d = Diagnosis(category="kernel_unavailable", library=library, frames=raised or frames, evidence=[body.strip()],
+                      kernel=m.group(1) if m is not None else None, kernel_path=_kernel_path(body, raised),
+                      summary=f"no kernel for this problem in {library or 'the kernel library'}: {body.strip()[:240]}")
+        return d
+    return None
+
+
+def _blas_without_kernels(entries: list[tuple[str, str]], lines: list[str], frames: list[Frame]) -> Diagnosis | None:
+    """hipBLASLt's or rocBLAS' kernel files for the GPU not found or not loadable, when nothing else failed and the
+    library did not go on with another path."""
+    hits = [i for i, (_, body) in enumerate(entries) if _BLAS_NO_KERNELS.search(body)]
+    if not hits or any(_BLAS_FALLBACK.search(body) for _, body in entries[hits[0]:]):
+        return None
+    m = _BLAS_NO_KERNELS.search(entries[hits[-1]][1])
+    assert m is not None
+    target = next((g.group(1) for i in hits if (g := _GFX.search(entries[i][1]))), None)
+    library = "rocblas" if m.group(1) == "rocBLAS" else "hipblaslt"  # rocblaslt is hipBLASLt's own name for itself
+    return Diagnosis(category="kernel_unavailable", library=library, target=target, kernel_path="gemm", frames=frames,
+                     evidence=_tail(lines, _BLAS_NO_KERNELS),
+                     summary=f"{library} has no usable kernels{f' for {target}' if target else ''}: {m.group(0)[:200]}")
+
+
 def classify(log: str, *, timed_out: bool = False) -> Diagnosis:
     """Classify a failed start (or a failing run) from its log text."""
     lines = log.splitlines()
@@ -609,6 +726,8 @@ def classify(log: str, *, timed_out: bool = False) -> Diagnosis:
     quiet = [(src, body) for src, body in entries if not _COLLECTIVE_INFO.search(body)]
     quiet_text = "\n".join(body for _, body in quiet)
     quiet_lines = [ln for ln in lines if not _COLLECTIVE_INFO.search(ln)]
+    if (d := _platform_failure(quiet, quiet_lines, frames)) is not None:
+        return d
     if (d := _worker_crash(quiet, quiet_lines, frames)) is not None:
         return d  # before what the dead worker's peers then report (a collective that lost a rank, a watchdog)
     if (d := _memory_failure(quiet, quiet_lines, frames)) is not None:
@@ -619,6 +738,8 @@ def classify(log: str, *, timed_out: bool = False) -> Diagnosis:
         return Diagnosis(category="hang_timeout", summary=f"the engine stopped making progress: {m.group(1)}",
                          evidence=_tail(quiet_lines, m.re), frames=frames)  # fmt: skip
     if (d := _flag_value_error(quiet)) is not None:
+        return d
+    if (d := _blas_without_kernels(quiet, quiet_lines, frames)) is not None:
         return d
     if timed_out:
         return Diagnosis(category="hang_timeout", summary="the server did not become ready before the timeout",
@@ -699,8 +820,9 @@ class DiagnoseResult(ToolResult):
 @tool(idempotent=True)
 def diagnose_crash(ctx: ToolContext, args: DiagnoseInput) -> DiagnoseResult:
     """Classify why the engine failed (weight shape mismatch, compile error, out of memory, invalid flag,
-    hang, collective error, port in use, crashed worker, unknown) and extract the parameter, shapes, file, line,
-    header or flag."""
+    hang, collective error, port in use, crashed worker, a kernel library without a kernel for the problem, an
+    unsupported quantization, a missing op, a refused graph capture, a tokenizer failure, unknown) and extract the
+    parameter, shapes, file, line, header, flag or refused value, gfx target, library and kernel path."""
     text = args.text
     if text is None:
         path = ctx.run_dir / args.log_path if args.log_path else ctx.last_log

@@ -81,3 +81,69 @@ def test_a_message_over_several_lines_blames_the_parameter_it_advises_to_change(
     # the next record of the log is no part of the message
     d = classify("AssertionError: nhead=8 not supported\nINFO 10-10 server.py:12] set tensor_parallel_size to 8\n")
     assert d.category == "unknown"
+
+
+# --- what the engine runs on ---------------------------------------------------------------------------------------
+def test_an_op_the_kernel_library_lacks():
+    d = classify("AttributeError: '_OpNamespace' 'sgl_kernel' object has no attribute 'awq_dequantize'\n")
+    assert (d.category, d.library, d.symbol) == ("missing_op", "sgl_kernel", "awq_dequantize")
+    d = classify("NotImplementedError: Could not run 'aiter::rmsnorm2d_fwd' with arguments from the 'CPU' backend.\n")
+    assert (d.category, d.library, d.symbol) == ("missing_op", "aiter", "rmsnorm2d_fwd")
+
+
+def test_a_quantization_scheme_the_gpu_or_the_release_cannot_run():
+    for line, scheme in [("ValueError: The quantization method fp8 is not supported for the current GPU. Minimum "
+                          "capability: 89. Current capability: 80.", "fp8"),
+                         ("ValueError: Unknown quantization method: mxfp8. Must be one of ['fp8', 'awq'].", "mxfp8"),
+                         ("ValueError: bitsandbytes quantization is currently not supported in ROCm.", "bitsandbytes"),
+                         ("RuntimeError: ('Quantization scheme is not supported for ', 'the current GPU. Min "
+                          "capability: 80. ', 'Current capability: 75.')", None)]:  # fmt: skip
+        d = classify(line + "\n")
+        assert (d.category, d.quantization) == ("unsupported_quantization", scheme), line
+    # the checkpoint and the flag disagreeing is the flag's problem, not the scheme's
+    d = classify("ValueError: Quantization method specified in the model config (fp8) does not match the quantization "
+                 "method specified in the `quantization` argument (awq).\n")
+    assert (d.category, d.flag) == ("invalid_flag", "--quantization")
+
+
+def test_the_tokenizer_and_its_chat_template():
+    assert classify("ValueError: Cannot use chat template functions because tokenizer.chat_template is not set and no "
+                    "template argument was passed!\n").category == "tokenizer_error"  # fmt: skip
+    assert classify("Exception: data did not match any variant of untagged enum ModelWrapper at line 1 column 3\n"
+                    ).category == "tokenizer_error"  # fmt: skip
+
+
+def test_a_refused_graph_capture_over_the_process_group_watchdog_that_reports_it():
+    log = ("[rank0]:[E1030 15:32:32.970893361 ProcessGroupNCCL.cpp:2055] [PG ID 5 PG GUID 51 Rank 0] Process group "
+           "watchdog thread terminated with exception: HIP error: operation not permitted when stream is capturing\n"
+           "[rank0]: NCCL error: unhandled cuda error, NCCL version 2.21.5\n")
+    d = classify(log)
+    assert d.category == "graph_capture_error"
+    assert "operation not permitted when stream is capturing" in d.summary
+
+
+def test_a_kernel_library_without_a_kernel_for_the_problem():
+    in_aiter = ('  File "/opt/venv/lib/python3.12/site-packages/aiter/ops/mha.py", line 88, in fmha_fwd\n'
+                '    assert head_dim in (64, 128), f"{head_dim=} not supported"\n'
+                "AssertionError: head_dim=96 not supported\n")
+    d = classify(in_aiter)
+    assert (d.category, d.library, d.kernel_path) == ("kernel_unavailable", "aiter", "attention")
+    # the same refusal in the engine's own code is no kernel library's: nothing says which path has no kernel
+    assert classify(in_aiter.replace("aiter/ops/mha.py", "myengine/ops/mha.py")).category == "unknown"
+    d = classify("RuntimeError: wrong! device_gemm with the specified compilation parameters does not support this "
+                 "GEMM problem\n")
+    assert (d.category, d.library, d.kernel_path) == ("kernel_unavailable", "ck", "gemm")
+    d = classify("RuntimeError: Unsupported kernel config for moe heuristic dispatch\n")
+    assert (d.category, d.kernel_path) == ("kernel_unavailable", "moe")
+
+
+def test_a_gemm_library_without_kernels_for_the_gpu_unless_it_fell_back():
+    load = "rocblaslt error: Could not load /opt/rocm/lib/hipblaslt/library/TensileLibrary_lazy_gfx1201.dat\n"
+    d = classify(load + "Aborted (core dumped)\n")
+    assert (d.category, d.library, d.target, d.kernel_path) == ("kernel_unavailable", "hipblaslt", "gfx1201", "gemm")
+    d = classify(load + "hipBLASLt error: Heuristic Fetch Failed!\nrocBLAS warning: hipBlasLT failed, falling back to "
+                 "tensile.\n")  # fmt: skip
+    assert d.category == "unknown"
+    # a failure the log reports besides is the diagnosis
+    oom = "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 191.98 GiB"
+    assert classify(load + oom + "\n").category == "out_of_memory"
