@@ -29,6 +29,10 @@ _BLAMED_NAME = re.compile(
     r"(?<![\w.])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?:\s*\([^)]*\)|=\S+)?\s+(?:must\b|should\b|cannot\b|can ?not\b|"
     r"needs? to\b|has to\b|to be provided\b|exceeds?\b|is (?:required|not supported|not allowed|invalid|"
     r"out of range|set to|too \w+|(?:greater|larger|bigger|smaller|less|lower|higher) than)\b)")  # fmt: skip
+# advice to change a named parameter ("Try adjusting tensor_parallel_size value"): it blames that parameter wherever
+# the message was raised
+_ADVISED_NAME = re.compile(r"\b(?:adjust|chang|reduc|increas|decreas|lower|rais)(?:e|es|ing|s)?\s+(?:the\s+)?"
+                           r"[`'\"]?([a-z][a-z0-9]*(?:_[a-z0-9]+)+)[`'\"]?", re.I)  # fmt: skip
 # the message speaks of the user's own setting, or the exception came from validating a configuration
 _USER_SETTING = re.compile(r"\b(?:[Uu]ser-specified|specified|provided|argument|parameter|flag|option)\b")
 _CONFIG_FILE = re.compile(r"(?:^|/)(?:config|configs|arg_utils|args_tools|server_args|\w+_config)\.py$|/config/")
@@ -60,6 +64,8 @@ def blamed_parameter(message: str, *, config_context: bool) -> str | None:
     """The Python parameter the message blames, or None. ``config_context``: the exception was raised while a
     configuration was validated (a config module raised it, or pydantic validated a config class)."""
     if m := _QUOTED_ARGUMENT.search(message):
+        return m.group(1)
+    if m := _ADVISED_NAME.search(message):
         return m.group(1)
     if not (config_context or _USER_SETTING.search(message)):
         return None

@@ -18,8 +18,18 @@ from .context import ToolContext
 
 Category = Literal[
     "weight_shape_mismatch", "compile_error", "out_of_memory", "invalid_flag", "hang_timeout",
-    "collective_error", "port_in_use", "worker_crash", "unknown",
+    "collective_error", "port_in_use", "worker_crash", "kernel_unavailable", "unsupported_quantization",
+    "missing_op", "graph_capture_error", "tokenizer_error", "unknown",
 ]  # fmt: skip
+# The last five are failures of what the engine runs on rather than of its configuration or weights:
+#   kernel_unavailable        a kernel library (aiter, CK, hipBLASLt/rocBLAS) has no kernel for this problem on this
+#                             GPU: no instance for the shape, none built for the arch, or its kernel files would not
+#                             load; the remedy is another path for the same work (another MoE runner, attention backend)
+#   unsupported_quantization  the checkpoint's quantization scheme is one the GPU or the release cannot run
+#   missing_op                the installed kernel library was built without an op the engine calls
+#   graph_capture_error       the GPU runtime refused an operation while a graph was being captured
+#   tokenizer_error           the tokenizer would not load, or has no chat template the server needs
+KernelPath = Literal["moe", "gemm", "attention"]
 # Which memory ran out; the fix goes the opposite way for the first and the third:
 #   startup_kv  the static pool leaves no room for the KV cache at start-up: raise --mem-fraction-static (or more GPUs)
 #   weights     the weights alone do not fit one GPU: more GPUs per rank (--tp-size)
@@ -57,6 +67,14 @@ class Diagnosis(BaseModel):
     header: str | None = Field(None, description="missing include")
     symbol: str | None = Field(None, description="undeclared type or identifier a compile error names")
     flag: str | None = Field(None, description="offending command-line flag")
+    value: str | None = Field(None, description="for invalid_flag: the refused value, when the message names it")
+    target: str | None = Field(None, description="the GPU target (gfx id) a compiler driver or kernel library names")
+    library: str | None = Field(None, description="the kernel library that has no kernel or op for the problem")
+    kernel: str | None = Field(None, description="the kernel or op the library names")
+    kernel_path: KernelPath | None = Field(
+        None, description="for kernel_unavailable: which of the engine's paths has no kernel (another backend for it "
+        "is the remedy)")
+    quantization: str | None = Field(None, description="for unsupported_quantization: the scheme refused")
     memory_phase: MemoryPhase | None = Field(None, description="for out_of_memory: which memory ran out (MemoryPhase)")
     mem_fraction_static: float | None = Field(
         None, description="the --mem-fraction-static the engine ran with, as its OOM message (else its ServerArgs line) "
@@ -106,6 +124,10 @@ _DEFAULT_LOADER = re.compile(rf"Attempted to load weight \({_SIZE}(?:, dtype=([\
 _TRIED = re.compile(rf"Tried to load weights of size {_SIZE}\s*to a parameter (?:shard of id \S+ )?(?:of )?size {_SIZE}")
 _REPLICATED = re.compile(rf"param\.shape={_SIZE} param\.dtype=([\w.]+) loaded_weight\.shape={_SIZE} loaded_weight\.dtype=([\w.]+)")
 _PARAM_DATA = re.compile(rf"param_data\.shape={_SIZE}(?: !=)? loaded_weight\.shape={_SIZE}")
+# PyTorch's load_state_dict, one line per parameter under its "Error(s) in loading state_dict for <Module>:" header
+# (the header may be cut off a pasted excerpt): the name is the module's own, which is the checkpoint's key as well
+_STATE_DICT = re.compile(rf"size mismatch for ([\w.]+): copying a param with shape {_SIZE} from checkpoint, the shape in "
+                         rf"current model is {_SIZE}")  # fmt: skip
 # PyTorch's own, meaningful only while a loader runs: copy_ into a parameter, and slice assignment
 _TENSOR_SIZE = re.compile(r"The size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)")
 _EXPANDED = re.compile(r"The expanded size of the tensor \((\d+)\) must match the existing size \((\d+)\)")
@@ -128,6 +150,14 @@ _GCC_MISSING = re.compile(rf"^[ \t]*(\S+?):(\d+):(?:\d+:)? {_FATAL}[:：]\s*([^:
 _UNDECLARED = re.compile(r"^[ \t]*(\S+?):(\d+):\d+: error:\s*(unknown type name|use of undeclared identifier) '([^']+)'",
                          re.M)  # fmt: skip
 _COMPILE = re.compile(r"^[ \t]*(\S+?):(\d+):(?:\d+:)? (?:fatal )?error:[ \t]*\n?[ \t]*(\S.*)$", re.M)
+# the compiler driver's own errors, which name no source position: an offload target it refuses (an unknown or
+# malformed gfx id, feature combinations that conflict), a HIP option given to the host compiler, a ROCm component it
+# cannot find. The build failed before any source was compiled, for the target, not for a line of code.
+_DRIVER = re.compile(r"^[ \t]*(?:[^\s:]*[/\\])?((?:amd)?clang(?:\+\+)?(?:-\d+)?|hipcc(?:\.bin)?|[cg]\+\+|gcc|cc|nvcc|"
+                     r"ld\.lld|lld|ld)(?:\.exe)?: (?:fatal )?error: (\S.*)$", re.M)  # fmt: skip
+# the compiler's count when the error lines themselves were cut off the excerpt (or went to another stream)
+_ERRORS_GENERATED = re.compile(r"^[ \t]*(\d+) errors? generated(?: when compiling for ([^\s.]+))?\.?[ \t]*$", re.M)
+_GFX = re.compile(r"(?<![A-Za-z0-9])(gfx\d{2,4}[a-z]?)(?![a-z0-9])")  # also in a file name: TensileLibrary_lazy_gfx942
 _ARGPARSE = re.compile(r"error: (unrecognized arguments: (\S+).*|argument (--[\w-]+)(?:/\S+)?: (.+))$", re.M)
 # Out of memory, by the messages' own words, most specific first; each kind says which memory ran out (MemoryPhase).
 # SGLang's start-up KV-cache checks: the 0.5.14+ ValueError of _profile_available_bytes (model_runner_kv_cache_mixin.py,
@@ -200,12 +230,55 @@ _COLLECTIVE_MISMATCH = re.compile(r"(Detected mismatch between collectives on ra
 _COLLECTIVE_WARN = re.compile(r"\b(?:NCCL|RCCL) WARN\b\s*(.*)")
 _WARN_FAILURE = re.compile(r"\b(?:fail\w*|error|errno|mismatch\w*|refused|closed|abort\w*|timed out|timeout|"
                            r"unable|cannot|could not|invalid|unhandled|no such)\b", re.I)
+# What the engine runs on (the Category notes): the libraries' and runtimes' own words.
+# an op torch's registry lacks (the installed kernel library was built without it), or has no kernel of for the backend
+_MISSING_OP = re.compile(r"'_OpNamespace' '(\w+)' object has no attribute '(\w+)'|"
+                         r"Could not run '(\w+)::(\w+)' with arguments from the '\w+' backend")  # fmt: skip
+# a quantization scheme the GPU (its capability) or the release (its methods, its platform's list) cannot run
+_QUANT_REFUSED = re.compile(r"[Tt]he quantization method ([\w-]+) is not supported for the current GPU[^\n]*|"
+                            r"Quantization scheme is not supported for[^\n]*|"
+                            r"Unknown quantization method: ([\w-]+)[^\n]*|"
+                            r"\b([\w-]+) quantization is (?:currently )?not supported (?:in|on|for) [^\n]*")  # fmt: skip
+# the GPU runtime refusing an operation on a stream being captured into a graph (HIP's words, and CUDA's)
+_CAPTURE_REFUSED = re.compile(r"operation not permitted when stream is capturing|operation not permitted on an event "
+                              r"last recorded in a capturing stream|\b(?:hip|cuda)Error(?:StreamCapture\w*|CapturedEvent)\b|"
+                              r"operation would make the legacy stream depend on a capturing blocking stream")  # fmt: skip
+# the tokenizer: no chat template where the server needs one (transformers' words), a tokenizer.json the installed
+# tokenizers library cannot read (written by a newer one), a tokenizer that is not there
+_TOKENIZER = re.compile(r"Cannot use chat template functions because tokenizer\.chat_template is not set[^\n]*|"
+                        r"data did not match any variant of untagged enum ModelWrapper[^\n]*|"
+                        r"Can't load tokenizer for [^\n]*")  # fmt: skip
+# a kernel library with no kernel for the problem, in its own words (composable_kernel's instance check, aiter's
+# dispatch, an op refusing its arguments) ...
+_NO_KERNEL = re.compile(r"device_gemm with the specified compilation parameters does not support this \w+ problem|"
+                        r"Unsupported kernel config\b[^\n]*|\binvalid argument for (\w+)")  # fmt: skip
+# ... or a refusal raised in the library's own code (its package directory in the raising frame's path)
+_KERNEL_LIBRARY = re.compile(r"[/\\](aiter|composable_kernel|ck_tile|sgl_kernel)[/\\]")
+# the GEMM libraries that found no kernels for the GPU (their kernel files not there, or not loadable); a line that is
+# followed by the library's fallback to another path was only a warning
+_BLAS_NO_KERNELS = re.compile(r"\b(rocblaslt|hipBLASLt|rocBLAS) error: (?:Could not load|Cannot read|Could not "
+                              r"initialize)\b[^\n]*")  # fmt: skip
+_BLAS_FALLBACK = re.compile(r"\bfalling back to\b", re.I)
+# which of the engine's paths the kernel served, by the words of the message and then of the frames
+_PATH_WORDS: tuple[tuple[KernelPath, re.Pattern], ...] = (
+    ("moe", re.compile(r"moe|expert", re.I)),
+    ("attention", re.compile(r"attn|attention|(?<![a-z])f?mha|(?<![a-z])mla|flash", re.I)),
+    ("gemm", re.compile(r"gemm|matmul|blas|tensile", re.I)),
+)  # fmt: skip
 # a ValueError is a configuration (flag) problem only when it names a server argument: a --flag, a parallel size
 # (SGLang's "tp_size * dp_size = 16 GPUs requested ..."), or it was raised by the argument validation itself
-_VALUE_ERROR = re.compile(r"\b(?:ValueError|ServerArgsError)\b:?\s*(.*)$")
+# ... a ValueError, or an assertion or NotImplementedError with a message (SGLang's ServerArgs asserts many of its
+# refusals: an algorithm a model class cannot run, an attention backend a configuration cannot use)
+_VALUE_ERROR = re.compile(r"\b(?:ValueError|ServerArgsError|(?:AssertionError|NotImplementedError)(?=:\s*\S))\b:?\s*(.*)$")
+# a backend the message refuses by its enum value (vLLM's "Selected backend AttentionBackendEnum.FLASHINFER is not valid
+# for this configuration"): the enum's class names the argument that selected it (attention_backend)
+_BACKEND_VALUE = re.compile(r"\b([A-Z][A-Za-z]*Backend)(?:Enum)?\.([A-Z][A-Z0-9_]*)\b")
+_REFUSAL = re.compile(r"\bnot (?:valid|supported|compatible|allowed)\b|\bunsupported\b|\bdoes(?: not|n't) support\b|"
+                      r"\bcannot be used\b|\bincompatible\b", re.I)  # fmt: skip
 _FLAG_NAME = re.compile(r"(--[a-z][\w-]*|\b(?:tp|dp|pp|ep|cp|sp|attn_tp|moe_dense_tp|moe_ep)_size\b|"
                         r"\b(?:tensor|pipeline|data)[ _-]parallel[ _-]size\b)")  # fmt: skip
 _ARGS_FILES = ("server_args.py", "arg_utils.py")
+_RECORD_CONTINUES = re.compile(r"\s*(?:During handling|The above exception|\[|(?:DEBUG|INFO|WARNING|ERROR)\b)")
 # aiter's MoE-shape lines (its selection line and its untuned notices); tools/moe_lines.py reads them field by field
 _FALLBACK = re.compile(r"\[fused_moe\] |Fmoe tuning not support for ")
 _ERROR_LINE = re.compile(r"^[\w.]*(?:Error|Exception)\b: |\bHSA_STATUS_ERROR_\w+|\bHIP error: |Memory access fault|"
@@ -304,7 +377,7 @@ def _weight_match(entries: list[tuple[str, str]]) -> tuple[str, re.Match, list[F
     starts = [0]
     for _, body in entries:
         starts.append(starts[-1] + len(body) + 1)
-    kinds = (("default", _DEFAULT_LOADER), ("tried", _TRIED), ("replicated", _REPLICATED),
+    kinds = (("default", _DEFAULT_LOADER), ("tried", _TRIED), ("replicated", _REPLICATED), ("state_dict", _STATE_DICT),
              ("param_data", _PARAM_DATA), ("tensor_size", _TENSOR_SIZE), ("expanded", _EXPANDED),
              ("key", _KEY_ERROR), ("assert", _BARE_ASSERT))  # fmt: skip
     for kind, pattern in kinds:
@@ -313,7 +386,7 @@ def _weight_match(entries: list[tuple[str, str]]) -> tuple[str, re.Match, list[F
             frames = _frames_before(entries, idx)
             raised = frames[-1] if frames else None
             loading = any(_is_loading(f.function) for f in frames)
-            if kind in ("default", "tried", "replicated"):
+            if kind in ("default", "tried", "replicated", "state_dict"):
                 return kind, m, frames
             if kind in ("param_data", "tensor_size", "expanded") and loading:
                 return kind, m, frames
@@ -358,6 +431,8 @@ def _weight_failure(entries: list[tuple[str, str]]) -> Diagnosis | None:
     elif kind in ("tensor_size", "expanded"):
         # copy_/assignment into the parameter: a (the target) is the engine's, b the checkpoint's; one dimension
         d.engine_shape, d.checkpoint_shape = [int(m.group(1))], [int(m.group(2))]
+    elif kind == "state_dict":
+        d.parameter, d.checkpoint_shape, d.engine_shape = m.group(1), _shape(m.group(2)), _shape(m.group(3))
     elif kind == "key":
         d.parameter = m.group(1)
     raised = frames[-1] if frames else None
@@ -397,16 +472,40 @@ def _flag_value_error(entries: list[tuple[str, str]]) -> Diagnosis | None:
         frames = _frames_before(entries, idx)
         by_args = bool(frames) and frames[-1].file.endswith(_ARGS_FILES)
         config_context = by_args or (bool(frames) and config_errors.is_config_file(frames[-1].file))
-    flag = None
-    if named := _FLAG_NAME.search(message):
-        flag = named.group(1) if named.group(1).startswith("--") else config_errors.as_flag(named.group(1))
-    elif parameter := config_errors.blamed_parameter(message, config_context=config_context):
-        flag = config_errors.as_flag(parameter)
+    body = bodies[idx].strip()
+    flag, value = _blamed_flag(message, config_context)
+    if not (flag or pydantic):  # a message Python printed over several lines: the rest of it
+        whole = _message_lines(entries, idx, message)
+        flag, value = _blamed_flag(whole, config_context)
+        body = body[: len(body) - len(message)] + whole if flag else body
     if not (flag or by_args):
         return None  # the last check that failed is no configuration problem
-    body = bodies[idx].strip()
-    return Diagnosis(category="invalid_flag", flag=flag, summary=f"rejected configuration: {body[-200:]}",
+    return Diagnosis(category="invalid_flag", flag=flag, value=value, summary=f"rejected configuration: {body[-200:]}",
                      evidence=[body], frames=frames)  # fmt: skip
+
+
+def _blamed_flag(message: str, config_context: bool) -> tuple[str | None, str | None]:
+    """(the flag a refusal blames, the value it refuses): a --flag or parallel size it names, the Python parameter
+    behind a flag (tools/config_errors.py), or a backend it refuses by its enum value."""
+    if named := _FLAG_NAME.search(message):
+        return (named.group(1) if named.group(1).startswith("--") else config_errors.as_flag(named.group(1))), None
+    if parameter := config_errors.blamed_parameter(message, config_context=config_context):
+        return config_errors.as_flag(parameter), None
+    if (m := _BACKEND_VALUE.search(message)) and _REFUSAL.search(message):
+        return config_errors.as_flag(re.sub(r"(?<!^)(?=[A-Z])", "_", m.group(1))), m.group(2)
+    return None, None
+
+
+def _message_lines(entries: list[tuple[str, str]], idx: int, first: str) -> str:
+    """The message of the exception at ``entries[idx]`` with the lines it continues on (up to three of its stream's
+    next lines, until a blank line, a traceback's own line or another exception)."""
+    source, parts = entries[idx][0], [first]
+    for src, body in entries[idx + 1 : idx + 4]:
+        if (src != source or not body.strip() or _FRAME.match(body) or _CARETS.match(body) or _TRACEBACK in body
+                or _EXCEPTION_LINE.match(body) or _RECORD_CONTINUES.match(body)):  # fmt: skip
+            break
+        parts.append(body.strip())
+    return " ".join(parts)
 
 
 def _allocation_phase(entries: list[tuple[str, str]], idx: int, line: str) -> MemoryPhase:
@@ -521,6 +620,72 @@ def _collective_failure(entries: list[tuple[str, str]], lines: list[str], frames
     return None
 
 
+def _kernel_path(text: str, frames: list[Frame]) -> KernelPath | None:
+    for where in [text] + [f"{f.function} {f.file.rsplit('/', 1)[-1]}" for f in reversed(frames)]:
+        for path, words in _PATH_WORDS:
+            if words.search(where):
+                return path
+    return None
+
+
+def _platform_failure(entries: list[tuple[str, str]], lines: list[str], frames: list[Frame]) -> Diagnosis | None:
+    """A failure of what the engine runs on (the Category notes), by the decisive line's own words: an op the kernel
+    library lacks, a quantization scheme refused, the tokenizer, a graph capture the runtime refused, a kernel
+    library with no kernel for the problem (its own message, or a refusal raised in its code)."""
+    for _, body in entries:
+        if m := _MISSING_OP.search(body):
+            library, op = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+            return Diagnosis(category="missing_op", library=library, symbol=op, frames=frames, evidence=[body.strip()],
+                             summary=f"the installed {library} has no op {op}: {body.strip()[:200]}")  # fmt: skip
+    for pattern, category in ((_QUANT_REFUSED, "unsupported_quantization"), (_TOKENIZER, "tokenizer_error"),
+                              (_CAPTURE_REFUSED, "graph_capture_error")):  # fmt: skip
+        hits = [(body, m) for _, body in entries if (m := pattern.search(body))]
+        if not hits:
+            continue
+        body, m = hits[0]
+        d = Diagnosis(category=category, frames=frames, evidence=_tail(lines, pattern),  # type: ignore[arg-type]
+                      summary={"unsupported_quantization": "a quantization scheme this GPU or release cannot run",
+                               "tokenizer_error": "the tokenizer failed",
+                               "graph_capture_error": "the GPU runtime refused an operation during graph capture",
+                               }[category] + f": {body.strip()[:240]}")  # fmt: skip
+        if category == "unsupported_quantization":
+            d.quantization = next((g for g in m.groups() if g), None)
+        return d
+    for i, (_, body) in enumerate(entries):
+        m = _NO_KERNEL.search(body)
+        raised = None
+        if m is None and _EXCEPTION_LINE.match(body.lstrip()) and _REFUSAL.search(body):
+            raised = _frames_before(entries, i)
+            if not (raised and _KERNEL_LIBRARY.search(raised[-1].file)):
+                continue
+        elif m is None:
+            continue
+        raised = raised if raised is not None else _frames_before(entries, i)
+        where = next((lib.group(1) for f in reversed(raised) if (lib := _KERNEL_LIBRARY.search(f.file))), None)
+        library = "ck" if m is not None and m.group(0).startswith("device_gemm") else \
+            {"composable_kernel": "ck", "ck_tile": "ck"}.get(where or "", where)  # fmt: skip
+        d = Diagnosis(category="kernel_unavailable", library=library, frames=raised or frames, evidence=[body.strip()],
+                      kernel=m.group(1) if m is not None else None, kernel_path=_kernel_path(body, raised),
+                      summary=f"no kernel for this problem in {library or 'the kernel library'}: {body.strip()[:240]}")
+        return d
+    return None
+
+
+def _blas_without_kernels(entries: list[tuple[str, str]], lines: list[str], frames: list[Frame]) -> Diagnosis | None:
+    """hipBLASLt's or rocBLAS' kernel files for the GPU not found or not loadable, when nothing else failed and the
+    library did not go on with another path."""
+    hits = [i for i, (_, body) in enumerate(entries) if _BLAS_NO_KERNELS.search(body)]
+    if not hits or any(_BLAS_FALLBACK.search(body) for _, body in entries[hits[0]:]):
+        return None
+    m = _BLAS_NO_KERNELS.search(entries[hits[-1]][1])
+    assert m is not None
+    target = next((g.group(1) for i in hits if (g := _GFX.search(entries[i][1]))), None)
+    library = "rocblas" if m.group(1) == "rocBLAS" else "hipblaslt"  # rocblaslt is hipBLASLt's own name for itself
+    return Diagnosis(category="kernel_unavailable", library=library, target=target, kernel_path="gemm", frames=frames,
+                     evidence=_tail(lines, _BLAS_NO_KERNELS),
+                     summary=f"{library} has no usable kernels{f' for {target}' if target else ''}: {m.group(0)[:200]}")
+
+
 def classify(log: str, *, timed_out: bool = False) -> Diagnosis:
     """Classify a failed start (or a failing run) from its log text."""
     lines = log.splitlines()
@@ -541,6 +706,16 @@ def classify(log: str, *, timed_out: bool = False) -> Diagnosis:
         return Diagnosis(category="compile_error", file=m.group(1), line=int(m.group(2)),
                          summary=f"compile error in {m.group(1)}:{m.group(2)}: {m.group(3)}", evidence=[m.group(0)],
                          frames=frames)  # fmt: skip
+    if m := _DRIVER.search(text):
+        target = _GFX.search(m.group(2))
+        return Diagnosis(category="compile_error", target=target.group(1) if target else None,
+                         summary=f"compiler driver error ({m.group(1)}): {m.group(2).strip()[:240]}",
+                         evidence=_tail(lines, _DRIVER), frames=frames)  # fmt: skip
+    if m := _ERRORS_GENERATED.search(text):
+        target = _GFX.search(m.group(2) or "")
+        return Diagnosis(category="compile_error", target=target.group(1) if target else None,
+                         summary=f"{m.group(0).strip()} (the errors themselves are not in the log)",
+                         evidence=_tail(lines, _ERRORS_GENERATED), frames=frames)  # fmt: skip
     if m := _PORT_TAKEN.search(text):
         return Diagnosis(category="port_in_use", summary=f"a port the server binds is taken by another process: "
                          f"{m.group(0).strip()}", evidence=_tail(lines, _PORT_TAKEN))  # fmt: skip
@@ -551,6 +726,8 @@ def classify(log: str, *, timed_out: bool = False) -> Diagnosis:
     quiet = [(src, body) for src, body in entries if not _COLLECTIVE_INFO.search(body)]
     quiet_text = "\n".join(body for _, body in quiet)
     quiet_lines = [ln for ln in lines if not _COLLECTIVE_INFO.search(ln)]
+    if (d := _platform_failure(quiet, quiet_lines, frames)) is not None:
+        return d
     if (d := _worker_crash(quiet, quiet_lines, frames)) is not None:
         return d  # before what the dead worker's peers then report (a collective that lost a rank, a watchdog)
     if (d := _memory_failure(quiet, quiet_lines, frames)) is not None:
@@ -561,6 +738,8 @@ def classify(log: str, *, timed_out: bool = False) -> Diagnosis:
         return Diagnosis(category="hang_timeout", summary=f"the engine stopped making progress: {m.group(1)}",
                          evidence=_tail(quiet_lines, m.re), frames=frames)  # fmt: skip
     if (d := _flag_value_error(quiet)) is not None:
+        return d
+    if (d := _blas_without_kernels(quiet, quiet_lines, frames)) is not None:
         return d
     if timed_out:
         return Diagnosis(category="hang_timeout", summary="the server did not become ready before the timeout",
@@ -641,8 +820,9 @@ class DiagnoseResult(ToolResult):
 @tool(idempotent=True)
 def diagnose_crash(ctx: ToolContext, args: DiagnoseInput) -> DiagnoseResult:
     """Classify why the engine failed (weight shape mismatch, compile error, out of memory, invalid flag,
-    hang, collective error, port in use, crashed worker, unknown) and extract the parameter, shapes, file, line,
-    header or flag."""
+    hang, collective error, port in use, crashed worker, a kernel library without a kernel for the problem, an
+    unsupported quantization, a missing op, a refused graph capture, a tokenizer failure, unknown) and extract the
+    parameter, shapes, file, line, header, flag or refused value, gfx target, library and kernel path."""
     text = args.text
     if text is None:
         path = ctx.run_dir / args.log_path if args.log_path else ctx.last_log

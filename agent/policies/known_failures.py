@@ -30,8 +30,10 @@ _OPS: dict[type[ast.cmpop], Op] = {ast.Gt: ">", ast.GtE: ">=", ast.Lt: "<", ast.
 _EVAL = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne}
 _MIRROR: dict[Op, Op] = {">": "<", ">=": "<=", "<": ">", "<=": ">=", "==": "==", "!=": "!="}
 _NEGATE: dict[Op, Op] = {">": "<=", ">=": "<", "<": ">=", "<=": ">", "==": "!=", "!=": "=="}
-# the start-up failures a relaunch with nothing changed repeats (a crashed worker or a hang may be the node's)
-DETERMINISTIC = ("weight_shape_mismatch", "compile_error", "out_of_memory", "invalid_flag")
+# the start-up failures a relaunch with nothing changed repeats (a crashed worker or a hang may be the node's): the
+# configuration's, and what the engine runs on (a kernel, a quantization, an op, a graph capture, the tokenizer)
+DETERMINISTIC = ("weight_shape_mismatch", "compile_error", "out_of_memory", "invalid_flag", "kernel_unavailable",
+                 "unsupported_quantization", "missing_op", "graph_capture_error", "tokenizer_error")  # fmt: skip
 
 
 def launch_key(flags: dict[str, Any], env: dict[str, str], workspace_changes: int) -> str:

@@ -95,6 +95,11 @@ WORKSPACE_CHANGES = ("edit_file", "apply_patch", "discard_changes")  # the calls
 DEPTH_MOVES = ("deeper", "shallower")  # the chain's depth: what reaches a single-stream target; width comes later
 
 
+# the flag that selects each of the engine's paths a kernel library serves (tools.diagnose.KernelPath): when the library
+# has no kernel for the problem, another value of it runs the same work on another path
+KERNEL_PATH_FLAGS = {"attention": "attention-backend", "moe": "moe-runner-backend"}
+
+
 def _allowed(task: TaskSpec, flag: str) -> list[Any]:
     return list(task.search_space.flags.get(flag, []))
 
@@ -1037,8 +1042,8 @@ class PlaybookPolicy:
             if cur["keep_as"] == "base":
                 memo["min_tp"] = 2 * int(cur["flags"].get("tp-size", 1))
         elif category == "invalid_flag":
-            flag = (diag.get("flag") or "").lstrip("-").replace("_", "-")
-            if flag in cur["flags"]:
+            flag = self._refused_flag(cur["flags"], diag)
+            if flag is not None:
                 cur["flags"].pop(flag)
                 cur["step"] = "launch"
                 return None
@@ -1054,6 +1059,10 @@ class PlaybookPolicy:
                                                     f"TP{tp // 2} x DP{2 * dp}")  # fmt: skip
                 cur["step"] = "launch"
                 return None
+        elif category == "kernel_unavailable" and (change := self._kernel_path_fix(ctx.task, cur, diag)):
+            memo.setdefault("tried", []).append(f"{cur['label']}: {diag.get('summary', category)[:200]}; {change}")
+            cur["step"] = "launch"
+            return None
         elif category == "port_in_use":  # another process took the port: the next launch gets a fresh one
             cur["step"] = "launch"
             return None
@@ -1062,6 +1071,36 @@ class PlaybookPolicy:
             cur["step"] = "launch"
             return None
         return self._give_up(ctx, memo, cur, diag, diag.get("summary", category))
+
+    @staticmethod
+    def _kernel_path_fix(task: TaskSpec, cur: dict, diag: dict) -> str | None:
+        """A kernel library with no kernel for the problem on the path the diagnosis names: the same work on another
+        path the task allows (another attention backend, another MoE runner), one this configuration has not run
+        yet. None when the diagnosis names no such path (a GEMM library has no flag of its own), or none is left."""
+        flag = KERNEL_PATH_FLAGS.get(diag.get("kernel_path") or "")
+        if flag is None:
+            return None
+        current = cur["flags"].get(flag)
+        tried = cur.setdefault("paths_tried", {}).setdefault(flag, [])
+        if current is not None and current not in tried:
+            tried.append(current)
+        others = [v for v in _allowed(task, flag) if v is not None and v != current and v not in tried]
+        if not others:
+            return None
+        cur["flags"][flag] = others[0]
+        tried.append(others[0])
+        return f"{flag} {current if current is not None else '(default)'} -> {others[0]}"
+
+    @staticmethod
+    def _refused_flag(flags: dict, diag: dict) -> str | None:
+        """The flag of ``flags`` an invalid_flag diagnosis refuses: the one it names, else the only one set to the value
+        it refuses (a message that names a backend, not the flag that chose it); None when neither is set here."""
+        named = (diag.get("flag") or "").lstrip("-").replace("_", "-")
+        if named in flags:
+            return named
+        value = str(diag.get("value") or "").lower()
+        holding = [k for k, v in flags.items() if value and str(v).lower() == value]
+        return holding[0] if len(holding) == 1 else None
 
     def _give_up(self, ctx: PolicyContext, memo: dict, cur: dict, diag: dict, why: str) -> tuple[list[Call], str] | None:
         """No fix made ``cur`` launch. A kernel that would not build blocks what builds it, not its whole feature:

@@ -184,3 +184,32 @@ def test_a_diagnosis_without_the_phase_still_moves_the_right_way() -> None:
     task, cur = _oom_setup({"mem-fraction-static": 0.85})
     assert PlaybookPolicy._memory_fix(task, cur, {"summary": "out of memory: out of memory", "evidence": [HIP_OOM]})
     assert cur["flags"]["mem-fraction-static"] == 0.8
+
+
+def test_a_refused_flag_is_the_one_named_else_the_only_one_set_to_the_refused_value() -> None:
+    from agent.policies.playbook import PlaybookPolicy
+
+    flags = {"tp-size": 8, "attention-backend": "aiter", "moe-runner-backend": "aiter"}
+    assert PlaybookPolicy._refused_flag(flags, {"flag": "--attention-backend", "value": "x"}) == "attention-backend"
+    assert PlaybookPolicy._refused_flag({"tp-size": 8, "attention-backend": "triton"},
+                                        {"flag": "--backend", "value": "TRITON"}) == "attention-backend"  # fmt: skip
+    assert PlaybookPolicy._refused_flag(flags, {"value": "aiter"}) is None  # two flags hold it: neither is known
+    assert PlaybookPolicy._refused_flag(flags, {"flag": "--turbo"}) is None
+
+
+def test_a_kernel_library_without_a_kernel_moves_the_work_to_another_allowed_path() -> None:
+    from agent.policies.known_failures import fails_again
+    from agent.policies.playbook import PlaybookPolicy
+    from tools.diagnose import classify
+
+    diag = classify('  File "/usr/local/lib/python3.12/dist-packages/aiter/jit/core.py", line 1205, in wrapper\n'
+                    "RuntimeError: invalid argument for fmha_v3_varlen_fwd\n").model_dump()  # fmt: skip
+    assert (diag["category"], diag["kernel_path"]) == ("kernel_unavailable", "attention")
+    assert fails_again(diag["category"])  # the same launch would fail again: not relaunched unchanged
+    task, cur = _oom_setup({"tp-size": 8, "attention-backend": "aiter"})  # attention-backend [aiter, triton]
+    assert PlaybookPolicy._kernel_path_fix(task, cur, diag) == "attention-backend aiter -> triton"
+    assert cur["flags"]["attention-backend"] == "triton"
+    assert PlaybookPolicy._kernel_path_fix(task, cur, diag) is None  # both were run: nothing left
+    # a GEMM library's kernels have no flag to choose another path; a MoE runner the task does not allow is none
+    assert PlaybookPolicy._kernel_path_fix(task, cur, {**diag, "kernel_path": "gemm"}) is None
+    assert PlaybookPolicy._kernel_path_fix(task, cur, {**diag, "kernel_path": "moe"}) is None

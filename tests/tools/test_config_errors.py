@@ -43,3 +43,10 @@ def test_classify_a_pydantic_rejection_and_a_pydantic_failure_that_is_no_flag():
                              "Model architectures ['X'] failed to be inspected.")
     d = classify(other)
     assert d.category == "unknown" and "failed to be inspected" in d.summary
+
+
+def test_advice_to_change_a_parameter_blames_it_wherever_it_was_raised():
+    assert blamed_parameter("Provided 32 number of heads. Try adjusting tensor_parallel_size value.",
+                            config_context=False) == "tensor_parallel_size"  # fmt: skip
+    assert blamed_parameter("Please reduce `max_num_seqs` or raise the memory", config_context=False) == "max_num_seqs"
+    assert blamed_parameter("adjusting weights of layer_norm failed", config_context=False) is None
