@@ -62,6 +62,9 @@ class Diagnosis(BaseModel):
     loader: str | None = Field(None, description="the function that raised while loading, file:line function")
     model_file: str | None = Field(None, description="the model source whose load_weights was running")
     draft_model: bool = Field(False, description="the failure happened while building or loading the draft model")
+    component: Literal["main_model", "draft_model"] | None = Field(None, description=(
+        "which model's loading raised a weight failure: the draft's only when its own frames raised it and the launch "
+        "loads a draft"))
     file: str | None = Field(None, description="source file the error points at")
     line: int | None = None
     header: str | None = Field(None, description="missing include")
@@ -286,6 +289,15 @@ _ERROR_LINE = re.compile(r"^[\w.]*(?:Error|Exception)\b: |\bHSA_STATUS_ERROR_\w+
 _LOADING = ("load_weights", "do_load_weights", "weight_loader", "load_model", "default_weight_loader")
 _LOADING_NAME = re.compile(r"(?:^|_)load(?:_|$)|weight_loader|load_weights")
 _DRAFT_HINTS = re.compile(r"nextn|_mtp|eagle|draft", re.I)
+_ENGINE_PATH_TAIL = 3  # a frame's engine-side name: its last path components (srt/speculative/eagle_worker.py)
+
+
+def _in_draft(frame: Frame) -> bool:
+    """Whether a frame is the draft model's own code (the speculative worker, a NextN / MTP model file, a function
+    that builds or loads the draft), by its function and the engine-side tail of its path only: the folders a
+    checkout, a run or a test lives in (``runs/mtp-sweep/...``) say nothing of which model raised."""
+    tail = "/".join(frame.file.replace("\\", "/").split("/")[-_ENGINE_PATH_TAIL:])
+    return bool(_DRAFT_HINTS.search(tail) or _DRAFT_HINTS.search(frame.function))
 
 def _shape(text: str) -> list[int]:
     return [int(x) for x in text.replace(" ", "").split(",") if x]
@@ -411,8 +423,9 @@ def _weight_match(entries: list[tuple[str, str]]) -> tuple[str, re.Match, list[F
     return None
 
 
-def _weight_failure(entries: list[tuple[str, str]]) -> Diagnosis | None:
-    """A failure while the engine built or loaded the model's weights, by the loaders' own messages."""
+def _weight_failure(entries: list[tuple[str, str]], draft: bool | None) -> Diagnosis | None:
+    """A failure while the engine built or loaded the model's weights, by the loaders' own messages; the draft
+    model's when its frames are the draft's and the launch loads one (``draft``: None when unknown)."""
     found = _weight_match(entries)
     if found is None:
         return None
@@ -441,9 +454,10 @@ def _weight_failure(entries: list[tuple[str, str]]) -> Diagnosis | None:
         if kind == "assert" and raised.code:
             d.evidence = [raised.code, "AssertionError"]
     d.model_file = _model_file(frames)
-    d.draft_model = any(_DRAFT_HINTS.search(f.file) or _DRAFT_HINTS.search(f.function) for f in frames)
-    what = "the draft model's" if d.draft_model else "a"
-    subject = d.parameter or f"{what} parameter the log does not name"
+    d.draft_model = draft is not False and any(_in_draft(f) for f in frames)
+    d.component = "draft_model" if d.draft_model else "main_model"
+    whose = "the draft model's" if d.draft_model else "the main model's"
+    subject = f"{whose} {d.parameter}" if d.parameter else f"{whose} parameter the log does not name"
     shapes = ""
     if d.checkpoint_shape is not None:
         shapes = (f": checkpoint {d.checkpoint_dtype or ''} {d.checkpoint_shape} vs engine "
@@ -686,13 +700,14 @@ def _blas_without_kernels(entries: list[tuple[str, str]], lines: list[str], fram
                      summary=f"{library} has no usable kernels{f' for {target}' if target else ''}: {m.group(0)[:200]}")
 
 
-def classify(log: str, *, timed_out: bool = False) -> Diagnosis:
-    """Classify a failed start (or a failing run) from its log text."""
+def classify(log: str, *, timed_out: bool = False, draft: bool | None = None) -> Diagnosis:
+    """Classify a failed start (or a failing run) from its log text. ``draft``: whether the launch loads a draft
+    model (speculative decoding with a draft), when the caller knows: a launch without one never fails in it."""
     lines = log.splitlines()
     entries = _entries(log)
     text = "\n".join(body for _, body in entries)  # the log without the launchers' line prefixes
     frames = frames_of(log)
-    if (d := _weight_failure(entries)) is not None:
+    if (d := _weight_failure(entries, draft)) is not None:
         return d
     if m := _CLANG_MISSING.search(text) or _GCC_MISSING.search(text):
         return Diagnosis(category="compile_error", file=m.group(1), line=int(m.group(2)), header=m.group(3).strip(),

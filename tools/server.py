@@ -162,17 +162,24 @@ def launch_server(ctx: ToolContext, args: LaunchInput) -> LaunchResult:
         )  # fmt: skip
     if ready.state == "timeout":
         code = ctx.sandbox.stop_server(handle)
-        diagnosis = classify(log.read_text(errors="replace"), timed_out=True)
+        diagnosis = classify(log.read_text(errors="replace"), timed_out=True, draft=loads_draft(args.flags))
         return LaunchResult(ok=False, status="timeout", exit_code=code, argv=argv, log_path=rel, log_tail=tail,
                             diagnosis=diagnosis, summary=f"timed out after {ready.wall_seconds:.0f} s: {diagnosis.summary}",
                             cost=_failed_cost(ctx, args.flags, log.read_text(errors="replace"), ready.wall_seconds))  # fmt: skip
     ctx.sandbox.stop_server(handle)
-    diagnosis = _outside_views(workspace_relative(ctx, classify(text)))
+    diagnosis = _outside_views(workspace_relative(ctx, classify(text, draft=loads_draft(args.flags))))
     suspects = _suspects(ctx, diagnosis) if diagnosis.category == "weight_shape_mismatch" else None
     return LaunchResult(ok=False, status="crashed", exit_code=ready.exit_code, argv=argv, log_path=rel,
                         log_tail=tail, diagnosis=diagnosis, suspects=suspects, moe_fallback_shapes=fallbacks,
                         summary=f"crashed (exit {ready.exit_code}): {diagnosis.summary}",
                         cost=_failed_cost(ctx, args.flags, text, ready.wall_seconds))  # fmt: skip
+
+
+def loads_draft(flags: dict[str, FlagValue]) -> bool:
+    """Whether a launch builds a draft model: speculative decoding by any algorithm but n-gram lookup (which drafts
+    from the prompt's own tokens, with no model)."""
+    algorithm = flags.get("speculative-algorithm")
+    return algorithm is not None and str(algorithm).upper() != "NGRAM"
 
 
 # SGLang's start-up phases report their own durations ("Init torch distributed ends. elapsed=1.20 s", "Load weight

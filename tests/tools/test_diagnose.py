@@ -173,3 +173,27 @@ def test_the_template_is_the_releases_own_when_a_release_is_cached():
                  tree.package / "srt/model_executor/model_runner_kv_cache_mixin.py"]  # fmt: skip
         source = "".join(f.read_text() for f in files if f.is_file())
         assert all(p in source for p in pieces), tree.describe()
+
+
+def test_a_main_model_failure_under_a_folder_named_for_speculation_is_the_main_models():
+    """Issue 43: the folders a checkout or a run lives in (``runs/mtp-sweep/...``, ``eagle3-tests/``) are not the
+    engine's code: only the engine-side tail of a frame's path and its function say the draft raised."""
+    log = SHAPE.replace("/ws/sglang/", "/home/u/eagle3-tests/runs/mtp-sweep/sglang/").replace(
+        "deepseek_nextn.py", "deepseek_v2.py")
+    d = classify(log)
+    assert d.category == "weight_shape_mismatch" and d.draft_model is False and d.component == "main_model"
+    assert "the main model's parameter" in d.summary and "draft" not in d.summary
+    assert classify(SHAPE).component == "draft_model"  # the draft's own model file raised
+
+
+def test_a_launch_without_a_draft_never_fails_in_the_draft():
+    d = classify(SHAPE, draft=False)
+    assert d.draft_model is False and d.component == "main_model" and "the main model's" in d.summary
+    assert classify(SHAPE, draft=True).draft_model is True
+
+
+def test_only_speculation_with_a_draft_model_loads_one():
+    from tools.server import loads_draft
+
+    assert loads_draft({"speculative-algorithm": "EAGLE", "tp-size": 8})
+    assert not loads_draft({"tp-size": 8}) and not loads_draft({"speculative-algorithm": "NGRAM"})

@@ -9,8 +9,9 @@ dtype, speculative parameters and the running-request cap) and ``ServingConfig.m
 * by reading the source (``ast``): the GPU-memory tiers, every reserved-memory term, the architecture lists,
   the ``max_running_requests = 48`` of each speculative branch and its warning, the DP-attention division;
 * by running the release's own methods (compiled from its source, with the device answering as a ROCm GPU and
-  SGLang's imports replaced by stand-ins) next to the twin's, on a grid of flags, models, GPUs and
-  environments, and comparing every resolved value, every logged line and every error.
+  SGLang's imports replaced by stand-ins) next to the twin's, for each model on a grid of flags, GPUs and
+  environments that holds every pair of them (``pairwise_grid``), and comparing every resolved value, every logged
+  line and every error.
 
 Then the launcher: speculative decoding without ``--max-running-requests`` shows ``max_running_requests=48`` in
 its log and ``/server_info``, and the cap limits a loaded server.
@@ -663,6 +664,25 @@ GPUS = [("MI355X", 288 * 1024, (9, 5)), ("MI300X", 192 * 1024, (9, 4)), ("80 GB"
         ("48 GB", 48 * 1024, (9, 4)), ("unknown", None, (9, 5))]  # fmt: skip
 
 
+def pairwise_grid(rotation: int) -> list[tuple[dict[str, Any], tuple[dict[str, str], str], tuple]]:
+    """Every flag case with every environment, each pair on one GPU chosen so that every (flag case, GPU) and every
+    (environment, GPU) pair is covered too: a covering array of strength 2, a fifth of the full product. The GPU of a
+    (flag case, environment) pair is rotated by ``rotation`` (the model's index), so the models between them run
+    other triples than one model alone would."""
+    return [(flags, env, GPUS[(i + j + rotation) % len(GPUS)])
+            for i, flags in enumerate(FLAG_CASES) for j, env in enumerate(ENVIRONS)]  # fmt: skip
+
+
+def test_the_grid_covers_every_pair():
+    for rotation in range(len(MODELS)):
+        grid = pairwise_grid(rotation)
+        flag_env = {(json.dumps(f, sort_keys=True), json.dumps(e)) for f, e, _ in grid}
+        flag_gpu = {(json.dumps(f, sort_keys=True), g[0]) for f, _, g in grid}
+        env_gpu = {(json.dumps(e), g[0]) for _, e, g in grid}
+        assert len(flag_env) == len(FLAG_CASES) * len(ENVIRONS)
+        assert len(flag_gpu) == len(FLAG_CASES) * len(GPUS) and len(env_gpu) == len(ENVIRONS) * len(GPUS)
+
+
 def _real_model(release: Release, config: dict[str, Any], context_length: int | None) -> RealModelConfig:
     arch = config["architectures"][0]
     hf = types.SimpleNamespace(**{k: v for k, v in config.items()})
@@ -682,7 +702,7 @@ def test_resolution_matches_the_release_run(release, monkeypatch, model_name):
     real = RealServerArgs(release, monkeypatch)
     config = MODELS[model_name]
     mismatches = []
-    for flags, (environ, triton), (gpu, gpu_mem, capability) in itertools.product(FLAG_CASES, ENVIRONS, GPUS):
+    for flags, (environ, triton), (gpu, gpu_mem, capability) in pairwise_grid(list(MODELS).index(model_name)):
         monkeypatch.setattr(twin, "ROCM_IMAGE_TRITON_VERSION", triton)
         real.triton.__version__ = triton
         for name in (
