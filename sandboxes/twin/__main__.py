@@ -69,7 +69,7 @@ def _setup_scenario(p: argparse.ArgumentParser) -> None:
                    help="the index is another checkpoint's (a sibling's, a partial listing): its spelling only")
     p.add_argument("--quantization", help="a published quantization_config (JSON) replacing config.json's own")
     p.add_argument("--draft-config", help="the config.json of a separate draft checkpoint (e.g. an EAGLE3 head)")
-    p.add_argument("--hardware", required=True, choices=("mi355x", "mi300x"))
+    p.add_argument("--hardware", required=True, choices=sorted(scenario_mod.hardware.known()))
     p.add_argument("--release", default="0.5.12", help="the SGLang release the scenario pins")
     p.add_argument("--name", help="the served model name (default: from the config's folder)")
     p.add_argument("-o", "--output", required=True, help="the scenario YAML to write")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import json
 import re
 import tempfile
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from . import fake_torch
-from .executor import ExecutionError, Executor
+from .executor import ExecutionError, Executor, config_loader
 
 MODELS = "python/sglang/srt/models"
 CONFIGS = "python/sglang/srt/configs"
@@ -94,7 +95,12 @@ def resolve(sglang_root: Path, architectures: list[str]) -> ModelClass:
                      f"dict_keys({sorted(known)!r})")  # fmt: skip
 
 
-CONFIG_LOADER = "sglang.srt.utils.hf_transformers.config"  # the release's get_config (model_config.py calls it)
+CONFIG_LOADER = "sglang.srt.utils.hf_transformers.config"  # where 0.5.12+ define get_config
+
+
+def _config_loader(executor: Executor) -> str:
+    """The module whose ``get_config`` the release's ``ModelConfig`` calls (``executor.config_loader``)."""
+    return config_loader(executor.python) or CONFIG_LOADER
 
 
 @contextlib.contextmanager
@@ -130,10 +136,10 @@ def hf_config(executor: Executor, config: Mapping[str, Any], model_dir: Path | N
     trust = bool(executor.platform.server_args.get("trust_remote_code", False))
     with executor.hf_registry(), _model_folder(config, model_dir) as folder:
         try:
-            loader = executor.module(CONFIG_LOADER)
-            obj = loader.get_config(str(folder), trust_remote_code=trust)
+            name = _config_loader(executor)
+            obj = executor.module(name).get_config(str(folder), trust_remote_code=trust)
         except ExecutionError as exc:
-            raise BuildError(f"{CONFIG_LOADER}: {type(exc.cause).__name__}: {exc.cause}", exc.cause) from exc
+            raise BuildError(f"{name}: {type(exc.cause).__name__}: {exc.cause}", exc.cause) from exc
         except Exception as exc:
             raise BuildError(f"config.json: {type(exc).__name__}: {exc}", exc) from exc
     _torch_dtypes(obj, executor.torch["torch"])
@@ -235,14 +241,33 @@ class Built:
     model_config: Any = None  # the release's ModelConfig it was made from
 
 
-def _initialized(executor: Executor, model_config: Any, quant: Any) -> Any:
-    """``_initialize_model`` under ``set_default_torch_dtype(model_config.dtype)``, as ``DefaultModelLoader.load_model``
-    calls it: a parameter made without a dtype (a norm's weight) gets the model's."""
+def _initialized(executor: Executor, model_config: Any) -> tuple[Any, Any]:
+    """The model and its quantization config, made by ``_initialize_model`` under
+    ``set_default_torch_dtype(model_config.dtype)`` as ``DefaultModelLoader.load_model`` calls it (a parameter made
+    without a dtype, a norm's weight, gets the model's). 0.5.12+ pass it the quantization config
+    ``_get_quantization_config`` made; earlier releases make it inside, and what that call returned is kept."""
     previous = fake_torch.default_dtype()
     dtype = model_config.dtype if isinstance(model_config.dtype, fake_torch.dtype) else previous
     fake_torch.set_default_dtype(dtype)
+    loader = executor.module(LOADER)
+    init = _raw(loader._initialize_model)
     try:
-        return _raw(executor.module(LOADER)._initialize_model)(model_config, load_config(executor), quant)
+        if "quant_config" in inspect.signature(init).parameters:
+            quant = quant_config(executor, model_config)
+            return init(model_config, load_config(executor), quant), quant
+        made: list[Any] = []
+        make = _raw(loader._get_quantization_config)
+
+        def keeping(*args: Any, **kwargs: Any) -> Any:
+            made.append(make(*args, **kwargs))
+            return made[-1]
+
+        init.__globals__["_get_quantization_config"] = keeping
+        try:
+            model = init(model_config, load_config(executor))
+        finally:
+            init.__globals__["_get_quantization_config"] = make
+        return model, made[-1] if made else None
     finally:
         fake_torch.set_default_dtype(previous)
 
@@ -256,9 +281,8 @@ def build_model(executor: Executor, config: Mapping[str, Any], *, draft: bool = 
         model_config = release_model_config(executor, folder, draft=draft)
         try:
             with executor.hf_registry():
-                quant = quant_config(executor, model_config)
                 _, arch = ReleaseRegistry(executor).resolve_model_cls(model_config.hf_config.architectures)
-                model = _initialized(executor, model_config, quant)
+                model, quant = _initialized(executor, model_config)
         except ExecutionError:
             raise  # a workspace file that does not import: the loader shows it as the import error it is
         except Exception as exc:

@@ -42,7 +42,7 @@ _STDLIB = set(getattr(sys, "stdlib_module_names", ())) | {"__future__"}
 _FUTURE_ANNOTATIONS = __import__("__future__").annotations.compiler_flag
 # executed as written (prefixes of module names)
 REAL_PACKAGES = ("sglang.srt.models.", "sglang.srt.configs.", "sglang.srt.layers.quantization.",
-                 "sglang.srt.utils.hf_transformers.")  # the last: how the release makes a config (get_config)
+                 "sglang.srt.utils.hf_transformers.")  # the last: how 0.5.12+ make a config (get_config)
 # third-party libraries the engine's code uses that are pure Python and installed with the twin (transformers
 # requires them): the real ones (``packaging.version.parse(torch.__version__)``)
 REAL_LIBRARIES = frozenset({"packaging", "numpy"})
@@ -352,6 +352,54 @@ def _stub_module(name: str) -> types.ModuleType:
     return module
 
 
+def config_loader(python: Path) -> str | None:
+    """The module that defines the ``get_config`` the release's ``ModelConfig`` calls: the one ``model_config.py``
+    imports it from, followed through re-exports (0.5.12's ``hf_transformers_utils`` is a shim over the
+    ``hf_transformers`` package); None when the release has no such import."""
+    imported = _imported_from(python, "sglang.srt.configs.model_config", "get_config")
+    return _defining(python, imported, "get_config", depth=4) if imported else None
+
+
+def _module_tree(python: Path, module: str) -> tuple[ast.Module, bool] | None:
+    base = python.joinpath(*module.split("."))
+    for path, package in ((base.with_suffix(".py"), False), (base / "__init__.py", True)):
+        try:
+            return ast.parse(path.read_text()), package
+        except (OSError, SyntaxError):
+            continue
+    return None
+
+
+def _imported_from(python: Path, module: str, name: str) -> str | None:
+    found = _module_tree(python, module)
+    for node in ast.walk(found[0]) if found else ():
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and any(a.name == name for a in node.names):
+            return node.module
+    return None
+
+
+def _defining(python: Path, module: str, name: str, depth: int) -> str:
+    """``module`` when it defines ``name``, else the module it takes ``name`` (or ``*``) from that does."""
+    found = _module_tree(python, module)
+    if found is None or depth == 0:
+        return module
+    tree, package = found
+    if any(isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == name for n in tree.body):
+        return module
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and any(a.name in (name, "*") for a in node.names):
+            if node.level:  # relative: from the package (an __init__) or the module's parent
+                parts = module.split(".")
+                parent = parts if package else parts[:-1]
+                parent = parent[: len(parent) - (node.level - 1)]
+                source = ".".join(parent + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            if source and source != module:
+                return _defining(python, source, name, depth - 1)
+    return module
+
+
 class Executor:
     """The import hook and the modules it has made, for one workspace (``sglang_root/python/sglang``) on one
     simulated ``platform``. ``simulated`` adds to what the platform provides (module name -> names);
@@ -368,6 +416,8 @@ class Executor:
         for name, names in (simulated or {}).items():
             self.simulated.setdefault(name, {}).update(names)
         self.real_modules = set(REAL_MODULES) | set(real)
+        if (loader := config_loader(self.python)) is not None:
+            self.real_modules.add(loader)  # how this release makes a config (0.5.7-0.5.11: hf_transformers_utils)
         self.modules: dict[str, types.ModuleType] = {}
         self.torch = fake_torch.build_modules(stub_class, cuda=self.platform.cuda())
         self.transformers_modules: dict[str, Any] = {}  # the real library's modules as workspace code sees them
