@@ -54,6 +54,7 @@ class Row:
     point: dict[str, Any]
     skipped: str = ""
     failed: str = ""
+    note: str = ""  # what was run otherwise than published, and why
     ratios: dict[str, tuple[float, float]] = field(default_factory=dict)  # figure: (twin, published)
 
     @property
@@ -76,6 +77,15 @@ def release_of(point: dict[str, Any]) -> str | None:
 def config_folder(model: str) -> Path | None:
     name = model.replace("/", "--")
     return next((d / name for d in CONFIG_DIRS if (d / name / "config.json").is_file()), None)
+
+
+def missing_code(folder: Path) -> list[str]:
+    """The checkpoint's own code files its config names (``auto_map``) that its folder here lacks: a launch with
+    ``--trust-remote-code`` would need them (they are the model vendor's code, not kept in this repository)."""
+    config = json.loads((folder / "config.json").read_text())
+    auto = config.get("auto_map") or {}
+    files = {str(v).split("--")[-1].split(".")[0] + ".py" for v in auto.values() if isinstance(v, str)}
+    return sorted(f for f in files if not (folder / f).is_file())
 
 
 def _free_port() -> int:
@@ -136,8 +146,9 @@ def client_flags(client: dict[str, Any]) -> list[str] | str:
     if dataset not in ("random", "random-ids"):
         return f"dataset {dataset!r} (the twin's client draws random prompts only without the file)"
     flags = ["--backend", str(client.get("backend") or "sglang"), "--dataset-name", dataset,
-             "--random-input-len", str(client["isl"]), "--random-output-len", str(client["osl"]),
-             "--num-prompts", str(client["num_prompts"])]  # fmt: skip
+             "--random-input-len", str(client["isl"]), "--random-output-len", str(client["osl"])]  # fmt: skip
+    if client.get("num_prompts"):
+        flags += ["--num-prompts", str(client["num_prompts"])]
     if client.get("max_concurrency"):
         flags += ["--max-concurrency", str(client["max_concurrency"])]
     if client.get("request_rate") not in (None, "inf", float("inf")):
@@ -167,7 +178,12 @@ def measure(point: dict[str, Any], cache: Path) -> Row:
         materialize(scenario, ws)
         server = point["server"]
         env = {str(k): str(v) for k, v in (server.get("env") or {}).items()}
-        with served(ws, [str(f) for f in server.get("flags") or []], env, Path(tmp) / "server.log") as (url, why):
+        flags = [str(f) for f in server.get("flags") or []]
+        folder = config_folder(point["model"])
+        if "--trust-remote-code" in flags and folder is not None and (lacking := missing_code(folder)):
+            flags.remove("--trust-remote-code")  # the release's own config classes read config.json instead
+            row.note = f"without --trust-remote-code ({', '.join(lacking)} not here)"
+        with served(ws, flags, env, Path(tmp) / "server.log") as (url, why):
             if url is None:
                 row.failed = why
                 return row
@@ -241,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{row.label:<72} {'not run' if row.skipped else 'FAILED'}: {row.skipped or row.failed}")
         else:
             cells = "  ".join(f"{n} {t:.1f}/{pub:.1f}={t / pub:.2f}" for n, (t, pub) in row.ratios.items())
-            print(f"{row.label:<72} {cells}")
+            print(f"{row.label:<72} {cells}" + (f"  [{row.note}]" if row.note else ""))
         sys.stdout.flush()
     report(rows)
     return 0

@@ -353,6 +353,8 @@ def parse_command_line(argv: list[str]) -> CommandLine:
         raise InvalidServerArgs(str(exc), type(exc).__name__) from None
     raw = parser.parse_args(argv)
     values = cli.server_args(raw)
+    for name in MODELLED_ARGS - values.keys():  # a field an older release does not have: its feature is absent
+        values[name] = None
     values["sglang_root"] = raw.sglang_root
     return CommandLine(args=argparse.Namespace(**values), defaults=cli.defaults(), options=cli.option_of(),
                        source=cli.source)  # fmt: skip
