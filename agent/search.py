@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 import optuna
@@ -65,6 +66,7 @@ class Measured(BaseModel):
     value: float
     crashed: bool = False
     crash_category: str | None = None  # the diagnosis category of a crash (e.g. out_of_memory)
+    crash_signature: str | None = None  # the crash as the diagnosis read it (``crash_signature``): same = same crash
     serving: dict[str, Any] | None = None  # how the engine served it (its /server_info), when it came up
     near: float | None = None  # when it did not reach a knee: what it served at the rate it did not sustain
 
@@ -376,9 +378,43 @@ def measured_on(trials: list[Trial], target: str) -> list[Measured]:
     return out
 
 
+def crash_signature(category: str | None, summary: str | None) -> str | None:
+    """What makes two crashes the same crash: the diagnosis category and its summary, with what differs between
+    two launches of one failure (addresses, ports, pids: long numbers) left out."""
+    if not category and not summary:
+        return None
+    return f"{category or 'unknown'}: " + re.sub(r"0x[0-9a-fA-F]+|\d{4,}", "#", summary or "")
+
+
+def repeated_crash_regions(history: list[Measured]) -> list[dict[str, Any]]:
+    """The flag values shared by every configuration that crashed the same way, once two or more did (a crash that
+    never changes, whatever else is varied: the knobs it does not depend on are dropped). A region some configuration
+    was served in is no region (the crash needs more than those values)."""
+    by_signature: dict[str, list[Candidate]] = {}
+    for m in history:
+        if m.crashed and m.crash_signature and m.crash_category != "out_of_memory":
+            by_signature.setdefault(m.crash_signature, []).append(m.candidate)
+    regions = []
+    for cands in by_signature.values():
+        if len({c.key() for c in cands}) < 2:
+            continue
+        shared = {k: v for k, v in cands[0].flags.items() if all(c.flags.get(k, _ABSENT) == v for c in cands[1:])}
+        if shared and not any(not m.crashed and _within(m.candidate, shared) for m in history):
+            regions.append(shared)
+    return regions
+
+
+_ABSENT = object()
+
+
+def _within(cand: Candidate, region: dict[str, Any]) -> bool:
+    return all(cand.flags.get(k, _ABSENT) == v for k, v in region.items())
+
+
 def in_crash_region(cand: Candidate, history: list[Measured]) -> bool:
-    """Whether a launch like one that crashed would crash too: the same configuration, or, after running out of
-    memory, the same layout with as much static memory or more."""
+    """Whether a launch like one that crashed would crash too: the same configuration; after running out of memory,
+    the same layout with as much static memory or more; or the values every configuration that crashed the same
+    way shared (``repeated_crash_regions``: after two identical crashes, another knob)."""
     for m in history:
         if not m.crashed:
             continue
@@ -390,7 +426,7 @@ def in_crash_region(cand: Candidate, history: list[Measured]) -> bool:
             mem = cand.flags.get("mem-fraction-static")
             if crashed_mem is None or (mem is not None and mem >= crashed_mem):
                 return True
-    return False
+    return any(_within(cand, region) for region in repeated_crash_regions(history))
 
 
 def serving_key(flag: str) -> str:

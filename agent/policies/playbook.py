@@ -48,6 +48,7 @@ from ..search import (
     Candidate,
     Measured,
     SearchSpace,
+    crash_signature,
     next_candidate,
     serving_key,
     tree_neighbours,
@@ -278,7 +279,8 @@ class PlaybookPolicy:
             for o in outcomes:
                 memo.setdefault("tried", []).append(f"layout {o['spec']['flags']}: {o['status']} {o['value']:.0f}")
                 if o["status"] != "up":  # a crash region for the search (a burst's figure is not a knee's)
-                    self._record(memo, {"flags": o["spec"]["flags"], "env": o["spec"]["env"]}, 0.0, crashed=True)
+                    self._record(memo, {"flags": o["spec"]["flags"], "env": o["spec"]["env"]}, 0.0, crashed=True,
+                                 signature=crash_signature(None, o.get("diagnosis")))  # fmt: skip
             top = sorted(up, key=lambda o: o["value"], reverse=True)[:CONFIRM_TOP]
             memo["queue"] = [{"label": f"layout {o['spec']['flags']} at full length", "from": "none",
                               "set": o["spec"]["flags"], "env": o["spec"]["env"], "measure": "knee_full",
@@ -465,13 +467,14 @@ class PlaybookPolicy:
 
     @staticmethod
     def _record(memo: dict, config: dict, value: float, crashed: bool = False, category: str | None = None,
-                serving: dict | None = None, near: float | None = None) -> None:  # fmt: skip
+                serving: dict | None = None, near: float | None = None, signature: str | None = None) -> None:  # fmt: skip
         """What a configuration achieved on the knee target (0: it did not serve it), for the search layer: with
         how the engine served it and, short of a knee, what it served at the rate it did not sustain."""
         cand = Candidate(flags=config["flags"], env=config["env"])
         memo.setdefault("measured", []).append(Measured(candidate=cand, value=value, crashed=crashed,
                                                         crash_category=category, serving=serving or None,
-                                                        near=near).model_dump(exclude_none=True))  # fmt: skip
+                                                        near=near, crash_signature=signature,
+                                                        ).model_dump(exclude_none=True))  # fmt: skip
 
     @staticmethod
     def _near(obs: Observation) -> float | None:
@@ -699,6 +702,7 @@ class PlaybookPolicy:
             if cur.get("upstream"):  # the engine fix does not hold on its own: no config fix on top of it
                 return self._abandon(memo, cur, f"with the engine fix, {diag.get('summary', 'it crashed')}")
             cur["crash_category"] = diag.get("category")
+            cur["crash_signature"] = crash_signature(diag.get("category"), diag.get("summary"))
             for block in self._kernel_blocks(memo):  # the same kernel again: no fix is tried twice
                 if block.signature == self._block_signature(diag):
                     self._learn_block(memo, block, cur)
@@ -797,6 +801,7 @@ class PlaybookPolicy:
         category = diag.get("category") or "unknown"
         why = diag.get("summary") or error
         cur["crash_category"] = category
+        cur["crash_signature"] = crash_signature(category, why)
         configured = category in self.CONFIGURATION_FAILURES and (category != "hang_timeout" or "watchdog" in why)
         if configured:
             if cur.get("serving") and not again:
@@ -973,7 +978,8 @@ class PlaybookPolicy:
         memo["current"] = None
         memo.setdefault("tried", []).append(f"{cur['label']}: abandoned ({why})")
         if cur.get("measure") in KNEE_MEASURES:
-            self._record(memo, cur.get("candidate") or cur, 0.0, crashed=True, category=cur.get("crash_category"))
+            self._record(memo, cur.get("candidate") or cur, 0.0, crashed=True, category=cur.get("crash_category"),
+                         signature=cur.get("crash_signature"))  # fmt: skip
         memo.pop("upstream_proposal", None)  # its config fix did not hold either
         if cur.get("upstream"):
             memo["discard"] = cur["upstream"]["files"]

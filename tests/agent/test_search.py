@@ -176,3 +176,27 @@ def test_a_transplant_sets_what_the_engine_picked_for_the_best_but_not_for_the_o
     assert SPACE.transplant(best, other, served, {**served, "kv_cache_dtype": "fp8_e4m3"}).key() == \
         Candidate(flags={"tp-size": 1, "dp-size": 8}, env={"A": "1"}).key()  # fmt: skip
     assert SPACE.transplant(best, Candidate(flags={"tp-size": 8, "dp-size": 8})) is None  # 64 GPUs
+
+
+def test_a_crash_that_repeats_unchanged_rules_out_what_its_launches_shared():
+    """Issue 43: a speculation crash that never changes is not retried on every other value of the knobs it does not
+    depend on: after two identical crashes, what their configurations shared is a crash region."""
+    from agent.search import crash_signature, repeated_crash_regions
+
+    why = crash_signature("unknown", "AttributeError: set_embed_and_head (raised in eagle_worker.py:161 at 0x7f3a12)")
+    eagle = {"tp-size": 8, "speculative-algorithm": "EAGLE"}
+    crashed = [Measured(candidate=Candidate(flags={**eagle, "speculative-num-steps": n}), value=0.0, crashed=True,
+                        crash_category="unknown", crash_signature=why) for n in (3, 5)]  # fmt: skip
+    served = Measured(candidate=Candidate(flags={"tp-size": 8}), value=2000.0)
+    history = [served, *crashed]
+    assert repeated_crash_regions(history) == [eagle]
+    assert in_crash_region(Candidate(flags={**eagle, "speculative-num-steps": 4}), history)
+    assert not in_crash_region(Candidate(flags={"tp-size": 4, "speculative-algorithm": "EAGLE"}), history)
+    assert not in_crash_region(Candidate(flags={"tp-size": 8, "chunked-prefill-size": 8192}), history)
+    # one crash, or two different ones, is no region; nor is one a configuration was served in
+    assert repeated_crash_regions(history[:2]) == []
+    other = crashed[1].model_copy(update={"crash_signature": crash_signature("compile_error", "x.cuh:3: missing")})
+    assert repeated_crash_regions([served, crashed[0], other]) == []
+    up = Measured(candidate=Candidate(flags={**eagle, "speculative-num-steps": 2}), value=150.0)
+    assert repeated_crash_regions([*history, up]) == []
+    assert crash_signature("unknown", "port 31337 at 0xdeadbeef") == crash_signature("unknown", "port 40001 at 0xabc")
