@@ -663,7 +663,9 @@ class PlaybookPolicy:
             if failed is not None:  # nothing it depends on changed since it crashed: it would crash again
                 return self._abandon(memo, cur, f"the same launch crashed before, with nothing changed since ({failed})")
             cur["step"] = "launching"
-            return [Call(tool="launch_server", args=self._launch_args(cur))], f"try {cur['label']}"
+            why = cur.pop("relaunch_why", None)  # what a fix made in place changed, and why
+            return [Call(tool="launch_server", args=self._launch_args(cur))], f"try {cur['label']}" + (
+                f" again with {why}" if why else "")
         if cur["step"] == "launching":
             if obs is None or obs.tool != "launch_server":
                 cur["step"] = "launch"
@@ -1009,6 +1011,11 @@ class PlaybookPolicy:
         diag = {**(obs.result.get("diagnosis") or {}), "suspects": obs.result.get("suspects")}
         category = diag.get("category", "unknown")
         signature = f"{category}:{diag.get('parameter') or diag.get('header') or diag.get('flag') or diag.get('summary')}"
+        if signature in cur["seen"] and cur.get("switch") and (switched := self._release_switch_fix(ctx, cur, diag)):
+            memo.setdefault("tried", []).append(f"{cur['label']}: {switched}")
+            cur["relaunch_why"] = f"{switched} (the switch tried before did not serve it)"
+            cur["step"] = "launch"  # the switch did not serve it: the next of the release's own switches
+            return None
         if signature in cur["seen"] or cur["fixes"] >= MAX_FIXES_PER_CONFIG:
             return self._give_up(ctx, memo, cur, diag, f"{diag.get('summary', 'failure')} persists after a fix")
         cur["seen"].append(signature)
@@ -1016,6 +1023,11 @@ class PlaybookPolicy:
         patchers = {"weight_shape_mismatch": self._exclude_fix, "compile_error": self._guard_fix}
         if category in patchers:  # a source or config patch, then the same configuration again
             edit = patchers[category](ctx, diag)
+            if not edit and category == "weight_shape_mismatch" and (switched := self._release_switch_fix(ctx, cur, diag)):
+                memo.setdefault("tried", []).append(f"{cur['label']}: {switched}")
+                cur["relaunch_why"] = f"{switched} ({diag.get('summary', 'weight loading failed')})"
+                cur["step"] = "launch"
+                return None
             if edit:
                 call, note = edit
                 crashed = state.current_trial()  # the launch this diagnosis is of: what the fix (and its engine
@@ -1077,6 +1089,38 @@ class PlaybookPolicy:
             cur["step"] = "launch"
             return None
         return self._give_up(ctx, memo, cur, diag, diag.get("summary", category))
+
+    @staticmethod
+    def _release_switch_fix(ctx: PolicyContext, cur: dict, diag: dict) -> str | None:
+        """A weight that does not fit a *fused* layer (its loader's class says so: ``FusedMoE``) while no exclude
+        entry or patch answers it: the release's own switches that turn a fusion off, as the model's code reads them
+        (``server_args.disable_..._fusion`` in the model file and the files its traceback ran), one at a time, each
+        the same configuration relaunched with it. The one tried before, which did not serve, is taken back. None
+        when the raising layer is no fused one or every such switch was tried."""
+        layer = str((diag.get("suspects") or {}).get("layer_class") or "")
+        loader = str(diag.get("loader") or "")
+        if "fused" not in (layer + loader).lower():
+            return None
+        files = [f["file"] for f in diag.get("frames") or [] if "/models/" in f["file"]]
+        names: list[str] = []
+        for path in dict.fromkeys([diag.get("model_file"), *files]):
+            if path and ctx.workspace.exists(path):
+                for name in re.findall(r"server_args(?:\(\))?\.(disable_\w*fus\w*)\b", ctx.workspace.read_file(path)):
+                    if name not in names:
+                        names.append(name)
+        tried = cur.setdefault("switches_tried", [])
+        if cur.get("switch"):
+            cur["flags"].pop(cur.pop("switch"), None)
+        for name in names:
+            flag = name.replace("_", "-")
+            if flag in tried or cur["flags"].get(flag):
+                continue
+            tried.append(flag)
+            cur["flags"][flag] = True
+            cur["switch"] = flag
+            return (f"--{flag}: the weight does not fit the fused layer {layer or loader} builds, no exclude entry "
+                    f"answers it, and the model's code reads this switch of the release's to build it unfused")
+        return None
 
     @staticmethod
     def _kernel_path_fix(task: TaskSpec, cur: dict, diag: dict) -> str | None:
