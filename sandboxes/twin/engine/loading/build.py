@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from . import fake_torch
-from .executor import ExecutionError, Executor, config_loader
+from .executor import ExecutionError, Executor
 
 MODELS = "python/sglang/srt/models"
 CONFIGS = "python/sglang/srt/configs"
@@ -95,14 +95,6 @@ def resolve(sglang_root: Path, architectures: list[str]) -> ModelClass:
                      f"dict_keys({sorted(known)!r})")  # fmt: skip
 
 
-CONFIG_LOADER = "sglang.srt.utils.hf_transformers.config"  # where 0.5.12+ define get_config
-
-
-def _config_loader(executor: Executor) -> str:
-    """The module whose ``get_config`` the release's ``ModelConfig`` calls (``executor.config_loader``)."""
-    return config_loader(executor.python) or CONFIG_LOADER
-
-
 @contextlib.contextmanager
 def _model_folder(config: Mapping[str, Any], model_dir: Path | None) -> Iterator[Path]:
     """The folder the release reads ``config.json`` from: the checkpoint's own, else a scratch one holding it."""
@@ -134,9 +126,9 @@ def hf_config(executor: Executor, config: Mapping[str, Any], model_dir: Path | N
     (transformers' ``AutoConfig`` with the release's registered config classes, its per-model fix-ups) from
     ``model_dir`` (a scratch folder holding ``config`` when None). Raises ``BuildError`` with what it raised."""
     trust = bool(executor.platform.server_args.get("trust_remote_code", False))
+    name = executor.config_loader
     with executor.hf_registry(), _model_folder(config, model_dir) as folder:
         try:
-            name = _config_loader(executor)
             obj = executor.module(name).get_config(str(folder), trust_remote_code=trust)
         except ExecutionError as exc:
             raise BuildError(f"{name}: {type(exc.cause).__name__}: {exc.cause}", exc.cause) from exc

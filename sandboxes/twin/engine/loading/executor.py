@@ -43,6 +43,7 @@ _FUTURE_ANNOTATIONS = __import__("__future__").annotations.compiler_flag
 # executed as written (prefixes of module names)
 REAL_PACKAGES = ("sglang.srt.models.", "sglang.srt.configs.", "sglang.srt.layers.quantization.",
                  "sglang.srt.utils.hf_transformers.")  # the last: how 0.5.12+ make a config (get_config)
+CONFIG_LOADER = "sglang.srt.utils.hf_transformers.config"  # where 0.5.12+ define get_config (a release naming none)
 # third-party libraries the engine's code uses that are pure Python and installed with the twin (transformers
 # requires them): the real ones (``packaging.version.parse(torch.__version__)``)
 REAL_LIBRARIES = frozenset({"packaging", "numpy"})
@@ -416,8 +417,10 @@ class Executor:
         for name, names in (simulated or {}).items():
             self.simulated.setdefault(name, {}).update(names)
         self.real_modules = set(REAL_MODULES) | set(real)
-        if (loader := config_loader(self.python)) is not None:
-            self.real_modules.add(loader)  # how this release makes a config (0.5.7-0.5.11: hf_transformers_utils)
+        # the module whose get_config the release's ModelConfig calls, run as written (0.5.7-0.5.11:
+        # hf_transformers_utils; 0.5.12+: the hf_transformers package's config module)
+        self.config_loader = config_loader(self.python) or CONFIG_LOADER
+        self.real_modules.add(self.config_loader)
         self.modules: dict[str, types.ModuleType] = {}
         self.torch = fake_torch.build_modules(stub_class, cuda=self.platform.cuda())
         self.transformers_modules: dict[str, Any] = {}  # the real library's modules as workspace code sees them
