@@ -1011,11 +1011,9 @@ class PlaybookPolicy:
         diag = {**(obs.result.get("diagnosis") or {}), "suspects": obs.result.get("suspects")}
         category = diag.get("category", "unknown")
         signature = f"{category}:{diag.get('parameter') or diag.get('header') or diag.get('flag') or diag.get('summary')}"
-        if signature in cur["seen"] and cur.get("switch") and (switched := self._release_switch_fix(ctx, cur, diag)):
-            memo.setdefault("tried", []).append(f"{cur['label']}: {switched}")
-            cur["relaunch_why"] = f"{switched} (the switch tried before did not serve it)"
-            cur["step"] = "launch"  # the switch did not serve it: the next of the release's own switches
-            return None
+        if signature in cur["seen"] and cur.get("switch") and self._switched(ctx, memo, cur, diag,
+                                                                             "the switch tried before did not serve it"):
+            return None  # the switch did not serve it: the next of the release's own switches
         if signature in cur["seen"] or cur["fixes"] >= MAX_FIXES_PER_CONFIG:
             return self._give_up(ctx, memo, cur, diag, f"{diag.get('summary', 'failure')} persists after a fix")
         cur["seen"].append(signature)
@@ -1023,10 +1021,8 @@ class PlaybookPolicy:
         patchers = {"weight_shape_mismatch": self._exclude_fix, "compile_error": self._guard_fix}
         if category in patchers:  # a source or config patch, then the same configuration again
             edit = patchers[category](ctx, diag)
-            if not edit and category == "weight_shape_mismatch" and (switched := self._release_switch_fix(ctx, cur, diag)):
-                memo.setdefault("tried", []).append(f"{cur['label']}: {switched}")
-                cur["relaunch_why"] = f"{switched} ({diag.get('summary', 'weight loading failed')})"
-                cur["step"] = "launch"
+            if not edit and category == "weight_shape_mismatch" and self._switched(
+                    ctx, memo, cur, diag, diag.get("summary", "weight loading failed")):
                 return None
             if edit:
                 call, note = edit
@@ -1089,6 +1085,17 @@ class PlaybookPolicy:
             cur["step"] = "launch"
             return None
         return self._give_up(ctx, memo, cur, diag, diag.get("summary", category))
+
+    def _switched(self, ctx: PolicyContext, memo: dict, cur: dict, diag: dict, because: str) -> bool:
+        """``cur`` set to relaunch with the next of the release's own switches (``_release_switch_fix``), said in
+        the memo and in the relaunch's decision (``because``: what it answers); False when none is left."""
+        switched = self._release_switch_fix(ctx, cur, diag)
+        if switched is None:
+            return False
+        memo.setdefault("tried", []).append(f"{cur['label']}: {switched}")
+        cur["relaunch_why"] = f"{switched} ({because})"
+        cur["step"] = "launch"
+        return True
 
     @staticmethod
     def _release_switch_fix(ctx: PolicyContext, cur: dict, diag: dict) -> str | None:
