@@ -94,9 +94,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def scenario_for(point: dict[str, Any], cache: Path) -> tuple[Path | None, str]:
-    """The scenario the documented command writes for the point's model, GPU and release (once per triple)."""
-    folder, release = config_folder(point["model"]), release_of(point)
+def scenario_for(point: dict[str, Any], folder: Path | None, cache: Path) -> tuple[Path | None, str]:
+    """The scenario the documented command writes for the point's model (its config ``folder``), GPU and release
+    (once per triple)."""
+    release = release_of(point)
     if folder is None:
         return None, f"no config.json of {point['model']} here"
     if release is None:
@@ -167,7 +168,8 @@ def measure(point: dict[str, Any], cache: Path) -> Row:
     if isinstance(bench, str):
         row.skipped = bench
         return row
-    scenario, why = scenario_for(point, cache)
+    folder = config_folder(point["model"])
+    scenario, why = scenario_for(point, folder, cache)
     if scenario is None:
         row.skipped = why
         return row
@@ -179,7 +181,6 @@ def measure(point: dict[str, Any], cache: Path) -> Row:
         server = point["server"]
         env = {str(k): str(v) for k, v in (server.get("env") or {}).items()}
         flags = [str(f) for f in server.get("flags") or []]
-        folder = config_folder(point["model"])
         if "--trust-remote-code" in flags and folder is not None and (lacking := missing_code(folder)):
             flags.remove("--trust-remote-code")  # the release's own config classes read config.json instead
             row.note = f"without --trust-remote-code ({', '.join(lacking)} not here)"
