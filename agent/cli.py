@@ -7,6 +7,7 @@ import datetime as dt
 import json
 import os
 import signal
+import textwrap
 from pathlib import Path
 
 import typer
@@ -196,8 +197,9 @@ def _print_summary(run_dir: Path) -> int:
             console.print(Text(line), soft_wrap=True)
     for feature, b in (summary.get("blocked") or {}).items():  # what could not be brought up, and what it cost
         what = f"kernel {b['kernel']}" if b.get("kernel") else "its crash"
-        line = f"blocked: {feature} where it builds {what} ({b['why'][:160]})" if b.get("kernel") else \
-            f"blocked: {feature} ({b['why'][:160]}); {what} waits at every other depth"  # fmt: skip
+        why = textwrap.shorten(b["why"], 200, placeholder=" ...")
+        line = f"blocked: {feature} where it builds {what} ({why}); {b.get('rule') or ''}".rstrip("; ") \
+            if b.get("kernel") else f"blocked: {feature} ({why}); {what} waits at every other depth"  # fmt: skip
         if w := b.get("would_give"):
             m = w["measured"]
             line += (f"; the deepest allowed chain ({w['steps']} steps) would give at most {w['at_most']:.1f} against "

@@ -62,9 +62,10 @@ class Diagnosis(BaseModel):
     loader: str | None = Field(None, description="the function that raised while loading, file:line function")
     model_file: str | None = Field(None, description="the model source whose load_weights was running")
     draft_model: bool = Field(False, description="the failure happened while building or loading the draft model")
-    component: Literal["main_model", "draft_model"] | None = Field(None, description=(
-        "which model's loading raised a weight failure: the draft's only when its own frames raised it and the launch "
-        "loads a draft"))
+    component: Literal["main_model", "draft_model", "kernel_build", "scheduler"] | None = Field(None, description=(
+        "the part of the engine whose frames raised it: a kernel's build (a compile error), the draft model's code "
+        "(only when the launch loads a draft), the main model's (a model file's frames), else the scheduler's "
+        "(its frames raised, no model's); None when the log holds no frames that say"))
     file: str | None = Field(None, description="source file the error points at")
     line: int | None = None
     header: str | None = Field(None, description="missing include")
@@ -703,6 +704,28 @@ def _blas_without_kernels(entries: list[tuple[str, str]], lines: list[str], fram
 def classify(log: str, *, timed_out: bool = False, draft: bool | None = None) -> Diagnosis:
     """Classify a failed start (or a failing run) from its log text. ``draft``: whether the launch loads a draft
     model (speculative decoding with a draft), when the caller knows: a launch without one never fails in it."""
+    d = _classify(log, timed_out=timed_out, draft=draft)
+    if d.component is None:
+        d.component = _component(d, draft)
+    return d
+
+
+def _component(d: Diagnosis, draft: bool | None) -> str | None:
+    """Which part of the engine raised ``d``, from its category and its frames (``Diagnosis.component``)."""
+    if d.category == "compile_error":
+        return "kernel_build"
+    if not d.frames:
+        return None
+    if draft is not False and any(_in_draft(f) for f in d.frames):
+        return "draft_model"
+    if any("/srt/models/" in f.file.replace("\\", "/") for f in d.frames):  # the release's model files
+        return "main_model"
+    if "/managers/" in d.frames[-1].file.replace("\\", "/"):
+        return "scheduler"
+    return None
+
+
+def _classify(log: str, *, timed_out: bool, draft: bool | None) -> Diagnosis:
     lines = log.splitlines()
     entries = _entries(log)
     text = "\n".join(body for _, body in entries)  # the log without the launchers' line prefixes

@@ -146,16 +146,33 @@ class KernelBlock(BaseModel):
         launched_ok = all(any(c.holds(f) is False for c in self.trigger) for f in self.launched)
         return crashed_ok and launched_ok
 
+    def region(self) -> dict[str, Any] | None:
+        """After two or more configurations crashed on it, the flag values they all share, when no configuration
+        with those values launched: the knobs they varied do not decide the crash (None: not known yet)."""
+        if len({json.dumps(x["flags"], sort_keys=True, default=str) for x in self.crashed}) < 2:
+            return None
+        first, rest = self.crashed[0]["flags"], [x["flags"] for x in self.crashed[1:]]
+        shared = {k: v for k, v in first.items() if all(k in f and f[k] == v for f in rest)}
+        if not shared or any(all(k in f and f[k] == v for k, v in shared.items()) for f in self.launched):
+            return None
+        return shared
+
     def builds(self, flags: dict[str, Any]) -> bool:
         """Whether a configuration is predicted to build the kernel (and so to crash the same way)."""
         if self._trigger_agrees():
             return all(c.holds(flags) is not False for c in self.trigger)
+        if (shared := self.region()) is not None:
+            return all(k in flags and flags[k] == v for k, v in shared.items())
         return any(_at_least(flags, x["flags"], x["changed"]) for x in self.crashed)
 
     def explain(self) -> str:
         """The rule in force, in words."""
         if self._trigger_agrees():
             return "built when " + " and ".join(map(str, self.trigger)) + " (the call site's condition)"
+        if (shared := self.region()) is not None:
+            varied = sorted({k for x in self.crashed for k in {*x["flags"], *shared} if x["flags"].get(k) != shared.get(k)})
+            return (f"{len(self.crashed)} configurations crashed the same way whatever their {', '.join(varied)}: "
+                    "predicted for every configuration with " + ", ".join(f"{k}={v}" for k, v in shared.items()))
         return "predicted for configurations at least as deep as one that crashed"
 
 

@@ -318,10 +318,12 @@ class PlaybookPolicy:
                                "keep_as": item["keep_as"], "group": item.get("group"),
                                "feature": item.get("feature"), "start_rate": item.get("start_rate"),
                                "candidate": item.get("candidate"), "from": item.get("from", "none"),
-                               "meant": dict(item.get("meant") or {}),
+                               "meant": dict(item.get("meant") or {}), "unblocked": item.get("unblocked"),
                                "step": "launch", "fixes": 0, "seen": []}  # fmt: skip
             if item.get("upstream"):  # patch the engine, then launch with the config as released
                 memo["current"].update(step="upstream", upstream=item["upstream"], pristine=[item["upstream"]["config"]])
+            elif item.get("unblocked") and memo.get("held_fixes"):  # the fixes that held for the deeper chain
+                memo["current"].update(step="reapply", reapply=copy.deepcopy(memo["held_fixes"]))
             return None
         return self._next_phase(state, task, memo)
 
@@ -658,6 +660,20 @@ class PlaybookPolicy:
             memo["patch_note"] = up["note"]
             cur["step"] = "fixing"
             return [Call(tool="apply_patch", args={"diff": up["diff"]})], up["note"]["root_cause"]
+        if cur["step"] == "reapply":  # a fix that held before, made again before this launch instead of after it
+            if obs is not None and obs.tool in ("edit_file", "write_file", "apply_patch") and not obs.ok:
+                return self._abandon(memo, cur, f"the fix that held before did not apply: {obs.error}")
+            held = cur["reapply"]
+            if not held["calls"]:
+                cur["step"] = "launch"
+                return None
+            fix = held["calls"].pop(0)
+            cur.setdefault("edited", []).extend(f for f in [fix["args"].get("path")] if f and f not in cur["edited"])
+            cur.setdefault("fix_calls", []).append(copy.deepcopy(fix))
+            memo["patch_note"] = copy.deepcopy(fix["note"])
+            return [Call(tool=fix["tool"], args=fix["args"])], (
+                f"make again the fix that held for {held['for']} before trying {cur['label']}, which loads the same "
+                f"model: {fix['note'].get('root_cause', '')}")  # fmt: skip
         if cur["step"] == "launch":
             failed = memo.get("failed_launches", {}).get(self._launch_key(memo, cur))
             if failed is not None:  # nothing it depends on changed since it crashed: it would crash again
@@ -671,6 +687,7 @@ class PlaybookPolicy:
                 cur["step"] = "launch"
                 return None
             if obs.ok:
+                self._launched_without_blocks(memo, cur)
                 if obs.result.get("moe_fallback_shapes") and not memo.get("tuning"):
                     memo["fallback_shapes"] = obs.result["moe_fallback_shapes"]
                 cur["serving"] = obs.result.get("serving_config") or {}
@@ -709,7 +726,8 @@ class PlaybookPolicy:
                 if block.signature == self._block_signature(diag):
                     self._learn_block(memo, block, cur)
                     return self._abandon(memo, cur, f"builds {block.signature.partition(':')[2]} again, which "
-                                                    f"could not be fixed ({block.why})")  # fmt: skip
+                                                    f"could not be fixed ({block.why}); {block.explain()}",
+                                         block=block)  # fmt: skip
             return self._fix(state, ctx, memo, cur, obs)
         if cur["step"] == "fixing":
             if obs is not None and not obs.ok:
@@ -991,13 +1009,15 @@ class PlaybookPolicy:
             if block is not None:  # the fix held, the launch stopped further on: unverified, it is not kept
                 memo["discard_why"] = (f"the fix made for {cur['label']} (it held, but that launch never came up to "
                                        "verify it; a configuration that does will make it again)")  # fmt: skip
+                if cur.get("fix_calls"):  # made again before the next launch that loads the same model parts
+                    memo["held_fixes"] = {"for": cur["label"], "calls": cur["fix_calls"]}
         if cur["keep_as"] == "base":
             memo["phase"] = "done"
             return [], f"bring-up failed and could not be fixed: {why}"
         feature = cur.get("feature")
         if feature and block is not None:  # only what builds the kernel is blocked (``_advance`` skips it)
-            memo.setdefault("blocked", {})[feature] = {"why": why, "tried": cur["label"], "skipped": [],
-                                                       "kernel": block.signature.partition(":")[2]}  # fmt: skip
+            memo.setdefault("blocked", {}).setdefault(feature, {"why": why, "tried": cur["label"], "skipped": [],
+                                                                "kernel": block.signature.partition(":")[2]})  # fmt: skip
         elif feature:  # the same crash waits at every other depth of this feature: do not relaunch them
             skipped = [q["label"] for q in memo["queue"] if q.get("feature") == feature]
             memo["queue"] = [q for q in memo["queue"] if q.get("feature") != feature]
@@ -1032,6 +1052,7 @@ class PlaybookPolicy:
                     if note.get("upstream"):
                         note["upstream"]["note"]["crash_trial"] = crashed.id
                 cur.setdefault("edited", []).extend(f for f in [call.args.get("path")] if f and f not in cur.get("edited", []))
+                cur.setdefault("fix_calls", []).append({"tool": call.tool, "args": call.args, "note": copy.deepcopy(note)})
                 proposal = note.pop("upstream", None)
                 if proposal and proposal["file"] not in memo.setdefault("upstream_done", []):
                     memo["upstream_done"].append(proposal["file"])
@@ -1212,6 +1233,19 @@ class PlaybookPolicy:
         memo.setdefault("kernel_blocks", {})[block.signature] = block.model_dump(mode="json")
 
     @staticmethod
+    def _launched_without_blocks(memo: dict, cur: dict) -> None:
+        """A configuration of a blocked kernel's feature came up (one the block let through, or another of the
+        feature's): it does not build the kernel, which fails at start-up; the block learns it (a rule that predicted
+        otherwise is wrong)."""
+        flags = dict(cur["flags"])
+        for signature, data in memo.get("kernel_blocks", {}).items():
+            block = KernelBlock.model_validate(data)
+            ours = cur.get("unblocked") == signature or (block.feature and cur.get("feature") == block.feature)
+            if ours and flags not in block.launched:
+                block.launched.append(dict(flags))
+                memo["kernel_blocks"][signature] = block.model_dump(mode="json")
+
+    @staticmethod
     def _blocking(memo: dict, flags: dict) -> KernelBlock | None:
         return next((b for b in PlaybookPolicy._kernel_blocks(memo) if b.builds(flags)), None)
 
@@ -1225,6 +1259,7 @@ class PlaybookPolicy:
             block = blocks.get(entry.get("kernel", ""))
             if block is None:
                 continue
+            entry["rule"] = block.explain()  # which configurations it blocks, as far as the launches taught it
             entry.pop("would_give", None)
             if best and (would := would_give(block, best.get("flags", {}), best.get("value", 0.0),
                                              best.get("accept_length"), _allowed(task, "speculative-num-steps"))):
@@ -1240,13 +1275,16 @@ class PlaybookPolicy:
             PlaybookPolicy._record(memo, item["candidate"], 0.0, crashed=True, category="compile_error")
 
     def _shallower(self, task: TaskSpec, memo: dict, cur: dict, block: KernelBlock) -> list[dict]:
-        """What the feature still has without the kernel: its chains shallower than the one that crashed, deepest
-        first, those the block does not predict to build (each one launched teaches the block more)."""
+        """What the feature still has without the kernel: its chains shallower than the one that crashed, those the
+        block does not predict to build (each one launched teaches the block more). The shallowest goes first: if it
+        crashes the same way too, two identical crashes at both ends say the depth does not decide it, and the block
+        stops the rest (``KernelBlock.builds``); if it comes up, the others follow from the deepest down."""
         if not cur.get("flags", {}).get(SPECULATIVE):
             return []
         steps = int(cur["flags"].get("speculative-num-steps") or 1)
         items = []
-        for s in sorted((v for v in _allowed(task, "speculative-num-steps") if v and v < steps), reverse=True):
+        depths = sorted((v for v in _allowed(task, "speculative-num-steps") if v and v < steps), reverse=True)
+        for s in depths[-1:] + depths[:-1]:
             chain = {**cur["flags"], "speculative-num-steps": s, "speculative-eagle-topk": 1,
                      "speculative-num-draft-tokens": s + 1}  # fmt: skip
             if not block.builds(chain):

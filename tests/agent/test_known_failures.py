@@ -60,8 +60,16 @@ def test_a_trigger_decides_while_every_launch_agrees_with_it() -> None:
     assert block.builds(_chain(5)) and block.builds(_chain(4, topk=2))
     assert not block.builds(_chain(3)) and not block.builds(_chain(1))
     assert "speculative-num-steps > 3" in block.explain()
-    # a launch the trigger did not predict crashed: what crashed bounds the rest
+    # a launch the trigger did not predict crashed, the same way: two identical crashes that differ in depth say
+    # the depth does not decide it (issue 43: after two identical crashes, another knob)
     block.crashed.append({"flags": _chain(2), "changed": ["speculative-num-draft-tokens", "speculative-num-steps"]})
+    assert block.region() == {"tp-size": 8, "speculative-algorithm": "EAGLE", "speculative-eagle-topk": 1}
+    assert block.builds(_chain(1)) and block.builds(_chain(3)) and not block.builds(_chain(1, tp=4))
+    assert "2 configurations crashed the same way whatever their speculative-num-draft-tokens, " \
+           "speculative-num-steps" in block.explain()
+    # until a chain in that region launches: then what crashed bounds the rest
+    block.launched.append(_chain(1))
+    assert block.region() is None
     assert block.builds(_chain(3)) and not block.builds(_chain(1))
     assert "at least as deep" in block.explain()
 
@@ -130,8 +138,9 @@ def test_an_unfixable_kernel_keeps_the_chains_that_do_not_build_it() -> None:
     cur = _current({**base, **_chain(3)}, "speculative decoding 3/1/4")
     assert policy._give_up(ctx, memo, cur, COMPILE, "persists") is None
     labels = [q["label"] for q in memo["queue"]]
-    # the shallower chains first, deepest first, then the rest of the plan, the feature's tree search included
-    assert labels[:2] == ["speculative decoding 2/1/3 (no k/runtime.cuh)", "speculative decoding 1/1/2 (no k/runtime.cuh)"]
+    # the shallower chains first, the shallowest first (a second identical crash there says the depth does not
+    # decide it), then the rest of the plan, the feature's tree search included
+    assert labels[:2] == ["speculative decoding 1/1/2 (no k/runtime.cuh)", "speculative decoding 2/1/3 (no k/runtime.cuh)"]
     assert "draft tree depth" in labels and "KV cache fp8" in labels
     assert memo["blocked"]["speculative decoding"]["kernel"] == "k/runtime.cuh"
     # a deeper chain is never launched: it would build the same kernel
