@@ -398,8 +398,8 @@ def repeated_crash_regions(history: list[Measured]) -> list[dict[str, Any]]:
     for cands in by_signature.values():
         if len({c.key() for c in cands}) < 2:
             continue
-        shared = {k: v for k, v in cands[0].flags.items() if all(c.flags.get(k, _ABSENT) == v for c in cands[1:])}
-        if shared and not any(not m.crashed and _within(m.candidate, shared) for m in history):
+        shared = shared_flags([c.flags for c in cands])
+        if shared and not any(not m.crashed and within(m.candidate.flags, shared) for m in history):
             regions.append(shared)
     return regions
 
@@ -407,8 +407,15 @@ def repeated_crash_regions(history: list[Measured]) -> list[dict[str, Any]]:
 _ABSENT = object()
 
 
-def _within(cand: Candidate, region: dict[str, Any]) -> bool:
-    return all(cand.flags.get(k, _ABSENT) == v for k, v in region.items())
+def shared_flags(flag_sets: list[dict[str, Any]]) -> dict[str, Any]:
+    """The flag values every one of ``flag_sets`` sets alike (a flag one of them leaves unset is not shared)."""
+    first, rest = flag_sets[0], flag_sets[1:]
+    return {k: v for k, v in first.items() if all(f.get(k, _ABSENT) == v for f in rest)}
+
+
+def within(flags: dict[str, Any], region: dict[str, Any]) -> bool:
+    """Whether ``flags`` sets every value of ``region``."""
+    return all(flags.get(k, _ABSENT) == v for k, v in region.items())
 
 
 def in_crash_region(cand: Candidate, history: list[Measured]) -> bool:
@@ -426,7 +433,7 @@ def in_crash_region(cand: Candidate, history: list[Measured]) -> bool:
             mem = cand.flags.get("mem-fraction-static")
             if crashed_mem is None or (mem is not None and mem >= crashed_mem):
                 return True
-    return any(_within(cand, region) for region in repeated_crash_regions(history))
+    return any(within(cand.flags, region) for region in repeated_crash_regions(history))
 
 
 def serving_key(flag: str) -> str:

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from agent.search import shared_flags, within
 from tools.parsed import python_ast
 
 Op = Literal[">", ">=", "<", "<=", "==", "!="]
@@ -151,9 +152,8 @@ class KernelBlock(BaseModel):
         with those values launched: the knobs they varied do not decide the crash (None: not known yet)."""
         if len({json.dumps(x["flags"], sort_keys=True, default=str) for x in self.crashed}) < 2:
             return None
-        first, rest = self.crashed[0]["flags"], [x["flags"] for x in self.crashed[1:]]
-        shared = {k: v for k, v in first.items() if all(k in f and f[k] == v for f in rest)}
-        if not shared or any(all(k in f and f[k] == v for k, v in shared.items()) for f in self.launched):
+        shared = shared_flags([x["flags"] for x in self.crashed])
+        if not shared or any(within(f, shared) for f in self.launched):
             return None
         return shared
 
@@ -162,7 +162,7 @@ class KernelBlock(BaseModel):
         if self._trigger_agrees():
             return all(c.holds(flags) is not False for c in self.trigger)
         if (shared := self.region()) is not None:
-            return all(k in flags and flags[k] == v for k, v in shared.items())
+            return within(flags, shared)
         return any(_at_least(flags, x["flags"], x["changed"]) for x in self.crashed)
 
     def explain(self) -> str:

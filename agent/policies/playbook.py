@@ -668,8 +668,7 @@ class PlaybookPolicy:
                 cur["step"] = "launch"
                 return None
             fix = held["calls"].pop(0)
-            cur.setdefault("edited", []).extend(f for f in [fix["args"].get("path")] if f and f not in cur["edited"])
-            cur.setdefault("fix_calls", []).append(copy.deepcopy(fix))
+            self._made_fix(cur, fix)
             memo["patch_note"] = copy.deepcopy(fix["note"])
             return [Call(tool=fix["tool"], args=fix["args"])], (
                 f"make again the fix that held for {held['for']} before trying {cur['label']}, which loads the same "
@@ -688,6 +687,8 @@ class PlaybookPolicy:
                 return None
             if obs.ok:
                 self._launched_without_blocks(memo, cur)
+                if "reapply" in cur:  # the fixes made again are verified now: they stay, none is made a third time
+                    memo.pop("held_fixes", None)
                 if obs.result.get("moe_fallback_shapes") and not memo.get("tuning"):
                     memo["fallback_shapes"] = obs.result["moe_fallback_shapes"]
                 cur["serving"] = obs.result.get("serving_config") or {}
@@ -1051,9 +1052,8 @@ class PlaybookPolicy:
                     note["crash_trial"] = crashed.id
                     if note.get("upstream"):
                         note["upstream"]["note"]["crash_trial"] = crashed.id
-                cur.setdefault("edited", []).extend(f for f in [call.args.get("path")] if f and f not in cur.get("edited", []))
-                cur.setdefault("fix_calls", []).append({"tool": call.tool, "args": call.args, "note": copy.deepcopy(note)})
                 proposal = note.pop("upstream", None)
+                self._made_fix(cur, {"tool": call.tool, "args": call.args, "note": note})
                 if proposal and proposal["file"] not in memo.setdefault("upstream_done", []):
                     memo["upstream_done"].append(proposal["file"])
                     memo["upstream_proposal"] = proposal
@@ -1188,6 +1188,15 @@ class PlaybookPolicy:
         if block is not None and out is None:
             memo["queue"][:0] = self._shallower(ctx.task, memo, cur, block)
         return out
+
+    @staticmethod
+    def _made_fix(cur: dict, fix: dict) -> None:
+        """``cur`` made ``fix`` (its tool, args and patch note): the file it edited is undone if ``cur`` fails, and
+        the fix is made again for the feature's next launch if it held (``_abandon``)."""
+        path = fix["args"].get("path")
+        if path and path not in cur.setdefault("edited", []):
+            cur["edited"].append(path)
+        cur.setdefault("fix_calls", []).append(copy.deepcopy(fix))
 
     # --- kernels that could not be fixed ---------------------------------------------------------------------------
 

@@ -22,18 +22,21 @@ from tests.twin.conftest import edited_default_scenario
 KERNEL = "python/sglang/jit_kernel/csrc/elementwise/fused_add_rmsnorm.cuh"
 
 
-def test_a_speculation_crash_that_never_changes_stops_after_two_and_the_run_moves_on(tmp_path: Path) -> None:
-    def every_eagle_launch_builds_it(data: dict) -> None:
-        data["engine"]["jit_kernels"] = [{"name": "fused_add_rmsnorm", "source": KERNEL,
-                                          "when": {"flag": "speculative_algorithm", "equals": "EAGLE"},
+def _run(tmp_path: Path, when: dict) -> tuple[object, Path, list]:
+    """The default task with the kernel built where ``when`` holds, and room for many more speculative trials."""
+    def kernel(data: dict) -> None:
+        data["engine"]["jit_kernels"] = [{"name": "fused_add_rmsnorm", "source": KERNEL, "when": when,
                                           "includes": ["cooperative_groups/reduce.h"]}]  # fmt: skip
 
-    scenario = edited_default_scenario(tmp_path, every_eagle_launch_builds_it)
-    task = _task(tmp_path, scenario=scenario, after_targets=2)  # room for many more speculative trials
+    task = _task(tmp_path, scenario=edited_default_scenario(tmp_path, kernel), after_targets=2)
     proc = run_agent(tmp_path, "run", str(task), "--policy", "playbook", "--run-id", "r")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run_dir = tmp_path / "runs" / "r"
-    events = list(read_trace(run_dir / "trace.jsonl"))
+    return proc, run_dir, list(read_trace(run_dir / "trace.jsonl"))
+
+
+def test_a_speculation_crash_that_never_changes_stops_after_two_and_the_run_moves_on(tmp_path: Path) -> None:
+    proc, run_dir, events = _run(tmp_path, {"flag": "speculative_algorithm", "equals": "EAGLE"})
     calls = [e for e in events if e.kind == "tool_call"]
     launches = [e for e in calls if e.tool == "launch_server"]
     speculative = [e for e in launches if e.input["flags"].get("speculative-algorithm")]
@@ -68,3 +71,19 @@ def test_a_speculation_crash_that_never_changes_stops_after_two_and_the_run_move
     assert after and all(e.ok and not e.input["flags"].get("speculative-algorithm") for e in after)
     assert any(set(e.input["flags"]) - {"tp-size"} or e.input.get("env") for e in after)
     assert summary["finish_reason"] == "all targets met"
+
+
+def test_a_fix_made_again_and_verified_is_kept_when_a_deeper_chain_crashes_on_the_kernel(tmp_path: Path) -> None:
+    """The kernel is built only by chains deeper than one step: the one-step chain comes up with the fix made again,
+    which verifies it; the two-step chain that follows crashes on the kernel alone and undoes nothing."""
+    _, _, events = _run(tmp_path, {"flag": "speculative_num_steps", "above": 1})
+    calls = [e for e in events if e.kind == "tool_call"]
+    launches = [e for e in calls if e.tool == "launch_server"]
+    up = next(e for e in launches if e.ok and e.input["flags"].get("speculative-num-steps") == 1)
+    after = calls[calls.index(up) + 1:]
+    deeper = [e for e in after if e.tool == "launch_server" and (e.input["flags"].get("speculative-num-steps") or 0) > 1]
+    assert deeper and all(e.result["diagnosis"]["category"] == "compile_error" for e in deeper)
+    assert not [e for e in after if e.tool in ("discard_changes", "edit_file")]  # the verified fix stays
+    draft_crashes = [e for e in launches if not e.ok and e.result["diagnosis"]["category"] == "weight_shape_mismatch"]
+    assert len(draft_crashes) == 1  # met once, never again
+    assert all(e.ok for e in after if e.tool == "launch_server" and e.input["flags"].get("speculative-num-steps") == 1)
