@@ -1251,7 +1251,7 @@ class PlaybookPolicy:
             block = KernelBlock.model_validate(data)
             ours = cur.get("unblocked") == signature or (block.feature and cur.get("feature") == block.feature)
             if ours and flags not in block.launched:
-                block.launched.append(dict(flags))
+                block.launched.append(flags)
                 memo["kernel_blocks"][signature] = block.model_dump(mode="json")
 
     @staticmethod
