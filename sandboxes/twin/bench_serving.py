@@ -296,8 +296,9 @@ def fault_watch(scenario: Any, cfg: ServingConfig, twin: dict, server_args: dict
     """What can fail while this server serves: the node's defects, and the memory its plan left (a server that does
     not publish its plan, from an older twin, is checked against the defects only)."""
     memory = twin.get("memory")
-    step_memory = serving_faults.StepMemory.from_twin(
-        memory, scenario.model.vocab_size, scenario.calibration.activation_gb_per_gpu) if memory else None
+    # a server from an older twin publishes no plan, or one without its activations per token
+    step_memory = serving_faults.StepMemory.from_twin(memory, scenario.model.vocab_size) \
+        if memory and "activation_per_token" in memory else None  # fmt: skip
     return serving_faults.FaultWatch(scenario, cfg, step_memory, server_args)
 
 

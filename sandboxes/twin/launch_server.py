@@ -411,7 +411,7 @@ def start(args, command_line: server_args.CommandLine | None = None) -> tuple[Se
         # one GPU's memory as the plan left it: what a step under load may use (engine/serving_faults.py)
         "memory": {"gpu_bytes": plan.gpu_bytes, "static_bytes": plan.weight_bytes_per_gpu + plan.kv_pool_bytes_per_gpu,
                    "graph_bytes": plan.graph_bytes, "activation_bytes": plan.activation_bytes,
-                   "free_bytes": plan.free_bytes},
+                   "free_bytes": plan.free_bytes, "activation_per_token": plan.activation_per_token},
     }
     state = ServerState(
         model_path=args.model_path,

@@ -25,7 +25,7 @@ SHORT_BURST = ["--dataset-name", "random-ids", "--random-input-len", "256", "--r
                "--random-range-ratio", "1", "--num-prompts", "6000", "--request-rate", "inf"]  # fmt: skip
 # every static byte the node allows, small graphs and chunks so that it still starts: nothing is left for a step's
 # logits once thousands of requests decode outside the graphs
-TIGHT = ["--tp-size", "8", "--mem-fraction-static", "0.975", "--cuda-graph-max-bs", "128", "--chunked-prefill-size", "4096"]
+TIGHT = ["--tp-size", "8", "--mem-fraction-static", "0.985", "--cuda-graph-max-bs", "128", "--chunked-prefill-size", "4096"]
 LONG_PROMPTS = ["--dataset-name", "random-ids", "--random-input-len", "2000", "--random-output-len", "64",
                 "--random-range-ratio", "1", "--num-prompts", "40", "--request-rate", "4"]  # fmt: skip
 
@@ -125,7 +125,7 @@ def test_an_oom_under_load_kills_the_server_with_the_allocators_message(fixed_wo
                      r"gen throughput \(token/s\): [\d.]+, #queue-req: \d+", text)
     oom = re.findall(r"^torch\.OutOfMemoryError: HIP out of memory\. Tried to allocate [\d.]+ GiB\. GPU (\d) has a total "
                      r"capacity of 288\.00 GiB of which [\d.]+ [GM]iB is free\. Of the allocated memory [\d.]+ GiB is "
-                     r"allocated by PyTorch, with 3\.00 GiB allocated in private pools \(e\.g\., CUDA Graphs\), and "
+                     r"allocated by PyTorch, with [\d.]+ [GM]iB allocated in private pools \(e\.g\., CUDA Graphs\), and "
                      r"[\d.]+ (?:bytes|[KMG]iB) is reserved by PyTorch but unallocated\. If reserved but unallocated "
                      r"memory is large try setting PYTORCH_ALLOC_CONF=expandable_segments:True", text, re.M)  # fmt: skip
     assert sorted(oom) == [str(g) for g in range(8)]  # every TP rank, on its own GPU
@@ -135,7 +135,7 @@ def test_an_oom_under_load_kills_the_server_with_the_allocators_message(fixed_wo
 
 
 def test_the_same_load_with_less_static_memory_serves(fixed_workspace, tmp_path):
-    flags = [*TIGHT[:3], "0.95", *TIGHT[4:]]  # 0.95 instead of 0.975
+    flags = [*TIGHT[:3], "0.95", *TIGHT[4:]]  # 0.95 instead of 0.985
     with running(fixed_workspace, tmp_path / "ok.log", flags) as server:
         r = server.bench(tmp_path, *SHORT_BURST)
         assert not _gone(server.url)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..perf.cost_model import CostModel
+from . import activations as act
 from .pools import PoolPlan, size_pools
 
 GIB = 1024**3
@@ -47,6 +48,7 @@ class MemoryPlan:
     activation_bytes: float
     graph_bytes: float
     free_bytes: float  # outside the static pool, after activations and graphs
+    activation_per_token: float = 0.0  # a prefill token's activations (a step under load: serving_faults.py)
     pools: PoolPlan | None = None  # the pools by kind, their log lines and the running-request limit they set
 
     @property
@@ -93,8 +95,13 @@ def plan_memory(model: CostModel, draft_bytes: float = 0.0, hybrid_swa: bool | N
             f"Current value: mem_fraction_static={cfg.mem_fraction_static}"
         )
     chunk = cfg.chunked_prefill_size if cfg.chunked_prefill_size > 0 else 65536
-    activation = cal.activation_gb_per_gpu * GIB * max(chunk / 16384, 0.25)
-    graph = 0.0 if cfg.disable_cuda_graph else cfg.cuda_graph_max_bs * 24 * 1024**2
+    if cal.activation_gb_per_gpu is not None:  # a scenario's own measured figure, at a 16384-token chunk
+        per_token = cal.activation_gb_per_gpu * GIB / 16384
+        activation = per_token * max(chunk, 4096)
+    else:  # from the model's layers (activations.py)
+        per_token = act.per_token_bytes(model.arch, cfg.tp_size, cfg.gpus_per_rank)
+        activation = act.prefill_bytes(model.arch, cfg, chunk)
+    graph = act.graph_pool_bytes(model.arch, cfg, sc.model.vocab_size)
     free = before - static - activation - graph
     if free < 0:
         raise OutOfMemory(
@@ -113,5 +120,6 @@ def plan_memory(model: CostModel, draft_bytes: float = 0.0, hybrid_swa: bool | N
         activation_bytes=activation,
         graph_bytes=graph,
         free_bytes=free,
+        activation_per_token=per_token,
         pools=pools,
     )

@@ -117,11 +117,12 @@ class StepMemory:
     vocab_size: int
 
     @classmethod
-    def from_twin(cls, memory: dict[str, Any], vocab_size: int, activation_gb_per_gpu: float) -> StepMemory:
+    def from_twin(cls, memory: dict[str, Any], vocab_size: int) -> StepMemory:
+        """From the plan a served twin publishes (``/server_info``'s ``memory``)."""
         return cls(gpu_bytes=float(memory["gpu_bytes"]), static_bytes=float(memory["static_bytes"]),
                    graph_bytes=float(memory["graph_bytes"]), activation_bytes=float(memory["activation_bytes"]),
-                   free_bytes=float(memory["free_bytes"]), activation_per_token=activation_gb_per_gpu * GIB / 16384,
-                   vocab_size=vocab_size)  # fmt: skip
+                   free_bytes=float(memory["free_bytes"]),
+                   activation_per_token=float(memory["activation_per_token"]), vocab_size=vocab_size)  # fmt: skip
 
     def demand(self, tokens: int, rows: int) -> tuple[float, float]:
         """(what an eager step with ``tokens`` tokens returning ``rows`` logits rows needs outside the static

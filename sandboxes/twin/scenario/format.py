@@ -251,7 +251,9 @@ class Calibration:
     allreduce_latency_us: float
     allreduce_fusion_saving: float
     scheduler_overhead_ms: float
-    activation_gb_per_gpu: float
+    # a prefill chunk of 16384 tokens' activations, GB per GPU, where a scenario has its own measurement; None
+    # (the default): from the model's layers (engine/activations.py)
+    activation_gb_per_gpu: float | None = None
     tp_doubling_efficiency: float = 1.0
     request_overhead_ms: float = 10.0
     # issue 10's mechanisms, calibrated on InferenceX's GLM-5 FP8 figures (docs/twin.md); engine and kernel
