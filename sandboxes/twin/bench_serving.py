@@ -377,7 +377,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             time.sleep(3600)
     scenario = load(twin["scenario_path"])
     cfg = ServingConfig.from_dict(twin["serving_config"])
-    model = CostModel(scenario, cfg, twin.get("weight_bytes"))
+    model = CostModel(scenario, cfg, twin.get("weight_bytes"), twin.get("draft_weight_bytes"))
     if twin.get("max_total_num_tokens"):
         kv_capacity, mamba_slots = int(twin["max_total_num_tokens"]), twin.get("max_mamba_cache_size")
     else:  # a server from an older twin publishes no plan

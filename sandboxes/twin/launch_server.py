@@ -339,7 +339,9 @@ def start(args, command_line: server_args.CommandLine | None = None) -> tuple[Se
         cfg = dataclasses.replace(cfg, draft_is_target=True)
     if report.draft_layers:
         cfg = dataclasses.replace(cfg, draft_weight_bytes=report.draft_bytes, draft_layers=report.draft_layers)
-    model = CostModel(sc, cfg, report.target_bytes_by_category)
+    # a separate draft checkpoint is priced by its bytes (draft_weight_bytes); an MTP draft by its layer's
+    drafted = {} if report.draft_layers else dict(report.draft_bytes_by_category)
+    model = CostModel(sc, cfg, report.target_bytes_by_category, drafted)
     try:
         plan = memory.plan_memory(model, report.draft_bytes)
     except memory.NotEnoughMemory as exc:
@@ -397,6 +399,7 @@ def start(args, command_line: server_args.CommandLine | None = None) -> tuple[Se
         "max_total_num_tokens": plan.max_total_num_tokens,
         "max_mamba_cache_size": plan.max_mamba_cache_size,
         "weight_bytes": dict(report.target_bytes_by_category),
+        "draft_weight_bytes": drafted,  # the MTP layer the draft class loaded, by category ({}: none)
         "model_class": report.target_class,  # file:Class the release built: a forward pass's frames run its code
         "draft_model_class": report.draft_class,  # file:Class of the draft the release built ("" without one)
         "moe_kernels": "tuned" if moe_tuned else "fallback",

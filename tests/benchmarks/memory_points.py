@@ -80,7 +80,7 @@ def graph_rows(rows: list[dict[str, Any]], cache: Path) -> list[float]:
     from sandboxes.twin.engine import activations as act
     from sandboxes.twin.perf.serving_config import ServingConfig
 
-    residuals = []
+    residuals: dict[tuple[Any, ...], float] = {}  # per model, TP, largest batch and figure (a log quoted twice: once)
     print(
         "graph pool (GB): measured | twin = activations + logits + overhead | measured - activations - logits"
     )
@@ -91,6 +91,10 @@ def graph_rows(rows: list[dict[str, Any]], cache: Path) -> list[float]:
         )
         if bs is None:
             print(f"  {label:70s} not used: its largest captured batch is not stated")
+            continue
+        key = (p["model"], p.get("tp"), bs, p["graph_end_usage_gb"])
+        if key in residuals:
+            print(f"  {label:70s} the same measurement as above")
             continue
         sc, why = _scenario(p["model"], _gpu(p), cache)
         if sc is None:
@@ -105,14 +109,14 @@ def graph_rows(rows: list[dict[str, Any]], cache: Path) -> list[float]:
         twin = act.graph_pool_bytes(sc.model.arch, cfg, sc.model.vocab_size)
         measured = float(p["graph_end_usage_gb"])
         residual = measured - (activations + logits) / GIB
-        residuals.append(residual)
+        residuals[key] = residual
         print(f"  {label:70s} bs {bs:4d}  {measured:5.2f} | {twin / GIB:5.2f} = {activations / GIB:.2f} + "
               f"{logits / GIB:.2f} + {act.GRAPH_POOL_OVERHEAD_BYTES / GIB:.2f} (x{twin / GIB / measured:.2f}) | "
               f"{residual:5.2f}")  # fmt: skip
     if residuals:
-        print(f"  median residual {statistics.median(residuals):.2f} GB over {len(residuals)} points "
+        print(f"  median residual {statistics.median(residuals.values()):.2f} GB over {len(residuals)} points "
               f"(the twin charges {act.GRAPH_POOL_OVERHEAD_BYTES / GIB:.2f})")  # fmt: skip
-    return residuals
+    return list(residuals.values())
 
 
 def _plan(sc: Any, flags: dict[str, Any]) -> Any:

@@ -167,3 +167,25 @@ def test_a_forward_pass_under_load_runs_the_served_models_own_code(workspaces, s
     assert forward.file.endswith(model_file) and forward.cls == defining_class
     path, line = tracebacks.locate(ws / "sglang", forward)
     assert "self.logits_processor(" in Path(path).read_text().splitlines()[line - 1]
+
+
+def test_an_mtp_draft_streams_its_own_layer_in_the_dtypes_the_checkpoint_stores_it() -> None:
+    """A draft step reads the MTP layer the draft class loaded (the launcher's load report), so one the vendor kept
+    in bf16 costs more per step than the same layer in MXFP4; without a report the target's layers stand for it."""
+    sc = load(SCENARIO_DIR / "gpt_oss_120b_mi355x.yaml")
+    cfg = ServingConfig(tp_size=8, weight_format="mxfp4", speculative_algorithm="EAGLE", speculative_num_steps=3,
+                        speculative_eagle_topk=1, speculative_num_draft_tokens=4)  # fmt: skip
+    plain = CostModel(sc, cfg)
+    experts = plain.expert_bytes * plain.num_experts  # one layer's routed experts as the target stores them
+    fixed = plain.layer_fixed_bytes
+    mxfp4 = CostModel(sc, cfg, None, {"routed_experts": round(experts), "attention": round(fixed)})
+    # the same experts in bf16: 16 bits a weight instead of MXFP4's 4 and an 8-bit scale per 32
+    bf16 = CostModel(sc, cfg, None, {"routed_experts": round(experts * 16 / 4.25), "attention": round(fixed)})
+    assert mxfp4.draft_time(1) == pytest.approx(plain.draft_time(1), rel=1e-3)  # the same bytes, the same step
+    for batch in (1, 256):
+        # the extra time is the extra bytes of the experts a step touches, at their streaming rate, per draft step
+        extra = 3 * bf16.experts_touched(batch) * (bf16.draft_expert_bytes - mxfp4.draft_expert_bytes) / bf16.moe_g
+        assert bf16.draft_time(batch) - mxfp4.draft_time(batch) == pytest.approx(extra / bf16.moe_rates(batch)[0],
+                                                                                 rel=1e-6)  # fmt: skip
+    # once a batch touches every expert, the layer's dtype is most of a draft step
+    assert bf16.draft_time(256) > 1.5 * mxfp4.draft_time(256)

@@ -44,7 +44,7 @@ CONSTANT_METADATA_BYTES = (
     512 * MIB
 )  # ServerArgs' reserved_mem base: "Constant meta data (e.g., from attention backend)"
 # the graph pool's overhead beyond the largest batch's activations and logits (the module's docstring)
-GRAPH_POOL_OVERHEAD_BYTES = 0.75 * GIB
+GRAPH_POOL_OVERHEAD_BYTES = 0.84 * GIB
 LOGIT_BYTES = 2 + 4  # the gathered bf16 logits and their fp32 copy, per row and vocabulary entry
 
 

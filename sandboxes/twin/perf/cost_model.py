@@ -155,11 +155,14 @@ class StepCost:
 @dataclass
 class CostModel:
     """Step costs for one serving configuration. ``weight_bytes`` is what the engine loaded, by category
-    (the launcher's weight-load report); without it, the checkpoint's own bytes are used."""
+    (the launcher's weight-load report); without it, the checkpoint's own bytes are used. ``draft_bytes``: what the
+    engine's draft class loaded of the checkpoint's MTP layers, by category (the same report); without it, a draft
+    step reads as much as one of the target's layers."""
 
     scenario: Scenario
     config: ServingConfig
     weight_bytes: Mapping[str, int] | None = None
+    draft_bytes: Mapping[str, int] | None = None
     sizes: ModelSizes = field(init=False)
 
     def __post_init__(self) -> None:
@@ -233,6 +236,19 @@ class CostModel:
         self.fixed_weight_bytes = self.loaded_bytes - experts - loaded.get("embedding", 0) - loaded.get("mtp", 0)
         self.layer_fixed_bytes = (self.fixed_weight_bytes - loaded.get("lm_head", 0)) / s.layers
         self.lm_head_bytes = loaded.get("lm_head", 0)
+        # one MTP layer as the draft class loaded it, in the dtypes the checkpoint stores it in (a layer the vendor
+        # kept unquantized streams more bytes every draft step); its head where it has its own, else the target's
+        drafted = dict(self.draft_bytes or {})
+        if drafted:
+            mtp_layers = max(self.arch.mtp.num_layers if self.arch.mtp else 1, 1)
+            d_experts = drafted.get("routed_experts", 0)
+            self.draft_expert_bytes = d_experts / max(mtp_layers * self.num_experts, 1)
+            self.draft_layer_fixed_bytes = (sum(drafted.values()) - d_experts - drafted.get("embedding", 0)
+                                            - drafted.get("lm_head", 0)) / mtp_layers  # fmt: skip
+            self.draft_lm_head_bytes = drafted.get("lm_head") or self.lm_head_bytes
+        else:
+            self.draft_expert_bytes, self.draft_layer_fixed_bytes = self.expert_bytes, self.layer_fixed_bytes
+            self.draft_lm_head_bytes = self.lm_head_bytes
         self.active_linear_params = (
             s.layers * s.attention_per_layer
             + s.moe_layers * s.shared_expert_params
@@ -459,9 +475,13 @@ class CostModel:
             per_step += self.allreduce_time(batch * k) * cfg.draft_layers / s.layers + SPEC_STEP_OVERHEAD_S
             draft = cfg.speculative_num_steps * per_step
         else:
-            layers = s.layers if cfg.draft_is_target else 1
-            experts = layers * self.experts_touched(batch * k) * self.expert_bytes / self.moe_g
-            per_step = (layers * self.layer_fixed_bytes + self.lm_head_bytes) / self.moe_g / self.bw
+            if cfg.draft_is_target:  # every layer of the target
+                layers, expert, fixed, head = s.layers, self.expert_bytes, self.layer_fixed_bytes, self.lm_head_bytes
+            else:  # its MTP layer
+                layers, expert, fixed, head = 1, self.draft_expert_bytes, self.draft_layer_fixed_bytes, \
+                    self.draft_lm_head_bytes  # fmt: skip
+            experts = layers * self.experts_touched(batch * k) * expert / self.moe_g
+            per_step = (layers * fixed + head) / self.moe_g / self.bw
             per_step += experts / self.moe_rates(batch * k)[0]
             per_step += self.kernel_overhead(batch, layers=layers) + self.allreduce_time(batch * k) * layers / s.layers
             per_step += SPEC_STEP_OVERHEAD_S
