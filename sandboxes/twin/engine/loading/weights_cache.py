@@ -28,7 +28,7 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,30 +64,20 @@ def _given(path: Path) -> str:
 _CODE: list[str] = []
 
 
-# twin packages a load never imports (``tests/twin/test_weights_cache.py`` checks it): the performance model is
-# calibrated far more often than the load changes, and an edit of it leaves every load's outcome as it was
-NOT_LOADED = ("perf",)
-
-
-def _twin_sources(twin: Path) -> Iterator[Path]:
-    """The twin's ``*.py`` files but those of ``bundled_sglang`` and ``NOT_LOADED``; their folders are not walked
-    (a walk of the whole tree was a few ms of every launch)."""
-    for folder, dirs, files in os.walk(twin):
-        here = Path(folder)
-        dirs[:] = [d for d in dirs if d != "bundled_sglang" and not (here == twin and d in NOT_LOADED)]
-        yield from (here / f for f in files if f.endswith(".py"))
-
-
 def _code() -> str:
-    """The hash of the twin's own code (an entry computed by other code is not this code's outcome), but for the
-    packages a load never imports (``NOT_LOADED``), and of the transformers version that makes the config."""
+    """The hash of the twin code a load runs (an entry computed by other code is not this code's outcome): the
+    modules the load's, the description's and the checkpoint's entry points import, through the twin's own
+    packages, and the function that builds a load's arguments (``code_scope``); and of the transformers version
+    that makes the config. An edit of any other twin module (the performance model, the memory plan, the HTTP
+    server) leaves every entry as it was."""
     if not _CODE:
+        from . import code_scope
         from .hf_library import version
 
         digest = hashlib.sha256(repr((sys.version_info[:2], version())).encode())
-        twin = Path(__file__).resolve().parents[2]  # sandboxes/twin
-        for path in sorted(_twin_sources(twin), key=lambda p: p.parts):  # Path order: by parts
-            digest.update(str(path.relative_to(twin)).encode() + b"\0" + path.read_bytes())
+        for path in code_scope.sources():
+            digest.update(str(path.relative_to(code_scope.TWIN)).encode() + b"\0" + path.read_bytes())
+        digest.update(code_scope.callers_source().encode())
         _CODE.append(digest.hexdigest())
     return _CODE[0]
 
