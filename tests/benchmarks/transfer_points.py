@@ -242,9 +242,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--id", action="append", help="only this point (repeatable)")
     ap.add_argument("--set", default="check", choices=("check", "derive", "all"))
     ap.add_argument("--cross-check", action="store_true", help="also list the other engines' points")
-    ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "dayzero-transfer-points",
-                    help="where scenarios and workspaces are made (scenarios are kept between runs)")  # fmt: skip
+    ap.add_argument("--cache", type=Path, default=None,
+                    help="where scenarios and workspaces are made, kept between runs that name the same folder "
+                         "(default: a new folder per run, so that no scenario an older twin wrote is measured)")  # fmt: skip
     args = ap.parse_args(argv)
+    args.cache = args.cache or Path(tempfile.mkdtemp(prefix="dayzero-transfer-points-"))
     args.cache.mkdir(parents=True, exist_ok=True)
     chosen = [p for p in points() if (not args.id or p["id"] in args.id)
               and (args.set == "all" or p["set"] == args.set)
