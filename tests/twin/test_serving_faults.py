@@ -131,7 +131,9 @@ def test_an_oom_under_load_kills_the_server_with_the_allocators_message(fixed_wo
     assert sorted(oom) == [str(g) for g in range(8)]  # every TP rank, on its own GPU
     assert text.count("Scheduler hit an exception: Traceback (most recent call last):") == 8
     assert "in _copy_logits_to_buffer\n    logits = logits[:, : self.vocab_size].float()" in text
-    assert text.rstrip().splitlines()[-2].endswith(messages.SIGQUIT_RUNNING)
+    # the launcher's last words (an access line of the client's poll may still land while the tree is killed)
+    lines = [line for line in text.rstrip().splitlines() if ' HTTP/1.1" ' not in line]
+    assert lines[-2].endswith(messages.SIGQUIT_RUNNING)
 
 
 def test_the_same_load_with_less_static_memory_serves(fixed_workspace, tmp_path):
