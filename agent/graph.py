@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from langgraph.graph import END, START, StateGraph
+from pydantic import ValidationError
 
 from tools.git_ops import Evidence
+from tools.server import LaunchInput
 
 from .checkpoints import ItemSaver, ItemSerializer
 from .outcomes import after_targets_spent, apply_observations, bests_met, budget_exhausted
@@ -55,9 +57,11 @@ def build_graph(run: Run):
             record = run.recorded(call.call_id)
             if record is None:
                 record = run.call(call)
-            elif record.tool == "launch_server" and record.ok and run.ctx.server is None:
+            elif record.tool == "launch_server" and record.ok and not serves(run.ctx.server, record.input):
                 # killed after this launch was recorded: its server went with the old process, and the calls
-                # after it need one (the trace keeps the first launch's figures, the relaunch is its own call)
+                # after it need one (the trace keeps the first launch's figures, the relaunch is its own call).
+                # The server up may be another: the one the state had before this step, launched again on resume
+                # (``_server_again``); the calls after this launch must not measure that one
                 run.call(call.model_copy(update={"call_id": run.resumed_id(call.call_id)}))
             observations.append(Observation(call_id=record.call_id, tool=record.tool, args=record.input,
                                             ok=record.ok, error=record.error, result=record.result,
@@ -214,6 +218,18 @@ def saved_state(run_dir: Path, run_id: str, step: int | None = None) -> AgentSta
     if step is not None:
         states = [s for s in states if s.step == step]
     return states[-1] if states else None
+
+
+def serves(server: Any, launch: dict[str, Any]) -> bool:
+    """Whether ``server`` (the run's, or None) is what the recorded ``launch_server`` input started: the same flags,
+    environment and files launched as released."""
+    if server is None:
+        return False
+    try:
+        asked = LaunchInput.model_validate(launch)
+    except ValidationError:  # not a launch this run could have made: launch it again
+        return False
+    return (server.flags, server.env, list(server.pristine)) == (dict(asked.flags), dict(asked.env), list(asked.pristine))
 
 
 def _server_again(run: Run, state: AgentState) -> dict[str, Any]:

@@ -22,6 +22,7 @@ class ServerState:
     flags: dict[str, Any]
     env: dict[str, str]
     info: dict[str, Any] = field(default_factory=dict)  # /server_info once up
+    pristine: list[str] = field(default_factory=list)  # the workspace files it was launched with as released
 
 
 @dataclass

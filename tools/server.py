@@ -146,7 +146,8 @@ def launch_server(ctx: ToolContext, args: LaunchInput) -> LaunchResult:
     rel = str(log.relative_to(ctx.run_dir))
     if ready.state == "ready":
         info = _get_json(handle.base_url + "/server_info")
-        ctx.server = ServerState(handle=handle, flags=dict(args.flags), env=dict(args.env), info=info)
+        ctx.server = ServerState(handle=handle, flags=dict(args.flags), env=dict(args.env), info=info,
+                                 pristine=list(args.pristine))  # fmt: skip
         twin = info.get("twin") or {}
         simulated = bool(info.get("simulated"))
         startup = twin.get("startup_seconds_simulated") if simulated else ready.wall_seconds

@@ -47,24 +47,35 @@ def _lines(path: Path) -> int:
         return 0
 
 
-def killed_then_resumed(root: Path, task: Path, run_id: str, *, events: int) -> Path:
+def killed_then_resumed(root: Path, task: Path, run_id: str, *, events: int | None = None,
+                        after_calls: tuple[tuple[str, dict | None], ...] = ()) -> Path:
     """``agent run`` killed (SIGKILL, the whole process group) once its trace holds ``events`` events, then
-    ``agent resume``d to the end."""
-    proc = subprocess.Popen([sys.executable, "-c", "from agent.cli import app; app()", "run", str(task), "--policy",
-                             "playbook", "--run-id", run_id], cwd=root, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    ``agent resume``d to the end. ``after_calls``: kill points by the call a trace record names instead, each with
+    the killed process's environment (None: this process's); every process after the first is a resume."""
     trace = root / "runs" / run_id / "trace.jsonl"
-    while proc.poll() is None:
-        if _lines(trace) >= events:
-            break
-        time.sleep(0.02)
-    killed = proc.poll() is None
-    if killed:
-        os.killpg(proc.pid, signal.SIGKILL)  # the agent dies; the servers it started (own sessions) live on
-    proc.wait()
+    points: list[tuple[object, dict | None]] = [(events, None)] if events is not None else list(after_calls)
+    for n, (point, env) in enumerate(points):
+        args = ["run", str(task), "--policy", "playbook", "--run-id", run_id] if n == 0 else ["resume", run_id]
+        proc = subprocess.Popen([sys.executable, "-c", "from agent.cli import app; app()", *args], cwd=root,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                env=env)  # fmt: skip
+        while proc.poll() is None:
+            if (_lines(trace) >= point) if isinstance(point, int) else _records(trace, str(point)):
+                break
+            time.sleep(0.02)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # the agent dies; the servers it started (own sessions) live on
+        proc.wait()
     resumed = agent(root, "resume", run_id)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     return root / "runs" / run_id
+
+
+def _records(trace: Path, call_id: str) -> bool:
+    try:
+        return f'"call_id":"{call_id}",'.encode() in trace.read_bytes()
+    except FileNotFoundError:
+        return False
 
 
 def end_state(run_dir: Path) -> dict:
@@ -104,26 +115,77 @@ def kill_points(total: int) -> list[int]:
     return sorted(rng.randint(2, total - 1) for _ in range(POINTS))
 
 
-def relaunch_window(run_dir: Path) -> int:
-    """The trace events up to the first launch that came up after a crash (the engine fix's launch): killed
-    there, the process takes a server with it that the run's state says is up."""
+def relaunch_window(run_dir: Path) -> str:
+    """The first launch that came up after a crash (the engine fix's launch): killed right after its record, the
+    process takes a server with it that the run's state says is up."""
     events = read_trace(run_dir / "trace.jsonl")
     crashed = False
-    for i, e in enumerate(events):
+    for e in events:
         if e.kind == "tool_call" and e.tool == "launch_server":
             if e.ok and crashed:
-                return i + 1
+                return e.call_id
             crashed = crashed or not e.ok
     raise AssertionError("the reference run has no launch that came up after a crash")
 
 
+def switch_window(run_dir: Path, after: str) -> str:
+    """The first launch after the call ``after`` that came up while another configuration's server was up (a new
+    trial replacing the last): killed right after its record, before the step's checkpoint, the resumed run first
+    brings back the state's server, the previous configuration's, and the recorded launch must still start its own."""
+    events = read_trace(run_dir / "trace.jsonl")
+    up, seen = None, False
+    for e in events:
+        if e.kind == "tool_call" and e.tool == "launch_server":
+            flags = (e.input or {}).get("flags")
+            if e.ok and up is not None and flags != up and seen:
+                return e.call_id
+            up = flags if e.ok else None
+        seen = seen or getattr(e, "call_id", None) == after
+    raise AssertionError("the reference run never launches one configuration over another")
+
+
+# run by the killed agent's interpreter at start-up (``sitecustomize``): once the trace holds the kill point's record,
+# every checkpoint and node's writes are written half a second late, so that a kill polled right after that record
+# lands before the step's checkpoint (the window where resume once measured the wrong server) every time, not now
+# and then
+SLOW_CHECKPOINTS = """
+import os, time
+import agent.checkpoints as checkpoints
+import glob
+MARK = ('"call_id":"%s",' % os.environ["SLOW_CHECKPOINTS_AFTER"]).encode()
+def late(write):
+    def written_late(self, *args, **kwargs):
+        if any(MARK in open(t, "rb").read() for t in glob.glob("runs/*/trace.jsonl")):
+            time.sleep(0.5)  # only once the kill point's record is in: the run up to there keeps its pace
+        return write(self, *args, **kwargs)
+    return written_late
+# a node's writes (kept as soon as it finishes, what a resume applies) and the checkpoint after it
+checkpoints.ItemSaver.put_writes = late(checkpoints.ItemSaver.put_writes)
+checkpoints.ItemSaver.put = late(checkpoints.ItemSaver.put)
+"""
+
+
 def test_killed_with_a_server_up_ends_as_an_uninterrupted_run(reference, tmp_path):
-    """The relaunch window: killed right after a launch came up, the resumed run launches that server again as
-    its own call (not a trial), and measures it as the uninterrupted run did."""
+    """Two relaunch windows in one run. Killed right after a launch came up after a crash, the resumed run launches
+    that server again as its own call (not a trial). That resume is then killed right after the launch of a trial
+    replacing the last one came up, before the step's checkpoint: the next resume brings back the state's server
+    (the last trial's), then launches the recorded trial's configuration again and measures that (issue 42: 4 of 5
+    such kills measured the last trial's server under the new trial's flags). Both end as the uninterrupted run."""
     run_dir, expected, _ = reference
-    point = relaunch_window(run_dir)
-    killed = killed_then_resumed(tmp_path, stopping_at_the_targets(tmp_path, TASK), "killed", events=point)
-    assert end_state(killed) == expected, f"killed after {point} trace events, with a server up"
+    first = relaunch_window(run_dir)
+    switch = switch_window(run_dir, after=first)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SLOW_CHECKPOINTS)
+    slow = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO), os.environ.get("PYTHONPATH", "")]),
+            "SLOW_CHECKPOINTS_AFTER": switch}  # fmt: skip
+    killed = killed_then_resumed(tmp_path, stopping_at_the_targets(tmp_path, TASK), "killed",
+                                 after_calls=((first, None), (switch, slow)))  # fmt: skip
+    relaunched = [(e.call_id, e.input.get("flags")) for e in read_trace(killed / "trace.jsonl")
+                  if e.kind == "tool_call" and e.tool == "launch_server" and "resumed" in e.call_id]  # fmt: skip
+    # after the second kill: the state's server (the last trial's) came back first, then the recorded launch's own
+    assert len(relaunched) == 3 and relaunched[1][1] != relaunched[2][1], relaunched
+    assert end_state(killed) == expected, f"killed after {first}, then after {switch}"
     check_clean(killed)
     killed_between_the_summary_and_the_end_of_the_trace(tmp_path, "killed")
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from agent.graph import _server_again
+from agent.graph import _server_again, serves
 from agent.run import Run
 from agent.state import AgentState, Observation, Trial
 from tasks.spec import load_task
@@ -84,3 +84,20 @@ def test_a_relaunch_that_fails_leaves_the_state_without_a_server():
     run = fake_run(ok=False)
     update = _server_again(run, state(**assessed(launch())))
     assert update["server_flags"] is None and update["server_env"] == {}
+
+
+def _server(flags: dict, env: dict, pristine: list[str]) -> SimpleNamespace:
+    return SimpleNamespace(flags=flags, env=env, pristine=pristine)
+
+
+def test_a_recorded_launch_is_made_again_unless_the_server_up_is_the_one_it_started():
+    """Killed after a launch's record and before the next checkpoint, the resumed run first brings back the server
+    the state had (the previous trial's); the recorded launch must then start its own, not let the calls after it
+    measure the previous configuration (issue 42: an ablation trial read the previous trial's 1289 tok/s)."""
+    recorded = launch().args
+    assert not serves(None, recorded)  # nothing up: the killed process took it along
+    assert not serves(_server({"tp-size": 4, "dp-size": 2}, ENV, ["model/config.json"]), recorded)  # another layout
+    assert not serves(_server(FLAGS, {}, ["model/config.json"]), recorded)  # another environment
+    assert not serves(_server(FLAGS, ENV, []), recorded)  # the files as they are, not as released
+    assert serves(_server(dict(FLAGS), dict(ENV), ["model/config.json"]), recorded)  # the same launch: kept
+    assert not serves(_server(FLAGS, ENV, []), {"flags": "not a mapping"})  # not a launch this run could make
