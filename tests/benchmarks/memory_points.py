@@ -101,11 +101,7 @@ def graph_rows(rows: list[dict[str, Any]], cache: Path) -> list[float]:
             print(f"  {label:70s} not used: {why}")
             continue
         cfg = ServingConfig(tp_size=int(p.get("tp") or 1), cuda_graph_max_bs=int(bs))
-        tokens = act.graph_tokens(cfg)
-        activations = tokens * act.per_token_bytes(
-            sc.model.arch, cfg.tp_size, cfg.gpus_per_rank, prefill=False
-        )
-        logits = tokens * sc.model.vocab_size * act.LOGIT_BYTES
+        activations, logits = act.graph_batch_bytes(sc.model.arch, cfg, sc.model.vocab_size)
         twin = act.graph_pool_bytes(sc.model.arch, cfg, sc.model.vocab_size)
         measured = float(p["graph_end_usage_gb"])
         residual = measured - (activations + logits) / GIB
@@ -130,6 +126,7 @@ def _plan(sc: Any, flags: dict[str, Any]) -> Any:
 def activation_rows(rows: list[dict[str, Any]], cache: Path) -> None:
     from sandboxes.twin.engine import activations as act
     from sandboxes.twin.engine.memory import OutOfMemory
+    from sandboxes.twin.perf.serving_config import ServingConfig
 
     print("\nprefill activations: the report | the twin's chunk activations and what its plan leaves")
     for p in rows:
@@ -147,7 +144,7 @@ def activation_rows(rows: list[dict[str, Any]], cache: Path) -> None:
         flags = {"tp_size": int(p["tp"]), "chunked_prefill_size": int(p["chunked_prefill_size"]),
                  "mem_fraction_static": float(p["mem_fraction_static"]),
                  "cuda_graph_max_bs": int(p.get("cuda_graph_max_bs") or 512)}  # fmt: skip
-        chunk = act.prefill_bytes(sc.model.arch, _cfg(flags), flags["chunked_prefill_size"]) / GIB
+        chunk = act.prefill_bytes(sc.model.arch, ServingConfig(**flags), flags["chunked_prefill_size"]) / GIB
         try:
             plan = _plan(sc, flags)
             verdict = f"plan leaves {(plan.free_bytes + plan.activation_bytes) / GIB:.2f} GB for it: starts"
@@ -155,12 +152,6 @@ def activation_rows(rows: list[dict[str, Any]], cache: Path) -> None:
             verdict = f"refused at start-up: {str(exc)[:60]}"
         print(f"  {label:70s} reported: tried {p.get('tried_to_allocate_gib')} GiB with "
               f"{p.get('graph_end_avail_gb')} GB free after graphs | twin chunk {chunk:.2f} GB, {verdict}")  # fmt: skip
-
-
-def _cfg(flags: dict[str, Any]) -> Any:
-    from sandboxes.twin.perf.serving_config import ServingConfig
-
-    return ServingConfig(**flags)
 
 
 def transfer_rows(cache: Path) -> None:

@@ -6,15 +6,14 @@ heuristic of 1.5 MB per chunk token), and a forward pass takes what it needs fro
 one layer at a time (each layer's temporaries are freed before the next):
 
 - the residual stream: the hidden state, the residual and the normalised input, ``3 x hidden_size`` per token;
-- the token mixer's temporaries, per rank's share of the heads: GQA's q, k, v and output (and a gate where q_proj yields one);
-  MLA's latent projections, the query, and for a prefill the keys and values it decompresses for the chunk (the
+- the token mixer's temporaries, per rank's share of the heads: GQA's q, k, v and output (and a gate where
+  q_proj yields one); MLA's latent projections, the query, and for a prefill the keys and values it decompresses for the chunk (the
   MHA path), and its output; a linear-attention mixer's projections and gates;
 - the MLP's: a dense MLP's gate/up pair and its activation; a MoE's router logits (fp32), each routed token's
   expert shard of gate/up and its activation, and the stage-2 output before the top-k sum, one ``hidden_size``
   row per routed copy of the token (``topk x hidden``: aiter's fused-MoE stage-2 buffer on MI355X, which a public
   out-of-memory report of a top-8, 7168-wide MoE names at 1.75 GiB for a 16384-token chunk at TP8, 16384 x 8 x
-  7168 x 2 bytes), plus
-  the shared experts'.
+  7168 x 2 bytes), plus the shared experts'.
 
 A layer's mixer and MLP run one after the other, so a token's peak is the residual stream plus the larger of
 the two. The prefill chunk's activations are that per token times the chunk, plus the release's own allowance
@@ -40,9 +39,8 @@ GIB = 1024**3
 MIB = 1024**2
 ACTIVATION_BYTES = 2  # bf16 activations
 ROUTER_LOGIT_BYTES = 4  # the router's logits in fp32
-CONSTANT_METADATA_BYTES = (
-    512 * MIB
-)  # ServerArgs' reserved_mem base: "Constant meta data (e.g., from attention backend)"
+# ServerArgs' reserved_mem base: "Constant meta data (e.g., from attention backend)"
+CONSTANT_METADATA_BYTES = 512 * MIB
 # the graph pool's overhead beyond the largest batch's activations and logits (the module's docstring)
 GRAPH_POOL_OVERHEAD_BYTES = 0.84 * GIB
 LOGIT_BYTES = 2 + 4  # the gathered bf16 logits and their fp32 copy, per row and vocabulary entry
@@ -114,11 +112,17 @@ def graph_tokens(cfg: Any) -> int:
     return cfg.cuda_graph_max_bs * max(int(cfg.speculative_num_draft_tokens or 0), 1)
 
 
+def graph_batch_bytes(arch: Any, cfg: Any, vocab_size: int) -> tuple[float, float]:
+    """(activations, logits) of the largest captured batch on one GPU: what the graphs' pool holds beyond its
+    overhead."""
+    tokens = graph_tokens(cfg)
+    rows = tokens  # a verify step returns every draft token's logits; a decode step one row per request
+    activations = tokens * per_token_bytes(arch, cfg.tp_size, cfg.gpus_per_rank, prefill=False)
+    return activations, rows * vocab_size * LOGIT_BYTES
+
+
 def graph_pool_bytes(arch: Any, cfg: Any, vocab_size: int) -> float:
     """The captured graphs' memory pool on one GPU (0 with ``--disable-cuda-graph``)."""
     if cfg.disable_cuda_graph:
         return 0.0
-    tokens = graph_tokens(cfg)
-    rows = tokens  # a verify step returns every draft token's logits; a decode step one row per request
-    activations = tokens * per_token_bytes(arch, cfg.tp_size, cfg.gpus_per_rank, prefill=False)
-    return activations + rows * vocab_size * LOGIT_BYTES + GRAPH_POOL_OVERHEAD_BYTES
+    return sum(graph_batch_bytes(arch, cfg, vocab_size)) + GRAPH_POOL_OVERHEAD_BYTES
