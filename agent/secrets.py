@@ -46,13 +46,17 @@ _LAST = {"token", "authorization", "apikey", "credential", "credentials"}
 _KEY_AFTER = {"api", "access", "private", "secret", "signing", "encryption", "ssh", "session", "master", "auth"}
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _SEGMENT_SPLIT = re.compile(r"[^a-z0-9]+")
+_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")  # what a variable, field or header name is made of
 
 
 @functools.lru_cache(maxsize=8192)  # the same few keys, over and over (every checkpoint of a state)
 def is_secret_key(key: str) -> bool:
     """Whether a name (a dict key, an environment variable) names a secret: ``secret`` or ``password`` as a word of
     it; ``token``, ``authorization``, ``apikey``, ``credential(s)`` as its last word; ``key`` as its last word after
-    ``api``, ``access``, ``private``, ``secret``... or in an upper-case variable name (``SIGNING_KEY``)."""
+    ``api``, ``access``, ``private``, ``secret``... or in an upper-case variable name (``SIGNING_KEY``). A key that
+    is not a name (data used as a key: a serialized configuration holding ``"api_key": null``) names nothing."""
+    if not _NAME.fullmatch(key):
+        return False
     words = [w for w in _SEGMENT_SPLIT.split(_CAMEL.sub("_", key).lower()) if w]
     if not words:
         return False

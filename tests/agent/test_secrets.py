@@ -221,3 +221,13 @@ def test_a_secret_in_the_command_lines_extra_body_is_refused_before_the_run() ->
     fine = RunOptions(run_id="x", task_path=str(TASK), policy="llm", llm_model="m", llm_base_url="http://127.0.0.1:9/v1",
                       llm_extra_body={"top_k": 20, "chat_template_kwargs": {"enable_thinking": False}})  # fmt: skip
     assert make_policy(fine, task).extra_body["top_k"] == 20
+
+
+def test_a_key_that_is_data_not_a_name_keeps_its_value() -> None:
+    # the playbook keys what it measured by the serving configuration, serialized: it mentions "api_key" and
+    # "ssl_keyfile_password" (null), and is no secret's name; masking its value broke every resumed run after it
+    key = json.dumps(["single", {"api_key": None, "ssl_keyfile_password": None, "tp_size": 8}])
+    state = {"memo": {"served": {key: {"label": "TP8", "value": 2128.0}}}, "api_key": "plain-looking-key-8c1d"}
+    masked = Redactor()(state)
+    assert masked["memo"]["served"][key] == {"label": "TP8", "value": 2128.0}
+    assert masked["api_key"] != "plain-looking-key-8c1d"
