@@ -38,7 +38,8 @@ RUNS = Path("runs")
 EXIT_CODES = """Exit codes: 0 every target met; 2 bad input (task file, flags, run id, policy settings, replay trace,
 API key: nothing was created); 3 the targets were missed within the budget (the policy stopped); 4 a budget
 (trials, wall time, node-hours, LLM tokens or requests, tool calls) ran out before the targets were met; 5 an infrastructure failure
-(the engine could not run, Docker, the LLM endpoint, the runs folder: unwritable, full); 130 interrupted,
+(the engine could not run, Docker, the LLM endpoint, the runs folder: unwritable, full); 6 waiting for an approval
+(--approve, with no terminal to ask on: agent approve, then agent resume); 130 interrupted,
 143 terminated (SIGTERM), 129 hung up (SIGHUP): agent resume continues. 1 is an internal error (a bug). The summary says the same in words; see
 docs/reliability.md."""
 
@@ -88,23 +89,44 @@ def _keep_secrets_from_the_engine(run) -> None:
 
 
 def _execute(run, resume: bool) -> None:
-    """Run (or resume) ``run`` to its end, print the summary and exit with the outcome's code."""
+    """Run (or resume) ``run`` to its end, print the summary and exit with the outcome's code. At a gate with no
+    answer (``--approve``) it asks on the terminal and goes on; with no terminal it stops, saying how to answer."""
     import sqlite3
+    import sys
 
     from sandboxes.base import SandboxError, SandboxUnavailable
 
-    from .graph import execute
+    from .approvals import write_answer
+    from .graph import AwaitingApproval, execute
     from .live_panel import LiveView
     from .outcomes import ExitCode
 
     console.print(f"[bold]{escape(run.choice.reason)}[/]", soft_wrap=True)
     console.print(f"run [cyan]{run.run_id}[/] -> {escape(str(run.run_dir))}  (policy: {run.policy.name})", soft_wrap=True)
+    if run.gates is not None and run.gates.kinds:
+        console.print(f"approvals: {', '.join(k for k in ('patches', 'launches', 'commits') if k in run.gates.kinds)}"
+                      " wait for a person's answer", soft_wrap=True)  # fmt: skip
     _keep_secrets_from_the_engine(run)
     view = LiveView(run.task, run.options.max_trials, run.redactor.text)
     try:
-        with _stop_signals(), Live(console=console, refresh_per_second=4, transient=True) as live:
-            execute(run, resume=resume,
-                    on_step=lambda s, t: live.update(view.update(s, t, live.console.print)))  # fmt: skip
+        while True:
+            try:
+                with _stop_signals(), Live(console=console, refresh_per_second=4, transient=True) as live:
+                    execute(run, resume=resume,
+                            on_step=lambda s, t: live.update(view.update(s, t, live.console.print)))  # fmt: skip
+                break
+            except AwaitingApproval as waiting:
+                if not sys.stdin.isatty():
+                    run.close()
+                    console.print(Text(f"run {run.run_id} waits for approval of {waiting.gate.kind} gate "
+                                       f"{waiting.gate.id}: {waiting.gate.what}; see agent approvals {run.run_id}, "
+                                       f"answer with agent approve {run.run_id} {waiting.gate.id} --yes (or --no "
+                                       f"--reason TEXT), then agent resume {run.run_id}", style="yellow"),
+                                  soft_wrap=True, highlight=False)  # fmt: skip
+                    raise typer.Exit(ExitCode.AWAITING_APPROVAL) from None
+                with _stop_signals():
+                    write_answer(run.run_dir, _ask(waiting.gate))
+                resume = True  # the same process goes on from the gate, its server still up
     except KeyboardInterrupt as exc:
         signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
         with _stop_signals(signal.SIG_IGN):  # a second SIGTERM does not cut the reaping short (SIGKILL would)
@@ -127,6 +149,48 @@ def _execute(run, resume: bool) -> None:
     finally:
         run.sandbox.close()
     raise typer.Exit(_print_summary(run.run_dir))
+
+
+def _show_gate(gate, out: Console) -> None:
+    """A gate as a person reads it before answering: what, why, and the diff, commands or message."""
+    from rich.panel import Panel
+    from rich.syntax import Syntax
+
+    out.print(Panel(Text(f"{gate.what}\n{gate.why}".rstrip()), title=f"approval {gate.id} ({gate.kind}, step "
+                    f"{gate.step})", title_align="left"))  # fmt: skip
+    d = gate.details
+    if d.get("crash"):
+        out.print(Text(f"crash: {d['crash']}"), soft_wrap=True)
+        for line in d.get("excerpt") or []:
+            out.print(Text(f"  {line}", style="dim"), soft_wrap=True)
+    if d.get("diff"):
+        out.print(Syntax(d["diff"], "diff", theme="ansi_dark", word_wrap=True))
+    for la in d.get("launches") or []:
+        env = " ".join(f"{k}={v}" for k, v in la.get("env", {}).items())
+        out.print(Text(f"$ {env + ' ' if env else ''}{' '.join(la['command'])}  ({la['gpus']} GPUs"
+                       + (f", {', '.join(la['pristine'])} as released" if la.get("pristine") else "") + ")"),
+                  soft_wrap=True, highlight=False)  # fmt: skip
+    if "expected_node_hours" in d:
+        out.print(Text(f"expected: {d['expected_node_hours']:.4f} node-hours ({d.get('node_hours_basis', '')})"),
+                  soft_wrap=True)  # fmt: skip
+    if d.get("message"):
+        out.print(Panel(Text(d["message"]), title="commit message", title_align="left"))
+
+
+def _ask(gate, out: Console | None = None, stream=None):
+    """The terminal's answer to ``gate``: yes, no, or no with a reason (``stream``: where the answer is read,
+    default the terminal)."""
+    from rich.prompt import Prompt
+
+    from .approvals import Answer, now, who
+
+    out = out or console
+    _show_gate(gate, out)
+    choice = Prompt.ask("approve? yes / no / reason (no, with a reason)", choices=["yes", "no", "reason"],
+                        console=out, stream=stream)  # fmt: skip
+    reason = Prompt.ask("why not?", console=out, stream=stream).strip() if choice == "reason" else ""
+    return Answer(gate=gate.id, digest=gate.digest, approved=choice == "yes", reason=reason, by=who(), at=now(),
+                  via="terminal")  # fmt: skip
 
 
 def _outcome(summary: dict) -> tuple[int, str]:
@@ -206,6 +270,13 @@ def _print_summary(run_dir: Path) -> int:
                      f"{m['value']:.1f} measured at {m['steps']} (estimated from the measured acceptance "
                      f"{m['acceptance']:.2f}, not measured)")  # fmt: skip
         console.print(Text(line), soft_wrap=True)
+    for a in summary.get("approvals") or []:  # a rejection changed the run: each one, and how many were approved
+        if not a["approved"]:
+            why = f": {a['reason']}" if a.get("reason") else ""
+            console.print(Text(f"rejected: {a['gate']} ({a['what']}) by {a['by']} ({a['via']}, {a['at']}){why}"),
+                          soft_wrap=True, highlight=False)  # fmt: skip
+    if n := sum(a["approved"] for a in summary.get("approvals") or []):
+        console.print(f"approved: {n} action(s) at their gates (agent approvals {summary.get('run_id', '')})")
     hours = summary.get("simulated_node_hours", summary.get("node_hours"))
     console.print(f"branch {summary['branch']} | {'simulated ' if summary['simulated'] else ''}node-hours {hours}")
     if summary.get("best_config"):
@@ -252,6 +323,8 @@ def run(
     ray_address: str = typer.Option(None, help="with --executor ray: auto or HOST:PORT (default: a local Ray)"),
     prior: list[str] = typer.Option(None, "--prior", help="an earlier run of this task (a run id under runs/, or "
                                     "its folder) whose measurements warm-start the search; repeatable"),
+    approve: str = typer.Option(None, "--approve", help="patches,launches,commits (any of them): hold each such "
+                                "action until a person approves it (default: the task's approvals; '' for none)"),
 ) -> None:
     """Bring the task's model up, fix what breaks, tune to the targets; everything lands in runs/<run-id>/.
     Everything the run needs is checked first (task, scenario, policy, replay trace, the LLM endpoint and its key,
@@ -260,6 +333,7 @@ def run(
     from sandboxes.base import SandboxError
     from tasks.spec import TaskError, load_task
 
+    from .approvals import ApprovalError, parse_kinds
     from .policies.factory import PolicyError
     from .policies.replay import check_replay_trace
     from .prior import load_prior
@@ -274,18 +348,19 @@ def run(
         for p in priors:  # checked before the run exists, named as given (preflight checks them too, and on resume)
             load_prior(Path(p), spec, task)
         extra_body = _json_object(llm_extra_body, "--llm-extra-body") if llm_extra_body else None
+        kinds = parse_kinds(approve) if approve is not None else None
         options = RunOptions(run_id=run_id or new_run_id(spec), task_path=str(task.resolve()), sandbox=sandbox,
                              policy=policy, llm_model=llm_model, llm_base_url=llm_base_url, max_trials=max_trials,
                              llm_extra_body=extra_body, llm_timeout_s=llm_timeout, llm_tool_results=llm_tool_results,
                              replay_trace=str(replay.resolve()) if replay else None, replay_note=note,
                              executor=executor, ray_address=ray_address,
-                             prior=[str(Path(p).resolve()) for p in priors])  # fmt: skip
+                             prior=[str(Path(p).resolve()) for p in priors], approvals=kinds)  # fmt: skip
         the_run = Run.create(options, RUNS)
     except RunError as exc:
         _error(str(exc))
         raise typer.Exit(exc.exit_code) from None
-    except (TaskError, SandboxError, PolicyError, ValueError) as exc:
-        _error(str(exc))
+    except (TaskError, SandboxError, PolicyError, ApprovalError, ValueError) as exc:
+        _error(f"--approve: {exc}" if isinstance(exc, ApprovalError) else str(exc))
         raise typer.Exit(2) from None
     _execute(the_run, resume=False)
 
@@ -358,6 +433,68 @@ def show(
         _error(str(exc))
         raise typer.Exit(2) from None
     console.print(render_timeline(timeline, full=full))
+
+
+@app.command()
+def approvals(run_id: str = typer.Argument(..., help="a run under runs/")) -> None:
+    """List what the run waits for a person to approve (--approve): each gate's id, what it will do and why, with
+    its diff, commands or commit message; then the answers given. Runs nothing."""
+    from .approvals import answers, pending
+    from .trace import read_trace
+
+    run_dir = _existing_run(run_id, "trace.jsonl")
+    try:
+        events = read_trace(run_dir / "trace.jsonl")
+    except ValueError as exc:
+        _error(str(exc))
+        raise typer.Exit(2) from None
+    waiting = pending(run_dir, events)
+    for gate in waiting:
+        _show_gate(gate, console)
+    if not waiting:
+        console.print(f"run {run_id}: nothing waits for approval")
+    for answer in answers(run_dir):
+        console.print(Text(f"{answer.gate}: {answer.words()}"), soft_wrap=True, highlight=False)
+
+
+@app.command()
+def approve(
+    run_id: str = typer.Argument(..., help="a run under runs/"),
+    gate: str = typer.Argument(None, help="the gate's id (agent approvals RUN); default: the one waiting"),
+    yes: bool = typer.Option(False, "--yes", help="approve it"),
+    no: bool = typer.Option(False, "--no", help="reject it"),
+    reason: str = typer.Option("", "--reason", help="why (shown to the policy, in the trace, report and PR)"),
+) -> None:
+    """Answer a gate the run waits at: --yes or --no [--reason TEXT]. An answer is final; the run goes on with
+    agent resume RUN (or, if it is still asking on its terminal, once it is run again)."""
+    from .approvals import Answer, ApprovalError, answer_of, now, requested, who, write_answer
+    from .trace import read_trace
+
+    run_dir = _existing_run(run_id, "trace.jsonl")
+    if yes == no:
+        _error("say --yes or --no (exactly one)")
+        raise typer.Exit(2)
+    try:
+        asked = requested(read_trace(run_dir / "trace.jsonl"))
+        waiting = [g for g in asked if answer_of(run_dir, g) is None]
+        done = next((g for g in asked if g.id == gate and g not in waiting), None)
+        if done is not None:
+            raise ApprovalError(f"gate {gate} was answered already: {answer_of(run_dir, done).words()}")
+        if gate is None and len(waiting) != 1:
+            raise ApprovalError(f"run {run_id}: nothing waits for approval" if not waiting else
+                                f"run {run_id} waits at {len(waiting)} gates ({', '.join(g.id for g in waiting)}): "
+                                "name one")  # fmt: skip
+        found = next((g for g in waiting if gate is None or g.id == gate), None)
+        if found is None:
+            raise ApprovalError(f"run {run_id} does not wait at gate {gate!r}" + (
+                f" (it waits at {', '.join(g.id for g in waiting)})" if waiting else ": nothing waits for approval"))
+        answer = Answer(gate=found.id, digest=found.digest, approved=yes, reason=reason, by=who(), at=now(), via="cli")
+        write_answer(run_dir, answer)
+    except (ApprovalError, ValueError) as exc:
+        _error(str(exc))
+        raise typer.Exit(2) from None
+    console.print(Text(f"{found.id} ({found.what}): {answer.words()}; continue with: agent resume {run_id}"),
+                  soft_wrap=True, highlight=False)  # fmt: skip
 
 
 @app.command()

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from tools.git_ops import Evidence
 from tools.server import LaunchInput
 
+from .approvals import Answer, Gate, describe
 from .checkpoints import ItemSaver, ItemSerializer
 from .outcomes import after_targets_spent, apply_observations, bests_met, budget_exhausted
 from .run import Run
@@ -27,6 +28,14 @@ from .secrets import Redactor
 from .state import AgentState, Best, Observation, TargetsMet
 
 RECURSION_LIMIT = 100_000
+
+
+class AwaitingApproval(Exception):  # noqa: N818 - a state the run is in, not a failure
+    """The run stopped at a gate (``agent/approvals.py``) that has no answer yet: its checkpoint holds the step."""
+
+    def __init__(self, gate: Gate) -> None:
+        super().__init__(gate.what)
+        self.gate = gate
 
 
 def build_graph(run: Run):
@@ -51,11 +60,34 @@ def build_graph(run: Run):
             update.update(done=True, finish_reason=decision.rationale or "the policy finished")
         return update
 
+    def held(state: AgentState, call_id: str, tool: str, args: dict[str, Any]) -> Answer | None:
+        """The answer to the gate holding this action back, if the run holds it (the graph stops here while
+        none is given); None when no gate holds it."""
+        if run.gates is None or not run.gates.holds(tool):
+            return None
+        gate = describe(call_id, tool, args, step=state.step, why=state.rationale, ctx=run.ctx, state=state)
+        return run.gates.hold(gate)
+
     def act(state: AgentState) -> dict[str, Any]:
         observations = []
+        approvals = dict(state.approvals)
+        rejected: str | None = None
         for call in state.pending:
             record = run.recorded(call.call_id)
             if record is None:
+                args = call.args.get("__raw_arguments__", call.args) if isinstance(call.args, dict) else call.args
+                answer = None if rejected else held(state, call.call_id, call.tool, args)
+                if answer is not None:
+                    approvals[call.call_id] = answer.words()
+                if rejected or (answer is not None and not answer.approved):
+                    # a rejection is the action's outcome: the policy reads it as it reads a failure; the calls
+                    # after it in the same decision are not made (they were decided with it)
+                    error = f"not run: {rejected}" if rejected else f"{call.tool} {answer.words()}"
+                    rejected = rejected or f"{call.tool} ({call.call_id}) before it in this decision was rejected"
+                    observations.append(Observation(call_id=call.call_id, tool=call.tool, args=call.args, ok=False,
+                                                    error=error, step=state.step,
+                                                    result={"rejected": answer.model_dump() if answer else None}))
+                    continue
                 record = run.call(call)
             elif record.tool == "launch_server" and record.ok and not serves(run.ctx.server, record.input):
                 # killed after this launch was recorded: its server went with the old process, and the calls
@@ -66,7 +98,7 @@ def build_graph(run: Run):
             observations.append(Observation(call_id=record.call_id, tool=record.tool, args=record.input,
                                             ok=record.ok, error=record.error, result=record.result,
                                             step=state.step))  # fmt: skip
-        return {"observations": observations, "pending": []}
+        return {"observations": observations, "pending": [], "approvals": approvals}
 
     def assess(state: AgentState) -> dict[str, Any]:
         update = apply_observations(state, run)
@@ -140,6 +172,7 @@ def build_graph(run: Run):
 
     def commit(state: AgentState) -> dict[str, Any]:
         patches = [p.model_copy() for p in state.patches]
+        approvals = dict(state.approvals)
         for p in patches:  # one commit per verified patch, with its own files and evidence
             if p.status != "verified":
                 continue
@@ -148,10 +181,20 @@ def build_graph(run: Run):
                     "change": p.change, "excerpt": p.excerpt, "diff": p.diff or None,
                     "evidence": Evidence(before=before, after=p.after or "").model_dump(),
                     "patch_id": f"{run.run_id}/{p.id}", "files": sorted(p.files)}  # fmt: skip
-            rec = run.call_tool("commit", args, call_id=f"s{state.step}commit{p.id}")
+            cid = f"s{state.step}commit{p.id}"
+            if p.approval:
+                args["approvals"] = [f"the change {p.approval}"]
+            if run.recorded(cid) is None and (answer := held(state, cid, "commit", args)) is not None:
+                approvals[cid] = answer.words()
+                if not answer.approved:  # the patch stays in the workspace, verified, and is never committed
+                    p.status, p.after = "rejected", f"{p.after or ''}; its commit was {answer.words()}".lstrip("; ")
+                    continue
+                p.commit_approval = answer.words()
+                args["approvals"] = [*args.get("approvals", []), f"the commit {answer.words()}"]
+            rec = run.call_tool("commit", args, call_id=cid)
             if rec.ok:
                 p.status, p.commits = "committed", [c["sha"] for c in rec.result.get("commits", [])]
-        return {"patches": patches}
+        return {"patches": patches, "approvals": approvals}
 
     def finish(state: AgentState) -> dict[str, Any]:
         update: dict[str, Any] = {"done": True}
@@ -263,13 +306,16 @@ def execute(run: Run, resume: bool = False, on_step=None) -> AgentState:
     start = None
     if not resume or graph.get_state(config).values in (None, {}):
         start = AgentState(run_id=run.run_id, task_path=str(run.task_path))
-    else:
-        if update := _server_again(run, AgentState.model_validate(graph.get_state(config).values)):
-            graph.update_state(config, update)
+    # stopped at a gate, what waits launches, patches or commits: it needs no server up
+    elif not graph.get_state(config).interrupts and (
+            update := _server_again(run, AgentState.model_validate(graph.get_state(config).values))):
+        graph.update_state(config, update)
     t0 = time.monotonic()
     final: dict[str, Any] = {}
     for values in graph.stream(start, config, stream_mode="values", durability="sync"):
         final = values if isinstance(values, dict) else values.model_dump()
+        if "__interrupt__" in final:  # a gate with no answer: the step is checkpointed, the run stops here
+            raise AwaitingApproval(Gate.model_validate(final["__interrupt__"][0].value))
         if on_step:
             on_step(AgentState.model_validate(final), time.monotonic() - t0)
     return AgentState.model_validate(final)

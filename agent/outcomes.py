@@ -186,6 +186,8 @@ def _record_patch(state: AgentState, patches: list[Patch], obs: Observation) -> 
         # the same defect, one more instance of it (a relaunch revealed the next one): one patch
         last.files = sorted(set(last.files) | set(files))
         last.diff += diff
+        if (approval := state.approvals.get(obs.call_id)) and approval not in last.approval:
+            last.approval = "; ".join(filter(None, [last.approval, approval]))
         return
     patches.append(Patch(id=len(patches) + 1, files=files, diff=diff, reason=reason,
                          excerpt=list(crash.excerpt) if crash else [], crash_trial=crash.id if crash else None,
@@ -193,7 +195,7 @@ def _record_patch(state: AgentState, patches: list[Patch], obs: Observation) -> 
                          title=note.get("title") or f"Patch {', '.join(files)}",
                          root_cause=note.get("root_cause") or state.rationale,
                          change=note.get("change") or f"edit {', '.join(files)}", step_applied=obs.step,
-                         test=note.get("test")))  # fmt: skip
+                         test=note.get("test"), approval=state.approvals.get(obs.call_id, "")))  # fmt: skip
 
 
 def bests_met(state: AgentState, task: TaskSpec) -> bool:
@@ -243,6 +245,7 @@ class ExitCode(IntEnum):
     TARGETS_MISSED = 3  # the run ended within its budget without meeting every target
     BUDGET_EXHAUSTED = 4  # a budget (trials, wall time, node-hours, LLM tokens or requests, tool calls) ran out first
     INFRASTRUCTURE = 5  # the engine, Docker, the LLM endpoint or the runs folder failed
+    AWAITING_APPROVAL = 6  # stopped at an approval gate with no terminal to ask on: agent approve, agent resume
     INTERRUPTED = 130  # Ctrl-C (SIGINT): agent resume continues
     HUNG_UP = 129  # SIGHUP (the terminal went away): agent resume continues
     TERMINATED = 143  # SIGTERM (a scheduler, `docker stop`, `kill`): agent resume continues

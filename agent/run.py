@@ -38,6 +38,7 @@ from tasks.spec import TaskError, TaskSpec, load_task
 from tools.context import ToolContext
 from tools.runner import ToolCallRecord, ToolRunner
 
+from .approvals import Gates, recorded_answers
 from .interactivity import bound_text
 from .outcomes import ExitCode, classify
 from .policies.base import Policy, PolicyContext
@@ -98,6 +99,7 @@ class RunOptions(BaseModel):
     executor: str = "inline"
     ray_address: str | None = None
     prior: list[str] = []  # --prior: earlier runs of the task whose measurements warm-start the search
+    approvals: list[str] | None = None  # --approve: the gates the run holds (None: the task's ``approvals``)
     created: str = ""
 
 
@@ -141,6 +143,7 @@ class Run:
     _recorded: dict[str, ToolCallRecord]
     redactor: Redactor = field(default_factory=Redactor)  # every sink of the run masks its secrets
     scrubber: LogScrubber | None = None  # masks them in what engines write under the run folder
+    gates: Gates | None = None  # the approvals the run waits for (agent/approvals.py)
 
     @property
     def run_id(self) -> str:
@@ -207,9 +210,10 @@ class Run:
                           run_dir=run_dir, repos=repos, task_path=str(task_path.resolve()), executor=executor,
                           redactor=redactor, expert=PlaybookExpert())  # fmt: skip
         trace = TraceWriter(run_dir / "trace.jsonl", options.run_id, redactor=redactor)
-        recorded = {}
+        recorded: dict[str, ToolCallRecord] = {}
+        events = [] if fresh else read_trace(run_dir / "trace.jsonl")
         if not fresh:
-            for event in read_trace(run_dir / "trace.jsonl"):
+            for event in events:
                 if event.kind == "tool_call":
                     recorded[event.call_id] = ToolCallRecord(
                         call_id=event.call_id, tool=event.tool, input=event.input, result=event.result, ok=event.ok,
@@ -219,6 +223,8 @@ class Run:
         def on_call(rec: ToolCallRecord) -> None:
             scrubber.sweep()  # what the engine printed during the call
             trace.emit("tool_call", **rec.trace_fields())
+            # a node run again in this process (after an approval) takes it from here, as a resumed process would
+            recorded[rec.call_id] = rec
 
         runner = ToolRunner(ctx, on_call=on_call)
         policy = make_policy(options, task)
@@ -252,8 +258,13 @@ class Run:
                            f"decisions 1..{p.step} replayed, then policy {policy.name}")  # fmt: skip
         else:
             trace.emit("note", level="info", message=f"resumed: {len(recorded)} recorded tool call(s) will not be redone")
+        # the gates: the run's own, or (re-executing a run) the recorded run's, answered as it was answered
+        kinds = options.approvals if options.approvals is not None else list(task.approvals)
+        replayed = recorded_answers(read_trace(Path(options.replay_trace))) if options.replay_of and \
+            options.replay_trace else None  # fmt: skip
+        gates = Gates(run_dir, kinds, trace, events, replayed=replayed)
         return cls(options, task, task_path, run_dir, choice, sandbox, ctx, runner, trace, policy, pctx, recorded,
-                   redactor, scrubber)  # fmt: skip
+                   redactor, scrubber, gates)  # fmt: skip
 
     # --- acting -------------------------------------------------------------------------------------------
 
@@ -530,9 +541,17 @@ def summarize(run: Run, state: AgentState) -> dict[str, Any]:
         "blocked": _blocked(run, state),
         "after_targets": _after_targets(run, state),
         "explain": _explain(run, state),
+        # every answer at the run's approval gates: what was held back, and who said yes or no, when and why
+        "approvals": _approvals(run),
         # what the end means, in words, and the exit code agent run / agent resume end with
         "outcome": classify(state, run.task, run.options.max_trials).model_dump(mode="json"),
     }
+
+
+def _approvals(run: Run) -> list[dict[str, Any]]:
+    return [{"gate": e.answer["gate"], "what": e.what, "approved": e.answer["approved"], "by": e.answer["by"],
+             "at": e.answer["at"], "via": e.answer["via"], "reason": e.answer.get("reason", ""), "same_as": e.same_as}
+            for e in iter_trace(run.run_dir / "trace.jsonl") if e.kind == "approval_answered"]  # fmt: skip
 
 
 def _blocked(run: Run, state: AgentState) -> dict[str, Any]:

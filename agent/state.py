@@ -90,9 +90,12 @@ class Patch(BaseModel):
     root_cause: str = ""
     change: str = ""
     step_applied: int = 0
-    status: Literal["applied", "verified", "committed", "discarded"] = "applied"
+    # rejected: verified, and its commit rejected at an approval gate (it stays in the workspace, uncommitted)
+    status: Literal["applied", "verified", "committed", "discarded", "rejected"] = "applied"
     after: str | None = None  # evidence once verified
     commits: list[str] = Field(default_factory=list)
+    approval: str = ""  # who approved the change at its gate, when and how (a run with patch approvals)
+    commit_approval: str = ""  # who approved its commit
     # an engine fix's unit test in the engine's own style, {"path": ..., "content": ...} (path from the engine
     # repository's root): fails before the fix, passes after it
     test: dict[str, str] | None = None
@@ -157,6 +160,7 @@ class AgentState(BaseModel):
     stopped_because: str = ""  # a run that met its targets: what ended the improving after them
     server_flags: dict[str, Any] | None = None  # configuration of the server that is up, if any
     server_env: dict[str, str] = Field(default_factory=dict)
+    approvals: dict[str, str] = Field(default_factory=dict)  # call id -> the answer at its gate, in words
 
     def current_trial(self) -> Trial | None:
         return self.trials[-1] if self.trials else None

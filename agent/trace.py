@@ -147,6 +147,18 @@ class NoteEvent(_EventBase):
     message: str
 
 
+class ApprovalRequestedEvent(_EventBase):
+    kind: Literal["approval_requested"] = "approval_requested"
+    gate: dict[str, Any]  # agent.approvals.Gate: what waits for an answer
+
+
+class ApprovalAnsweredEvent(_EventBase):
+    kind: Literal["approval_answered"] = "approval_answered"
+    answer: dict[str, Any]  # agent.approvals.Answer: who answered, when, how and why
+    what: str = ""  # what the gate held back (agent.approvals.Gate.what)
+    same_as: str | None = None  # the gate whose answer to the same action this one took
+
+
 class RunFinishedEvent(_EventBase):
     kind: Literal["run_finished"] = "run_finished"
     status: str
@@ -161,6 +173,8 @@ _EVENT_CLASSES = (
     LlmResponseEvent,
     StateSnapshotEvent,
     NoteEvent,
+    ApprovalRequestedEvent,
+    ApprovalAnsweredEvent,
     RunFinishedEvent,
 )
 TraceEvent = Annotated[Union[_EVENT_CLASSES], Field(discriminator="kind")]  # noqa: UP007

@@ -39,6 +39,8 @@ class CommitInput(ToolInput):
     files: list[str] | None = Field(None, description="workspace paths to commit (default: every change)")
     diff: str | None = Field(None, description="commit exactly this unified diff (workspace paths, a/<source>/...) "
                                                "rather than the files' whole current changes")  # fmt: skip
+    approvals: list[str] = Field(default_factory=list, description=(
+        "who approved the change and its commit at the run's approval gates (set by the run, not the policy)"))
 
 
 class CommitRecord(BaseModel):
@@ -71,6 +73,7 @@ def message(args: CommitInput, run_id: str, trial: int, simulated: bool = False)
     trailers = [f"Dayzero-Run: {run_id}", f"Dayzero-Trial: {trial}"]
     if args.patch_id:
         trailers.append(f"Dayzero-Patch: {args.patch_id}")
+    trailers += [f"Dayzero-Approved: {' '.join(a.split())}" for a in args.approvals]
     parts.append("\n".join(trailers))
     return "\n\n".join(parts) + "\n"
 

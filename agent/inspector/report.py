@@ -324,6 +324,8 @@ class RunReport(BaseModel):
     accuracy: AccuracyReport | None = None
     cost: CostEstimate
     commits: list[CommitRow]
+    # every answer at the run's approval gates (summary.json's "approvals"): what, yes or no, who, when, why
+    approvals: list[dict[str, Any]] = Field(default_factory=list)
     bench_runs: list[BenchRun]
     notes: list[str] = Field(default_factory=list)  # what the report could not attribute or check
     explain: list[ExplainRow] = Field(default_factory=list)  # why the best won, per target (empty: older runs)
@@ -1004,6 +1006,7 @@ def build_report(run_dir: Path, gpu_hour_usd: float | None = None) -> RunReport:
         curve_notes=curve_notes, best_so_far=_best_so_far(targets, runs, task), breakdown=breakdown,
         winner_trial=winner_id, winner_target=best_config.get("target"), trials=trials, accuracy=accuracy,
         cost=_cost(price, winner, win_curve, runs, task, simulated), commits=commits, bench_runs=runs, notes=notes,
+        approvals=list(summary.get("approvals") or []),
         explain=[ExplainRow(target=name, change=c["name"], before=c["before"], after=c["after"], effect=c["effect"],
                             measured_between=c.get("measured_between"))
                  for name, e in (summary.get("explain") or {}).items() for c in e["changes"]],

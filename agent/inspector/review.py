@@ -81,6 +81,8 @@ class PatchReview(BaseModel):
     base: str = Field(description="the pristine (root) commit the series applies to")
     title: str
     patch_id: str | None = Field(None, description="the Dayzero-Patch trailer (the run's patch record)")
+    approvals: list[str] = Field(default_factory=list, description=(
+        "who approved the change and its commit at the run's gates (Dayzero-Approved trailers)"))
     crash_excerpt: list[str] = Field(
         default_factory=list, description="the crash's decisive log lines, verbatim"
     )
@@ -474,6 +476,7 @@ class _Message(BaseModel):
     evidence_label: str = ""
     evidence: dict[str, str] = Field(default_factory=dict)
     trailers: dict[str, str] = Field(default_factory=dict)
+    approvals: list[str] = Field(default_factory=list)  # the Dayzero-Approved trailers, in order
 
 
 def _parse_message(message: str) -> _Message:
@@ -499,7 +502,9 @@ def _parse_message(message: str) -> _Message:
                 key, _, value = item.lstrip("- ").partition(":")
                 out.evidence[key.strip()] = " ".join(value.split())
         elif all(_TRAILER.match(ln) for ln in p.splitlines()):
-            out.trailers.update(_TRAILER.match(ln).groups() for ln in p.splitlines())  # type: ignore[union-attr]
+            pairs = [_TRAILER.match(ln).groups() for ln in p.splitlines()]  # type: ignore[union-attr]
+            out.trailers.update(pairs)
+            out.approvals += [v for k, v in pairs if k == "Dayzero-Approved"]
         i += 1
     return out
 
@@ -566,6 +571,7 @@ def _read_tree(record: _RunRecord, name: str, repo: git.Repo) -> TreeReview | No
         root, detail = two_sentences(msg.fields.get("Root cause", ""))
         tree.patches.append(PatchReview(
             tree=name, index=index, commit=sha, base=base, title=c.summary, patch_id=msg.trailers.get("Dayzero-Patch"),
+            approvals=msg.approvals,
             crash_excerpt=msg.crash, what_failed=msg.fields.get("What failed", ""), root_cause=root,
             root_cause_detail=detail, change=msg.fields.get("Change", ""),
             diff=repo.git.diff(f"{sha}~1", sha, "--no-color", stdout_as_string=True) + "\n",
@@ -785,7 +791,7 @@ def write_review(run_dir: Path, out_dir: Path | None = None) -> ReviewResult:
         trees=trees, defects=result.defects, simulated=record.simulated, simulated_label=SIMULATED_LABEL,
         winners=winners, layout=layout, real=real, verdict=result.verdict, finished_run=bool(summary),
         reports=[p.relative_to(out_dir) if p.is_relative_to(out_dir) else p for p in result.report_files],
-        report_error=result.report_error)))  # fmt: skip
+        report_error=result.report_error, approvals=summary.get("approvals") or [])))  # fmt: skip
     return result
 
 

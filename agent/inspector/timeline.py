@@ -85,7 +85,17 @@ def read_timeline(trace_path: Path) -> Timeline:
                         simulated=started.engine == "twin")  # fmt: skip
     current = TimelineStep(step=None, stage="start", decision="run started")
     timeline.steps.append(current)
+    asked: dict[str, str] = {}  # gate id -> what it holds back
     for e in events:
+        if e.kind == "approval_requested":
+            asked[e.gate["id"]] = e.gate.get("what", "")
+        elif e.kind == "approval_answered":
+            a = e.answer
+            verdict = "approved" if a.get("approved") else "rejected"
+            words = f"{verdict} by {a.get('by')} ({a.get('via')}, {a.get('at')})" + (
+                f": {a['reason']}" if a.get("reason") else "")
+            same = f" (as at {e.same_as})" if e.same_as else ""
+            current.notes.append(f"approval: {a['gate']} ({asked.pop(a['gate'], '') or e.what}) {words}{same}")
         if isinstance(e, DecisionEvent):
             current = TimelineStep(step=e.step, stage=e.stage, decision=e.rationale)
             timeline.steps.append(current)
@@ -98,6 +108,8 @@ def read_timeline(trace_path: Path) -> Timeline:
             current.notes.append(f"{e.level}: {e.message}")
         elif isinstance(e, RunFinishedEvent):
             timeline.finished = e.status
+    for gate, what in asked.items():  # asked, never answered (yet)
+        current.notes.append(f"approval: waiting at {gate} ({what}): agent approve {timeline.run_id} {gate}")
     if not timeline.steps[0].calls and not timeline.steps[0].notes:
         timeline.steps.pop(0)
     return timeline

@@ -233,6 +233,15 @@ def accuracy_failure(trial: Trial) -> str:
     return f"accuracy {trial.accuracy:.3f} is outside the tolerance"
 
 
+
+def rejection(obs: Observation | None) -> str | None:
+    """The words of a person's no to the call at its approval gate (agent/approvals.py), or None."""
+    answer = obs.result.get("rejected") if obs is not None and not obs.ok else None
+    if not answer:
+        return None
+    verb = {"edit_file": "fix", "apply_patch": "fix", "launch_server": "launch", "run_trials": "launches"}.get(obs.tool, obs.tool)
+    return f"its {verb} was rejected by {answer.get('by', 'a person')}" + (f": {answer['reason']}" if answer.get("reason") else "")
+
 class PlaybookPolicy:
     name = "playbook"
 
@@ -662,7 +671,7 @@ class PlaybookPolicy:
             return [Call(tool="apply_patch", args={"diff": up["diff"]})], up["note"]["root_cause"]
         if cur["step"] == "reapply":  # a fix that held before, made again before this launch instead of after it
             if obs is not None and obs.tool in ("edit_file", "write_file", "apply_patch") and not obs.ok:
-                return self._abandon(memo, cur, f"the fix that held before did not apply: {obs.error}")
+                return self._abandon(memo, cur, rejection(obs) or f"the fix that held before did not apply: {obs.error}")
             held = cur["reapply"]
             if not held["calls"]:
                 cur["step"] = "launch"
@@ -715,6 +724,9 @@ class PlaybookPolicy:
                     return None
                 cur["step"] = "measuring"
                 return self._measure(task, cur, memo, self._allowance(state, task)), f"measure {cur['label']}"
+            if why := rejection(obs):  # a person said no to this launch: it is not made, nor fixed
+                memo.setdefault("failed_launches", {})[self._launch_key(memo, cur)] = f"{cur['label']}: {why}"[:300]
+                return self._abandon(memo, cur, why)
             diag = obs.result.get("diagnosis") or {}
             if fails_again(diag.get("category"), diag.get("memory_phase")):
                 memo.setdefault("failed_launches", {})[self._launch_key(memo, cur)] = \
@@ -732,7 +744,7 @@ class PlaybookPolicy:
             return self._fix(state, ctx, memo, cur, obs)
         if cur["step"] == "fixing":
             if obs is not None and not obs.ok:
-                return self._abandon(memo, cur, f"the patch did not apply: {obs.error}")
+                return self._abandon(memo, cur, rejection(obs) or f"the patch did not apply: {obs.error}")
             cur["step"] = "launching"
             return [Call(tool="launch_server", args=self._launch_args(cur))], \
                 f"relaunch {cur['label']} with the fix" + (

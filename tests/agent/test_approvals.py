@@ -1,0 +1,186 @@
+"""Approval gates (issue 42): a run with ``--approve`` holds each patch, launch or commit until a person answers
+that gate, explicitly; with no terminal it stops with exit code 6, ``agent approve`` answers and ``agent resume``
+goes on from the gate without making anything twice; a rejection is data the policy acts on.
+
+The end-to-end runs are of the default task stopped at its targets (the shared short run is the run never
+gated): the gated run must end with the same trials, figures and commits, every call recorded once, and be
+SIGKILLed around its gates on the way (while a gate waits, and just after an approved action started).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from agent.approvals import Answer, ApprovalError, Gate, Gates, answer_of, parse_kinds, write_answer
+from agent.trace import read_trace
+from tests.agent.test_agent_run import agent, stopping_at_the_targets
+from tests.agent.test_kill_anywhere import check_clean, end_state, reference  # noqa: F401 - a fixture
+
+REPO = Path(__file__).resolve().parents[2]
+TASK = REPO / "tasks" / "glm52_mi355x.yaml"
+WAITING = 6  # agent run's exit code at a gate with no terminal (docs/reliability.md)
+
+
+def _gate(gate_id: str = "s5c0", digest: str = "d1") -> Gate:
+    return Gate(id=gate_id, kind="patches", tool="edit_file", digest=digest, step=5, what="change model/config.json")
+
+
+def _answer(gate: Gate, approved: bool, reason: str = "") -> Answer:
+    return Answer(gate=gate.id, digest=gate.digest, approved=approved, reason=reason, by="ana@node", at="now", via="cli")
+
+
+class _Trace:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict]] = []
+
+    def emit(self, kind: str, **fields) -> None:
+        self.events.append((kind, fields))
+
+
+def test_kinds_are_checked_and_ordered() -> None:
+    assert parse_kinds("launches, patches") == ["patches", "launches"]
+    assert parse_kinds("") == []
+    with pytest.raises(ApprovalError, match="unknown approval kind 'pushes'.*known: patches, launches, commits"):
+        parse_kinds("patches,pushes")
+
+
+def test_an_answer_is_final_and_decides_only_its_action(tmp_path) -> None:
+    gate = _gate()
+    write_answer(tmp_path, _answer(gate, True))
+    with pytest.raises(ApprovalError, match="answered already: approved by ana@node"):
+        write_answer(tmp_path, _answer(gate, False))  # two people answering: the first stands
+    assert answer_of(tmp_path, gate).approved
+    assert answer_of(tmp_path, _gate(digest="other")) is None  # the same id proposing another action: not answered
+
+
+def test_the_same_action_proposed_again_is_answered_as_before_and_nothing_else_answers(tmp_path) -> None:
+    trace = _Trace()
+    launch = Gate(id="s1c0", kind="launches", tool="launch_server", digest="L", step=1, what="launch")
+    patch = _gate("s5c0", "P")
+    write_answer(tmp_path, _answer(launch, True))
+    write_answer(tmp_path, _answer(patch, False, "not the checkpoint"))
+    gates = Gates(tmp_path, ["patches", "launches"], trace, replayed={"s9c0": _answer(_gate("s9c0", "R"), True)})
+    assert gates.answer(launch.model_copy(update={"id": "s6c0"})).approved  # the approved configuration relaunched
+    again = gates.answer(patch.model_copy(update={"id": "s52c0"}))
+    assert not again.approved and again.reason == "not the checkpoint"  # a rejected change stays rejected
+    assert gates.answer(_gate("s7c0", "new")) is None  # a new action: nobody answered it
+    # a re-executed run's recorded answer decides only the same gate with the same action
+    assert gates.answer(_gate("s9c0", "R")).via == "replay"
+    assert gates.answer(_gate("s9c0", "changed")) is None
+    assert gates.holds("edit_file") and gates.holds("run_trials") and not gates.holds("commit")
+    assert not gates.holds("run_benchmark") and not gates.holds("discard_changes")
+
+
+def test_the_terminal_answers_yes_no_or_no_with_a_reason() -> None:
+    from agent.cli import _ask
+
+    gate = _gate().model_copy(update={"details": {"diff": "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n"}})
+    shown = io.StringIO()
+    out = Console(file=shown, width=100)
+    assert _ask(gate, out, io.StringIO("yes\n")).approved
+    no = _ask(gate, out, io.StringIO("maybe\nreason\nfix the loader instead\n"))  # a bad choice is asked again
+    assert (no.approved, no.reason, no.via) == (False, "fix the loader instead", "terminal")
+    assert "+b" in shown.getvalue() and "change model/config.json" in shown.getvalue()
+
+
+def test_a_bad_approval_kind_is_one_line_and_creates_nothing(tmp_path) -> None:
+    proc = agent(tmp_path, "run", str(TASK), "--approve", "patches,deploys", "--run-id", "bad")
+    assert proc.returncode == 2
+    assert proc.stdout.strip().splitlines() == [
+        "error: --approve: unknown approval kind 'deploys' (known: patches, launches, commits)"]
+    assert not (tmp_path / "runs" / "bad").exists()
+
+
+def _trace(root: Path) -> bytes:
+    return (root / "runs" / "gated" / "trace.jsonl").read_bytes()
+
+
+def _gate_of(stdout: str) -> str:
+    line = next(ln for ln in stdout.splitlines() if "waits for approval of" in ln)
+    return line.split(" gate ", 1)[1].split(":", 1)[0]
+
+
+def _killed_once(root: Path, run_id: str, lands) -> None:
+    """``agent resume`` SIGKILLed (its whole group) as soon as ``lands(trace bytes)`` (or left to stop by itself)."""
+    trace = root / "runs" / run_id / "trace.jsonl"
+    proc = subprocess.Popen([sys.executable, "-c", "from agent.cli import app; app()", "resume", run_id], cwd=root,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    while proc.poll() is None and not lands(trace.read_bytes()):
+        time.sleep(0.01)
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+ASKED = b'"kind":"approval_requested"'
+
+
+def test_every_gate_stops_the_run_until_answered_and_the_run_ends_as_one_never_gated(reference, tmp_path):  # noqa: F811
+    """``--approve patches,launches,commits`` with no terminal, on the default task to its targets: each gate stops
+    the run (exit 6, one line naming agent approve and agent resume); ``agent approvals`` lists it; a resume with no
+    answer stops at the same gate; ``agent approve --yes`` then ``agent resume`` goes on. Some resumes are SIGKILLed
+    just after the approved action started (its answer recorded, its call not), one while the gate waits. The run
+    ends as the uninterrupted run did: the same trials, figures and commits, every call once, each gate answered
+    once in the trace, and each commit saying who approved its change."""
+    ref_dir, expected, _ = reference
+    task = stopping_at_the_targets(tmp_path, TASK)
+    rng = random.Random(42)
+    proc = agent(tmp_path, "run", str(task), "--policy", "playbook", "--run-id", "gated",
+                 "--approve", "patches,launches,commits")  # fmt: skip
+    gates: list[str] = []
+    while proc.returncode == WAITING:
+        gate = _gate_of(proc.stdout)
+        assert f"agent approve gated {gate} --yes" in proc.stdout and "agent resume gated" in proc.stdout
+        assert gate not in gates, f"gate {gate} asked again after its answer"
+        gates.append(gate)
+        listed = agent(tmp_path, "approvals", "gated")
+        assert listed.returncode == 0 and f"approval {gate}" in listed.stdout
+        if len(gates) == 2:  # resumed with no answer: the same gate, nothing made meanwhile
+            calls = Counter(e.kind for e in read_trace(tmp_path / "runs/gated/trace.jsonl"))["tool_call"]
+            again = agent(tmp_path, "resume", "gated")
+            assert again.returncode == WAITING and _gate_of(again.stdout) == gate
+            assert Counter(e.kind for e in read_trace(tmp_path / "runs/gated/trace.jsonl"))["tool_call"] == calls
+        ok = agent(tmp_path, "approve", "gated", *([gate] if rng.random() < 0.5 else []), "--yes")
+        assert ok.returncode == 0, ok.stdout
+        if len(gates) == 1 or rng.random() < 0.3:  # killed just after the approved action started
+            _killed_once(tmp_path, "gated", lambda t, g=gate: f'"gate":"{g}"'.encode() in t)
+        if len(gates) == 3:  # killed as the next gate is asked: its request recorded, the step not yet checkpointed
+            n = _trace(tmp_path).count(ASKED)
+            _killed_once(tmp_path, "gated", lambda t, n=n: t.count(ASKED) > n)
+        proc = agent(tmp_path, "resume", "gated")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = tmp_path / "runs" / "gated"
+    events = read_trace(run_dir / "trace.jsonl")
+    kinds = {e.kind for e in events}
+    assert {"approval_requested", "approval_answered"} <= kinds
+    asked = set(gates)
+    gated_calls = [e.call_id for e in events if e.kind == "tool_call" and e.tool in
+                   ("launch_server", "run_trials", "edit_file", "apply_patch", "commit") and "resumed" not in e.call_id]
+    answered = Counter(e.answer["gate"] for e in events if e.kind == "approval_answered")
+    assert all(n == 1 for n in answered.values()), answered  # each gate answered once, whatever the kills
+    assert set(gated_calls) <= set(answered), set(gated_calls) - set(answered)  # nothing gated ran unanswered
+    assert asked <= set(answered)
+    assert end_state(run_dir) == expected
+    check_clean(run_dir)
+    def calls(path: Path) -> list[tuple]:  # what the run did, its own relaunches after a kill set aside
+        return [(e.call_id, e.tool, e.input) for e in read_trace(path) if e.kind == "tool_call" and e.tool != "commit"
+                and "resumed" not in e.call_id]  # fmt: skip
+
+    assert calls(run_dir / "trace.jsonl") == calls(ref_dir / "trace.jsonl")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["commits"] and all(a["approved"] for a in summary["approvals"])
+    log = subprocess.run(["git", "-C", str(run_dir / "workspace" / "sglang"), "log", "--format=%B", "dayzero/gated"],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert "Dayzero-Approved: the change approved by" in log and "Dayzero-Approved: the commit approved by" in log
