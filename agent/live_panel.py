@@ -82,7 +82,8 @@ class LiveView:
             if p.status == "verified":  # its commit follows at once: one line for the two
                 continue
             words = {"applied": ("fix applied", "yellow"), "committed": ("fix verified and committed", "green"),
-                     "discarded": ("fix dropped", "red")}[p.status]  # fmt: skip
+                     "discarded": ("fix dropped", "red"),
+                     "rejected": ("fix verified, its commit rejected", "red")}[p.status]  # fmt: skip
             commit = f" {p.commits[-1][:10]}" if p.status == "committed" and p.commits else ""
             out.append(self._line("⚒", words[1], f"{words[0]}{commit}{crash}: {title}", f"[{', '.join(p.files)}]"))
         for name, best in state.bests.items():

@@ -184,3 +184,56 @@ def test_every_gate_stops_the_run_until_answered_and_the_run_ends_as_one_never_g
     log = subprocess.run(["git", "-C", str(run_dir / "workspace" / "sglang"), "log", "--format=%B", "dayzero/gated"],
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
     assert "Dayzero-Approved: the change approved by" in log and "Dayzero-Approved: the commit approved by" in log
+
+
+def test_a_rejected_change_is_never_made_and_a_rejected_commit_never_committed(tmp_path):
+    """``--approve patches,commits``: the first commit is rejected (its patch stays verified in the workspace,
+    uncommitted) and so is the second change proposed (never applied). The policy goes on from those answers
+    (another fix, another configuration or a stop with the reason); the rejections, with who and why, are in the
+    summary, ``agent show``, the report and the PR summary."""
+    task = stopping_at_the_targets(tmp_path, TASK)
+    proc = agent(tmp_path, "run", str(task), "--policy", "playbook", "--run-id", "no", "--max-trials", "12",
+                 "--approve", "patches,commits")  # fmt: skip
+    run_dir = tmp_path / "runs" / "no"
+    rejected: dict[str, str] = {}  # gate -> its tool
+    patches = 0
+    while proc.returncode == WAITING:
+        gate = _gate_of(proc.stdout)
+        asked = next(Gate.model_validate(e.gate) for e in read_trace(run_dir / "trace.jsonl")
+                     if e.kind == "approval_requested" and e.gate["id"] == gate)  # fmt: skip
+        patches += asked.kind == "patches"
+        no = (asked.kind == "commits" and "commits" not in rejected.values()) or (asked.kind == "patches" and patches == 2)
+        if no:
+            rejected[gate] = asked.kind
+            answer = agent(tmp_path, "approve", "no", gate, "--no", "--reason", f"not this {asked.kind[:-1]}")
+        else:
+            answer = agent(tmp_path, "approve", "no", gate, "--yes")
+        assert answer.returncode == 0, answer.stdout
+        proc = agent(tmp_path, "resume", "no")
+    assert proc.returncode in (0, 3, 4), proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert sorted(rejected.values()) == ["commits", "patches"], rejected
+    summary = json.loads((run_dir / "summary.json").read_text())
+    said = {a["gate"]: a for a in summary["approvals"] if not a["approved"]}
+    assert set(said) == set(rejected) and all(a["reason"].startswith("not this") and a["by"] for a in said.values())
+    events = read_trace(run_dir / "trace.jsonl")
+    calls = {e.call_id: e for e in events if e.kind == "tool_call"}
+    patch_gate = next(g for g, kind in rejected.items() if kind == "patches")
+    assert patch_gate not in calls  # the rejected change was never made
+    commit_gate = next(g for g, kind in rejected.items() if kind == "commits")
+    assert commit_gate not in calls  # nor the rejected commit
+    asked_commit = next(e.gate for e in events if e.kind == "approval_requested" and e.gate["id"] == commit_gate)
+    title = asked_commit["details"]["message"].splitlines()[0]
+    log = subprocess.run(["git", "-C", str(run_dir / "workspace" / "model"), "log", "--all", "--format=%s"],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    log += subprocess.run(["git", "-C", str(run_dir / "workspace" / "sglang"), "log", "--all", "--format=%s"],
+                          capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert title not in log.splitlines() and title not in [c["title"] for c in summary["commits"]]
+    shown = agent(tmp_path, "show", "no", "--full", env={**os.environ, "COLUMNS": "400"})
+    assert shown.returncode == 0 and f"approval: {patch_gate} (" in shown.stdout
+    assert "rejected by" in shown.stdout and "not this patch" in shown.stdout
+    assert "rejected:" in proc.stdout and "not this commit" in proc.stdout  # the run's own summary says so
+    review = agent(tmp_path, "review", "no")
+    pr = (run_dir / "review" / "PR.md")
+    assert pr.exists(), review.stdout[-2000:]
+    text = pr.read_text()
+    assert "## Approvals" in text and "**rejected** by" in text and "not this commit" in text
