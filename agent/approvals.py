@@ -5,8 +5,9 @@ at a *gate* until an explicit answer for that gate exists. What a gate shows (``
 itself: the diff and the crash behind a patch, the full command, GPUs and expected node-hours of a launch, the
 message of a commit. An answer (``Answer``: yes or no, who, when, how, why) is one file per gate under
 ``runs/<run-id>/approvals/``, written whole or not at all; nothing else approves: not another message, a timeout,
-a resumed process, the policy (it has no tool that answers) or another run's answers. ``agent replay --execute``
-is the one reader of recorded answers (it re-executes a run as it went); a fork asks again.
+a resumed process, the policy (it has no tool that answers) or another run's answers. A re-execution of a run
+(``agent replay --execute``) is the one reader of recorded answers, and a fork (``--from-step N``) for the steps it
+replays: past its step, a fork asks again.
 
 A gate with no answer stops the graph at a LangGraph ``interrupt``: the run's checkpoint holds the step, the trace
 an ``approval_requested`` event. When the answer is there, ``agent resume`` runs the step again: the calls before
@@ -85,8 +86,15 @@ class Answer(BaseModel):
         return f"{verdict} by {self.by} ({self.via}, {self.at})" + (f": {self.reason}" if self.reason else "")
 
 
+# what names the run rather than the action (a commit's patch id is ``<run-id>/<n>``; its approvals are the gates')
+_NOT_THE_ACTION = {"commit": ("patch_id", "approvals")}
+
+
 def digest(tool: str, args: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps([tool, args], sort_keys=True, default=str).encode()).hexdigest()[:16]
+    """What an action does, as a short hash: the tool and its input, less what only names the run (a re-execution
+    of a run makes the same actions under another run id)."""
+    kept = {k: v for k, v in args.items() if k not in _NOT_THE_ACTION.get(tool, ())}
+    return hashlib.sha256(json.dumps([tool, kept], sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def who() -> str:
@@ -257,8 +265,9 @@ class Gates:
     re-execution of another run, that run's recorded answers (``replayed``)."""
 
     def __init__(self, run_dir: Path, kinds: Iterable[str], trace: Any, events: Iterable[Any] = (),
-                 replayed: dict[str, Answer] | None = None) -> None:  # fmt: skip
+                 replayed: dict[str, Answer] | None = None, replayed_until: int | None = None) -> None:  # fmt: skip
         self.run_dir, self.kinds, self.trace = run_dir, set(kinds), trace
+        self.replayed_until = replayed_until  # a fork: the recorded answers hold for the steps it replays only
         events = list(events)
         self._asked = {g.id: g.digest for g in requested(events)}
         self._told = {(a.gate, a.digest) for a in recorded_answers(events).values()}
@@ -277,7 +286,8 @@ class Gates:
         if same is not None:  # the same action proposed again: as it was answered (a rejection keeps refusing it)
             return same
         theirs = self.replayed.get(gate.id)
-        if theirs is not None and theirs.digest == gate.digest:
+        replaying = self.replayed_until is None or gate.step <= self.replayed_until
+        if theirs is not None and theirs.digest == gate.digest and replaying:
             return theirs.model_copy(update={"via": "replay"})
         return None
 

@@ -118,11 +118,7 @@ def _execute(run, resume: bool) -> None:
             except AwaitingApproval as waiting:
                 if not sys.stdin.isatty():
                     run.close()
-                    console.print(Text(f"run {run.run_id} waits for approval of {waiting.gate.kind} gate "
-                                       f"{waiting.gate.id}: {waiting.gate.what}; see agent approvals {run.run_id}, "
-                                       f"answer with agent approve {run.run_id} {waiting.gate.id} --yes (or --no "
-                                       f"--reason TEXT), then agent resume {run.run_id}", style="yellow"),
-                                  soft_wrap=True, highlight=False)  # fmt: skip
+                    console.print(Text(waiting.line(), style="yellow"), soft_wrap=True, highlight=False)
                     raise typer.Exit(ExitCode.AWAITING_APPROVAL) from None
                 with _stop_signals():
                     write_answer(run.run_dir, _ask(waiting.gate))
@@ -537,6 +533,9 @@ def replay(
         raise typer.Exit(0 if report.ok else 1)
     from sandboxes.base import SandboxError
 
+    from .graph import AwaitingApproval
+    from .outcomes import ExitCode
+
     try:
         with console.status(f"replaying {run_id}") as status:
             def on_step(state, elapsed: float) -> None:
@@ -550,6 +549,9 @@ def replay(
     except (ReplayError, SandboxError, ValueError) as exc:
         _error(str(exc))
         raise typer.Exit(getattr(exc, "exit_code", 2)) from None  # a RunError says whose the problem is
+    except AwaitingApproval as waiting:  # a fork asks again; a re-execution, where the recorded run was not asked
+        console.print(Text(waiting.line(), style="yellow"), soft_wrap=True, highlight=False)
+        raise typer.Exit(ExitCode.AWAITING_APPROVAL) from None
     new_run = result.replay_run_id if execute else fork.run_id
     console.print(render_timeline(read_timeline(RUNS / new_run / "trace.jsonl")))
     if execute:

@@ -33,9 +33,15 @@ RECURSION_LIMIT = 100_000
 class AwaitingApproval(Exception):  # noqa: N818 - a state the run is in, not a failure
     """The run stopped at a gate (``agent/approvals.py``) that has no answer yet: its checkpoint holds the step."""
 
-    def __init__(self, gate: Gate) -> None:
+    def __init__(self, gate: Gate, run_id: str) -> None:
         super().__init__(gate.what)
-        self.gate = gate
+        self.gate, self.run_id = gate, run_id
+
+    def line(self) -> str:
+        """What the person is told: the gate, and the commands that answer it and go on."""
+        g, r = self.gate, self.run_id
+        return (f"run {r} waits for approval of {g.kind} gate {g.id}: {g.what}; see agent approvals {r}, answer with "
+                f"agent approve {r} {g.id} --yes (or --no --reason TEXT), then agent resume {r}")
 
 
 def build_graph(run: Run):
@@ -315,7 +321,7 @@ def execute(run: Run, resume: bool = False, on_step=None) -> AgentState:
     for values in graph.stream(start, config, stream_mode="values", durability="sync"):
         final = values if isinstance(values, dict) else values.model_dump()
         if "__interrupt__" in final:  # a gate with no answer: the step is checkpointed, the run stops here
-            raise AwaitingApproval(Gate.model_validate(final["__interrupt__"][0].value))
+            raise AwaitingApproval(Gate.model_validate(final["__interrupt__"][0].value), run.run_id)
         if on_step:
             on_step(AgentState.model_validate(final), time.monotonic() - t0)
     return AgentState.model_validate(final)

@@ -260,9 +260,12 @@ class Run:
             trace.emit("note", level="info", message=f"resumed: {len(recorded)} recorded tool call(s) will not be redone")
         # the gates: the run's own, or (re-executing a run) the recorded run's, answered as it was answered
         kinds = options.approvals if options.approvals is not None else list(task.approvals)
-        replayed = recorded_answers(read_trace(Path(options.replay_trace))) if options.replay_of and \
-            options.replay_trace else None  # fmt: skip
-        gates = Gates(run_dir, kinds, trace, events, replayed=replayed)
+        replayed, until = None, None
+        if options.replay_of and options.replay_trace:
+            replayed = recorded_answers(read_trace(Path(options.replay_trace)))
+        elif options.parent is not None:  # a fork: the parent's answers for the steps it replays, then asked again
+            replayed, until = recorded_answers(read_trace(Path(options.parent.trace))), options.parent.step
+        gates = Gates(run_dir, kinds, trace, events, replayed=replayed, replayed_until=until)
         return cls(options, task, task_path, run_dir, choice, sandbox, ctx, runner, trace, policy, pctx, recorded,
                    redactor, scrubber, gates)  # fmt: skip
 

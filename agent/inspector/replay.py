@@ -168,6 +168,7 @@ def execute_recorded(
         replay_of=run_dir.name,
         executor=recorded.executor,
         ray_address=recorded.ray_address,
+        approvals=recorded.approvals,  # its gates, answered from its trace as they were answered
     )
     run = Run.create(options, runs_dir)
     final = _run_to_end(run, on_step)
@@ -347,6 +348,7 @@ def fork_run(
         parent=parent,
         executor=recorded.executor,
         ray_address=recorded.ray_address,
+        approvals=recorded.approvals,  # its gates, asked again: the fork is a new run
     )
     run = Run.create(options, runs_dir)
     final = _run_to_end(run, on_step)

@@ -237,3 +237,16 @@ def test_a_rejected_change_is_never_made_and_a_rejected_commit_never_committed(t
     assert pr.exists(), review.stdout[-2000:]
     text = pr.read_text()
     assert "## Approvals" in text and "**rejected** by" in text and "not this commit" in text
+    # a re-execution answers each gate as it was answered (the rejections included): no divergence, no stop
+    again = agent(tmp_path, "replay", "no", "--execute", "--run-id", "no-again")
+    assert again.returncode == 0, again.stdout[-3000:]
+    replayed = json.loads((tmp_path / "runs" / "no-again" / "summary.json").read_text())["approvals"]
+    assert [(a["gate"], a["approved"], a["via"]) for a in replayed] == \
+        [(a["gate"], a["approved"], "replay") for a in summary["approvals"]]  # fmt: skip
+    # a fork replays the steps before its own answered as they were, and asks again at the first gate after them
+    fork_step = int(next(e.step for e in events if e.kind == "approval_answered" and e.answer["gate"] == "s5c0"))
+    fork = agent(tmp_path, "replay", "no", "--from-step", str(fork_step), "--policy", "playbook", "--run-id", "fork")
+    assert fork.returncode == WAITING, fork.stdout[-3000:]
+    assert _gate_of(fork.stdout) != "s5c0" and "agent approve fork" in fork.stdout, fork.stdout[-500:]
+    forked = read_trace(tmp_path / "runs" / "fork" / "trace.jsonl")
+    assert [e.answer["via"] for e in forked if e.kind == "approval_answered"] == ["replay"]
