@@ -12,7 +12,11 @@ the glossary of the docs, ``/compare?a=<id>&b=<id>`` two finished runs' Pareto f
 side; the runs list picks the two with a plain form (no script). Pages come from the Jinja templates ``agent/inspector/templates/ui_*.html.j2`` with HTML
 autoescaping on (everything shown comes from the runs), carry their CSS and their one script inline and
 reference nothing outside this server; the Content-Security-Policy header says so to the browser as well (the
-script by its hash). Nothing here writes anywhere or needs the network.
+script by its hash). Nothing here needs the network, and one thing only writes: a run waiting at an approval gate
+(``agent run --approve``) shows each gate with approve and reject buttons, a form POSTed to
+``/runs/<id>/approvals/<gate>`` that keeps the answer as ``agent approve`` does (``agent/approvals.py``; the run
+goes on with ``agent resume``). A POST is taken only with this server's own token (in the form it served), from its
+own origin and addressed to its own host: another page open in the same browser cannot answer a gate.
 
 :func:`serve` binds the server (port 0: any free port) and returns it, so tests start it in-process.
 """
@@ -24,6 +28,7 @@ import contextlib
 import hashlib
 import json
 import re
+import secrets
 import socket
 import sys
 import threading
@@ -39,7 +44,9 @@ from pydantic import BaseModel, ConfigDict
 
 from sandboxes.base import is_control
 
+from ..approvals import Answer, ApprovalError, Gate, answers, now, pending, who, write_answer
 from ..interactivity import Interactivity, from_summary, per_user_text
+from ..trace import read_trace
 from .plot_cache import rendered
 from .plots import frontier_overlay
 from .report import ReportError, build_report
@@ -145,6 +152,9 @@ class RunPage(BaseModel):
     timeline: Timeline | None = None
     timeline_note: str | None = None
     stages: dict[int, str] = {}  # step -> the stage key its decision names (trials are shown with their stage)
+    waiting: list[Gate] = []  # the approval gates the run waits at (agent/approvals.py)
+    answers: list[Answer] = []  # the answers given so far
+    answered: str | None = None  # the answer just given on this page (after a POST)
 
 
 class ComparePage(BaseModel):
@@ -302,6 +312,9 @@ class RunsSite:
         self._plots_lock = threading.Lock()
         # (run a, run b) -> (both summaries' mtimes, the page, the overlay PNG): rendered once per pair
         self._compared: dict[tuple[str, str], tuple[tuple[int, int], ComparePage, bytes | None]] = {}
+        # what an approval form carries back: a POST without it (another site's page in the same browser) is refused
+        self.token = secrets.token_urlsafe(24)
+        self.templates.globals["approval_token"] = self.token
 
     # --- runs ---------------------------------------------------------------------------------------------
 
@@ -342,6 +355,9 @@ class RunsSite:
                           for st in page.timeline.steps]  # fmt: skip
             if not summary:
                 page.trials_so_far = trials_so_far(page.timeline)
+        with contextlib.suppress(OSError, ValueError):  # an unreadable trace: the timeline note says so already
+            page.waiting = pending(run_dir, read_trace(run_dir / "trace.jsonl"))
+        page.answers = answers(run_dir)
         if not live_only:
             page.patches, page.patches_note = read_patches(run_dir)
             plots, page.plots_note = self.plots(run_dir)
@@ -449,6 +465,32 @@ class RunsSite:
                 return self._not_found(f"run {segments[1]!r} has no plot {segments[3]!r}")
         return self._not_found(f"nothing at {path}")
 
+    def answer(self, raw_path: str, form: dict[str, str]) -> Response:
+        """A POST of an approval form: ``decision`` yes or no, ``reason``, ``token``; the run's page again after."""
+        segments = [urllib.parse.unquote(x) for x in urllib.parse.urlsplit(raw_path).path.split("/")[1:]]
+        if len(segments) != 4 or segments[0] != "runs" or segments[2] != "approvals":
+            return self.error(HTTPStatus.METHOD_NOT_ALLOWED, "only an approval form is posted here")
+        if not secrets.compare_digest(form.get("token", ""), self.token):
+            return self.error(HTTPStatus.FORBIDDEN, "refused: the form is not this server's (reload the run's page)")
+        run_dir = self.run_dir(segments[1])
+        if run_dir is None:
+            return self._not_found(f"no run {segments[1]!r} under {self.runs_dir}")
+        gate = next((g for g in pending(run_dir, read_trace(run_dir / "trace.jsonl")) if g.id == segments[3]), None)
+        if gate is None:
+            return self.error(HTTPStatus.CONFLICT, f"run {run_dir.name} does not wait at gate {segments[3]!r} "
+                                                   "(answered already, or never asked)")  # fmt: skip
+        if form.get("decision") not in ("yes", "no"):
+            return self.error(HTTPStatus.BAD_REQUEST, "an answer is yes or no")
+        answer = Answer(gate=gate.id, digest=gate.digest, approved=form["decision"] == "yes",
+                        reason=form.get("reason", "").strip()[:2000], by=who(), at=now(), via="ui")  # fmt: skip
+        try:
+            write_answer(run_dir, answer)
+        except ApprovalError as exc:
+            return self.error(HTTPStatus.CONFLICT, str(exc))
+        page = self.run_page(run_dir)
+        page.answered = f"{gate.id} ({gate.what}): {answer.words()}; the run goes on with: agent resume {run_dir.name}"
+        return self._page("ui_run.html.j2", HTTPStatus.OK, page=page)
+
     def file(self, run_dir: Path, segments: list[str]) -> Response:
         """A file of the run folder, as text (a PNG as an image); a large one as its end."""
         if "" in segments:
@@ -528,9 +570,24 @@ class _Handler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:  # noqa: N802
         self._send(head_only=True)
 
-    def _send(self, head_only: bool) -> None:
+    def do_POST(self) -> None:  # noqa: N802
+        self._send(head_only=False, post=True)
+
+    def _posted(self) -> Response:
+        """An approval form, from this server's own pages only: addressed to its host, from its origin."""
+        site, own = self.server.site, urllib.parse.urlsplit(self.server.url).netloc
+        origin = self.headers.get("Origin")
+        if self.headers.get("Host") != own or (origin is not None and urllib.parse.urlsplit(origin).netloc != own):
+            return site.error(HTTPStatus.FORBIDDEN, "refused: a form posted from elsewhere")
+        length = int(self.headers.get("Content-Length") or 0)
+        if not 0 <= length <= 65536:
+            return site.error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "refused: the form is too large")
+        fields = urllib.parse.parse_qs(self.rfile.read(length).decode("utf-8", "replace"), max_num_fields=10)
+        return site.answer(self.path, {k: v[0] for k, v in fields.items()})
+
+    def _send(self, head_only: bool, post: bool = False) -> None:
         try:
-            response = self.server.site.respond(self.path)
+            response = self._posted() if post else self.server.site.respond(self.path)
         except Exception as exc:  # noqa: BLE001 - one broken page must not take the connection down silently
             message = f"{type(exc).__name__}: {exc}"
             self.log_error("%s: %s", self.path, message)
