@@ -34,8 +34,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-GateKind = Literal["patches", "launches", "commits"]
-KINDS: tuple[str, ...] = ("patches", "launches", "commits")
+GateKind = Literal["patches", "launches", "commits", "pushes"]
+KINDS: tuple[str, ...] = ("patches", "launches", "commits", "pushes")
 # the tools each gate holds back (discard_changes puts files back as committed: never held)
 TOOLS: dict[str, str] = {"edit_file": "patches", "apply_patch": "patches", "launch_server": "launches",
                          "run_trials": "launches", "commit": "commits"}  # fmt: skip
@@ -67,7 +67,8 @@ class Gate(BaseModel):
     what: str = Field(description="one line: what happens on yes")
     why: str = Field("", description="the policy's reason")
     details: dict[str, Any] = Field(default_factory=dict, description=(
-        "patch: diff, crash, excerpt; launch: commands, gpus, expected_node_hours; commit: message, files"))
+        "patch: diff, crash, excerpt; launch: commands, gpus, expected_node_hours; commit: message, files; "
+        "push: remote, branches"))
 
 
 class Answer(BaseModel):
@@ -173,8 +174,39 @@ def requested(events: Iterable[Any]) -> list[Gate]:
 
 
 def pending(run_dir: Path, events: Iterable[Any]) -> list[Gate]:
-    """The gates of the run still waiting for an answer."""
-    return [g for g in requested(events) if answer_of(run_dir, g) is None]
+    """The gates of the run still waiting for an answer: those its trace asked, then those asked after it ended
+    (a push of its branches, ``asked_after``)."""
+    return [g for g in requested(events) + asked_after(run_dir) if answer_of(run_dir, g) is None]
+
+
+def asked_after(run_dir: Path) -> list[Gate]:
+    """The gates asked of a finished run (its trace is closed: they are files of their own)."""
+    out = []
+    for path in sorted((folder(run_dir) / "asked").glob("*.json")):
+        try:
+            out.append(Gate.model_validate_json(path.read_text()))
+        except (OSError, ValidationError):
+            continue
+    return out
+
+
+def ask_after(run_dir: Path, gate: Gate) -> None:
+    """Keep ``gate`` as asked of the finished run (``agent approvals`` lists it)."""
+    from sandboxes.twin.cache_files import write_atomic
+
+    path = folder(run_dir) / "asked" / _path(run_dir, gate.id).name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, gate.model_dump_json(indent=2))
+
+
+def push_gate(run_id: str, remote: str, branches: dict[str, str]) -> Gate:
+    """The gate of a push of the run's branches (``{tree: head sha}``) to ``remote``: a push of other heads, or to
+    another remote, is another gate."""
+    args = {"remote": remote, "branches": dict(sorted(branches.items()))}
+    d = digest("push", args)
+    return Gate(id=f"push-{d[:10]}", kind="pushes", tool="push", digest=d, step=0,
+                what=f"push {', '.join(f'{t}@{h[:10]}' for t, h in sorted(branches.items()))} to {remote} as "
+                     f"dayzero/{run_id}/<tree>", details={"remote": remote, "branches": args["branches"]})  # fmt: skip
 
 
 def recorded_answers(events: Iterable[Any]) -> dict[str, Answer]:

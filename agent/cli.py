@@ -104,7 +104,7 @@ def _execute(run, resume: bool) -> None:
     console.print(f"[bold]{escape(run.choice.reason)}[/]", soft_wrap=True)
     console.print(f"run [cyan]{run.run_id}[/] -> {escape(str(run.run_dir))}  (policy: {run.policy.name})", soft_wrap=True)
     if run.gates is not None and run.gates.kinds:
-        console.print(f"approvals: {', '.join(k for k in ('patches', 'launches', 'commits') if k in run.gates.kinds)}"
+        console.print(f"approvals: {', '.join(k for k in ('patches', 'launches', 'commits', 'pushes') if k in run.gates.kinds)}"
                       " wait for a person's answer", soft_wrap=True)  # fmt: skip
     _keep_secrets_from_the_engine(run)
     view = LiveView(run.task, run.options.max_trials, run.redactor.text)
@@ -171,6 +171,8 @@ def _show_gate(gate, out: Console) -> None:
                   soft_wrap=True)  # fmt: skip
     if d.get("message"):
         out.print(Panel(Text(d["message"]), title="commit message", title_align="left"))
+    for tree, head in (d.get("branches") or {}).items():
+        out.print(Text(f"push {tree} {head} -> {d.get('remote')}"), soft_wrap=True, highlight=False)
 
 
 def _ask(gate, out: Console | None = None, stream=None):
@@ -319,8 +321,9 @@ def run(
     ray_address: str = typer.Option(None, help="with --executor ray: auto or HOST:PORT (default: a local Ray)"),
     prior: list[str] = typer.Option(None, "--prior", help="an earlier run of this task (a run id under runs/, or "
                                     "its folder) whose measurements warm-start the search; repeatable"),
-    approve: str = typer.Option(None, "--approve", help="patches,launches,commits (any of them): hold each such "
-                                "action until a person approves it (default: the task's approvals; '' for none)"),
+    approve: str = typer.Option(None, "--approve", help="patches,launches,commits,pushes (any of them): hold each "
+                                "such action until a person approves it (pushes: agent review --push; default: the "
+                                "task's approvals; '' for none)"),
 ) -> None:
     """Bring the task's model up, fix what breaks, tune to the targets; everything lands in runs/<run-id>/.
     Everything the run needs is checked first (task, scenario, policy, replay trace, the LLM endpoint and its key,
@@ -463,7 +466,7 @@ def approve(
 ) -> None:
     """Answer a gate the run waits at: --yes or --no [--reason TEXT]. An answer is final; the run goes on with
     agent resume RUN (or, if it is still asking on its terminal, once it is run again)."""
-    from .approvals import Answer, ApprovalError, answer_of, now, requested, who, write_answer
+    from .approvals import Answer, ApprovalError, answer_of, asked_after, now, requested, who, write_answer
     from .trace import read_trace
 
     run_dir = _existing_run(run_id, "trace.jsonl")
@@ -471,7 +474,7 @@ def approve(
         _error("say --yes or --no (exactly one)")
         raise typer.Exit(2)
     try:
-        asked = requested(read_trace(run_dir / "trace.jsonl"))
+        asked = requested(read_trace(run_dir / "trace.jsonl")) + asked_after(run_dir)
         waiting = [g for g in asked if answer_of(run_dir, g) is None]
         done = next((g for g in asked if g.id == gate and g not in waiting), None)
         if done is not None:
@@ -578,7 +581,7 @@ def review(
     run_dir = _existing_run(run_id, "run.json")
     try:
         result = write_review(run_dir, out)
-        pushed = push_branches(run_dir, push) if push else None
+        pushed = push_branches(run_dir, push) if push and _push_approved(run_dir, push) else None
     except ReviewError as exc:
         _error(str(exc))
         raise typer.Exit(2) from None
@@ -599,6 +602,43 @@ def review(
         console.print(Text(f"run {result.run_id} did not meet its targets: {result.verdict.words}; its summary PR "
                            "says so and names no configuration as the winner", style="yellow"), soft_wrap=True)
         raise typer.Exit(result.verdict.exit_code)
+
+
+def _push_approved(run_dir: Path, remote: str) -> bool:
+    """Whether the run's branches may be pushed to ``remote``: yes unless the run holds pushes (``--approve
+    pushes``, the task's ``approvals``); then only with an approval of this push (asked on a terminal; with none,
+    kept as asked, one line naming agent approve, exit 6). A rejection is said, and nothing is pushed."""
+    import sys
+
+    from tasks.spec import TaskError, load_task
+
+    from .approvals import answer_of, ask_after, push_gate, write_answer
+    from .inspector.review import collect_trees
+    from .outcomes import ExitCode
+    from .run import RunOptions
+
+    options = RunOptions.model_validate_json((run_dir / "run.json").read_text())
+    kinds = options.approvals
+    if kinds is None:
+        try:
+            kinds = list(load_task(Path(options.task_path)).approvals)
+        except (TaskError, OSError, ValueError):  # the task file gone: the run's own options are all there is
+            kinds = []
+    if "pushes" not in kinds:
+        return True
+    gate = push_gate(run_dir.name, remote, {t.tree: t.head for t in collect_trees(run_dir) if t.patches})
+    answer = answer_of(run_dir, gate)
+    if answer is None and sys.stdin.isatty():
+        answer = _ask(gate)
+        write_answer(run_dir, answer)
+    if answer is None:
+        ask_after(run_dir, gate)
+        console.print(Text(f"run {run_dir.name} holds pushes: {gate.what} waits for approval; answer with agent "
+                           f"approve {run_dir.name} {gate.id} --yes (or --no --reason TEXT), then run this again",
+                           style="yellow"), soft_wrap=True, highlight=False)  # fmt: skip
+        raise typer.Exit(ExitCode.AWAITING_APPROVAL)
+    console.print(Text(f"push {answer.words()}"), soft_wrap=True, highlight=False)
+    return answer.approved
 
 
 @app.command("runs")

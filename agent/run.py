@@ -305,8 +305,9 @@ class Run:
     # --- the end --------------------------------------------------------------------------------------------
 
     def finish(self, state: AgentState) -> dict[str, Any]:
-        if self.ctx.server is not None:
-            self.runner.call("stop_server", {}, call_id=f"s{state.step}stop")
+        if self.ctx.server is not None:  # (killed after its stop was recorded: this process's server, its own call)
+            cid = f"s{state.step}stop"
+            self.runner.call("stop_server", {}, call_id=self.resumed_id(cid) if self.recorded(cid) else cid)
         summary = self.redactor(summarize(self, state))
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         for name, script in (("launch.sh", launch_script), ("bench.sh", bench_script)):

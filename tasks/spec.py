@@ -340,9 +340,10 @@ class TaskSpec(Strict):
     budgets: Budgets = Budgets()
     report: ReportSpec = ReportSpec()  # optional: e.g. ``report: {gpu_hour_usd: 2.5}``
     llm: LLMSettings = LLMSettings()  # optional: the LLM policy's endpoint settings
-    approvals: list[Literal["patches", "launches", "commits"]] = Field(default_factory=list, max_length=3, description=(
+    approvals: list[Literal["patches", "launches", "commits", "pushes"]] = Field(default_factory=list, max_length=4,
+                                                                             description=(
         "actions the run holds until a person approves each (agent approve): patches to the engine, launches, "
-        "commits; agent run --approve overrides it"))
+        "commits, pushes of its branches (agent review --push); agent run --approve overrides it"))
 
     @model_validator(mode="after")
     def _references(self) -> TaskSpec:

@@ -52,12 +52,17 @@ class _Trace:
 def test_kinds_are_checked_and_ordered() -> None:
     assert parse_kinds("launches, patches") == ["patches", "launches"]
     assert parse_kinds("") == []
-    with pytest.raises(ApprovalError, match="unknown approval kind 'pushes'.*known: patches, launches, commits"):
-        parse_kinds("patches,pushes")
+    assert parse_kinds("pushes,commits") == ["commits", "pushes"]
+    with pytest.raises(ApprovalError, match="unknown approval kind 'deploys'.*known: patches, launches, commits, pushes"):
+        parse_kinds("patches,deploys")
 
 
 def test_an_answer_is_final_and_decides_only_its_action(tmp_path) -> None:
     gate = _gate()
+    killed = tmp_path / "approvals" / f".{gate.id}.json.4242.0123456789ab.tmp"  # a writer killed mid-answer
+    killed.parent.mkdir()
+    killed.write_text('{"gate": "s5c0", "digest": "d1", "appro')
+    assert answer_of(tmp_path, gate) is None  # half an answer is none
     write_answer(tmp_path, _answer(gate, True))
     with pytest.raises(ApprovalError, match="answered already: approved by ana@node"):
         write_answer(tmp_path, _answer(gate, False))  # two people answering: the first stands
@@ -99,7 +104,7 @@ def test_a_bad_approval_kind_is_one_line_and_creates_nothing(tmp_path) -> None:
     proc = agent(tmp_path, "run", str(TASK), "--approve", "patches,deploys", "--run-id", "bad")
     assert proc.returncode == 2
     assert proc.stdout.strip().splitlines() == [
-        "error: --approve: unknown approval kind 'deploys' (known: patches, launches, commits)"]
+        "error: --approve: unknown approval kind 'deploys' (known: patches, launches, commits, pushes)"]
     assert not (tmp_path / "runs" / "bad").exists()
 
 
@@ -192,7 +197,7 @@ def test_a_rejected_change_is_never_made_and_a_rejected_commit_never_committed(t
     (another fix, another configuration or a stop with the reason); the rejections, with who and why, are in the
     summary, ``agent show``, the report and the PR summary."""
     task = stopping_at_the_targets(tmp_path, TASK)
-    proc = agent(tmp_path, "run", str(task), "--policy", "playbook", "--run-id", "no", "--max-trials", "12",
+    proc = agent(tmp_path, "run", str(task), "--policy", "playbook", "--run-id", "no", "--max-trials", "5",
                  "--approve", "patches,commits")  # fmt: skip
     run_dir = tmp_path / "runs" / "no"
     rejected: dict[str, str] = {}  # gate -> its tool
@@ -250,3 +255,42 @@ def test_a_rejected_change_is_never_made_and_a_rejected_commit_never_committed(t
     assert _gate_of(fork.stdout) != "s5c0" and "agent approve fork" in fork.stdout, fork.stdout[-500:]
     forked = read_trace(tmp_path / "runs" / "fork" / "trace.jsonl")
     assert [e.answer["via"] for e in forked if e.kind == "approval_answered"] == ["replay"]
+
+
+def test_a_held_push_waits_for_its_own_approval(copy_of_finished_run, tmp_path):
+    """A run holding pushes: ``agent review --push`` keeps the push as asked (exit 6), pushes nothing until it is
+    approved, and pushes once it is; a rejected push to another remote pushes nothing and says who said no."""
+    import git
+
+    from tests.agent.conftest import FINISHED_RUN_ID
+
+    run_dir = copy_of_finished_run / "runs" / FINISHED_RUN_ID
+    options = json.loads((run_dir / "run.json").read_text())
+    (run_dir / "run.json").write_text(json.dumps({**options, "approvals": ["pushes"]}))
+    bare, other = tmp_path / "remote.git", tmp_path / "other.git"
+    for b in (bare, other):
+        git.Repo.init(b, bare=True).close()
+
+    def heads(repo: Path) -> list[str]:
+        return subprocess.run(["git", "-C", str(repo), "for-each-ref", "--format=%(refname)"], capture_output=True,
+                              text=True, check=True).stdout.split()  # fmt: skip
+
+    held = agent(copy_of_finished_run, "review", FINISHED_RUN_ID, "--push", str(bare))
+    assert held.returncode == WAITING and "waits for approval" in held.stdout, held.stdout[-2000:]
+    assert heads(bare) == []
+    gate = held.stdout.split(f"agent approve {FINISHED_RUN_ID} ", 1)[1].split()[0]
+    listed = agent(copy_of_finished_run, "approvals", FINISHED_RUN_ID)
+    assert f"approval {gate}" in listed.stdout and str(bare) in listed.stdout
+    assert agent(copy_of_finished_run, "approve", FINISHED_RUN_ID, gate, "--yes").returncode == 0
+    pushed = agent(copy_of_finished_run, "review", FINISHED_RUN_ID, "--push", str(bare))
+    assert pushed.returncode == 0 and "push approved by" in pushed.stdout, pushed.stdout[-2000:]
+    assert any(h.startswith(f"refs/heads/dayzero/{FINISHED_RUN_ID}/") for h in heads(bare))
+    # another remote is another push: asked again, and a rejection pushes nothing
+    again = agent(copy_of_finished_run, "review", FINISHED_RUN_ID, "--push", str(other))
+    assert again.returncode == WAITING
+    gate2 = again.stdout.split(f"agent approve {FINISHED_RUN_ID} ", 1)[1].split()[0]
+    assert gate2 != gate
+    agent(copy_of_finished_run, "approve", FINISHED_RUN_ID, gate2, "--no", "--reason", "not that mirror")
+    refused = agent(copy_of_finished_run, "review", FINISHED_RUN_ID, "--push", str(other))
+    assert "push rejected by" in refused.stdout and "not that mirror" in refused.stdout
+    assert heads(other) == []
