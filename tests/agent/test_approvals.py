@@ -294,3 +294,44 @@ def test_a_held_push_waits_for_its_own_approval(copy_of_finished_run, tmp_path):
     refused = agent(copy_of_finished_run, "review", FINISHED_RUN_ID, "--push", str(other))
     assert "push rejected by" in refused.stdout and "not that mirror" in refused.stdout
     assert heads(other) == []
+
+
+def test_on_a_terminal_the_run_asks_and_goes_on_in_the_same_process(tmp_path):
+    """``agent run --approve launches`` on a terminal (a pty): each gate is shown and asked, and the answer is
+    taken by the same process, which goes on from the gate (its calls before it not made again) to the run's end."""
+    import pty
+    import select
+
+    task = stopping_at_the_targets(tmp_path, TASK)
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-c", "from agent.cli import app; app()", "run", str(task), "--policy",
+                             "playbook", "--run-id", "tty", "--approve", "launches", "--max-trials", "2"],
+                            cwd=tmp_path, stdin=follower, stdout=follower, stderr=follower,
+                            env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+    os.close(follower)
+    seen, asked = b"", 0
+    try:
+        while True:
+            ready, _, _ = select.select([leader], [], [], 120)
+            assert ready, f"no output for 120 s:\n{seen[-2000:].decode(errors='replace')}"
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the process closed the terminal: it ended
+                break
+            if not chunk:
+                break
+            seen += chunk
+            if seen.count(b"approve? yes / no / reason") > asked:
+                asked += 1
+                os.write(leader, b"yes\n")
+    finally:
+        os.close(leader)
+        code = proc.wait(timeout=120)
+    text = seen.decode(errors="replace")
+    assert code == 4, text[-3000:]  # its two trials spent: the budget, not a gate, ended it
+    assert asked >= 2 and "--tp-size 8" in text and "waits for approval" not in text
+    events = read_trace(tmp_path / "runs" / "tty" / "trace.jsonl")
+    answers = [e.answer for e in events if e.kind == "approval_answered"]
+    assert len(answers) == asked and all(a["via"] == "terminal" and a["approved"] for a in answers)
+    ids = Counter(e.call_id for e in events if e.kind == "tool_call")
+    assert all(n == 1 for n in ids.values()), ids  # the node run again in the same process made nothing twice
