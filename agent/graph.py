@@ -80,6 +80,8 @@ def build_graph(run: Run):
         rejected: str | None = None
         for call in state.pending:
             record = run.recorded(call.call_id)
+            if call.tool == "commit" and "approvals" in call.args:  # who approved is the run's to say, never a policy's
+                call = call.model_copy(update={"args": {k: v for k, v in call.args.items() if k != "approvals"}})
             if record is None:
                 args = call.args.get("__raw_arguments__", call.args) if isinstance(call.args, dict) else call.args
                 answer = None if rejected else held(state, call.call_id, call.tool, args)

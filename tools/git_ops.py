@@ -9,6 +9,7 @@ from pathlib import Path
 
 import git
 from pydantic import BaseModel, Field
+from pydantic.json_schema import SkipJsonSchema
 
 from .base import ToolInput, ToolResult, tool
 from .context import ToolContext
@@ -39,8 +40,9 @@ class CommitInput(ToolInput):
     files: list[str] | None = Field(None, description="workspace paths to commit (default: every change)")
     diff: str | None = Field(None, description="commit exactly this unified diff (workspace paths, a/<source>/...) "
                                                "rather than the files' whole current changes")  # fmt: skip
-    approvals: list[str] = Field(default_factory=list, description=(
-        "who approved the change and its commit at the run's approval gates (set by the run, not the policy)"))
+    # who approved the change and its commit at the run's approval gates: set by the run's commit step only (not in
+    # the schema a policy sees; a policy's own commit call has it removed)
+    approvals: SkipJsonSchema[list[str]] = Field(default_factory=list)
 
 
 class CommitRecord(BaseModel):
