@@ -5,7 +5,7 @@ run's end), then resumed, again and again, until it ends. Every record of the ru
 before its step's checkpoint; the run must end with the same trials, figures and commits as the run never killed
 (the shared short run), every call recorded once.
 
-About a resume per record (about 70): minutes, so it is deselected by default (``pytest -m kill_every``).
+About a resume per record (about 70): minutes, so it is deselected by default (``pytest -m long``).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ trace.TraceWriter.emit = killing_emit
 '''
 
 
-@pytest.mark.kill_every
+@pytest.mark.long
 def test_killed_after_every_record_ends_as_an_uninterrupted_run(reference, tmp_path):  # noqa: F811
     _, expected, _ = reference
     site = tmp_path / "site"
