@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -409,6 +410,11 @@ class LocalSandbox(Sandbox):
                             return ReadyResult(state="ready", wall_seconds=time.monotonic() - start)
                 except (urllib.error.URLError, OSError, ValueError):
                     pass
+            if not seen and _full(handle.log_path):
+                # the server cannot write its ready line (nor anything else): waiting out the start-up timeout
+                # would only hide the disk; the run stops on its infrastructure, and resumes once there is room
+                raise OSError(errno.ENOSPC, "No space left on device (the server's log cannot grow)",
+                              str(handle.log_path))  # fmt: skip
             if time.monotonic() >= deadline:
                 return ReadyResult(state="timeout", wall_seconds=time.monotonic() - start)
             time.sleep(min(_POLL_S, max(deadline - time.monotonic(), 0)))
@@ -517,6 +523,18 @@ class LocalSandbox(Sandbox):
             with contextlib.suppress(Exception):
                 self.stop_server(server.handle, grace_s=5.0)
         self.release()
+
+
+FULL_BYTES = 64 << 10  # a file system with less free than this takes no more log lines
+
+
+def _full(path: Path) -> bool:
+    """Whether the file system holding ``path`` is full (for an unprivileged writer)."""
+    try:
+        st = os.statvfs(Path(path).parent)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < FULL_BYTES
 
 
 def _argv(argv: Sequence[str]) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -239,6 +240,35 @@ def test_never_ready_times_out_and_close_kills_it(tmp_path):
     assert not gone(handle.pid)  # the caller decides
     sb.close()
     assert gone(handle.pid)
+
+
+def test_a_launch_whose_log_cannot_grow_is_a_full_disk_not_a_wait_for_the_timeout(tmp_path):
+    """The disk under the server's log fills while it starts: it can never print its ready line, so the wait
+    stops at once with the full disk (ENOSPC, which stops the run on its infrastructure), not at the start-up
+    timeout (two minutes on the twin, half an hour by default: the one slow run of the disk-full test)."""
+    import errno
+    import subprocess
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(logs)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs CAP_SYS_ADMIN): {mounted.stderr.decode().strip()}")
+    try:
+        sb = LocalSandbox(tmp_path / "ws")
+        handle = sb.start_server([sys.executable, "-c", "import time; time.sleep(60)"], {}, logs / "s.log",
+                                 sb.free_port())  # fmt: skip
+        with open(logs / "filler", "wb") as f, contextlib.suppress(OSError):
+            while True:
+                f.write(b"\0" * (256 << 10))
+                f.flush()
+        with pytest.raises(OSError) as raised:  # (the timeout would have returned a "timeout" result instead)
+            sb.wait_ready(handle, READY, timeout_s=600)
+        assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(logs / "s.log")
+        sb.close()
+        assert gone(handle.pid)
+    finally:
+        subprocess.run(["umount", "-l", str(logs)], capture_output=True)
 
 
 # A /health that answers 200 from the start; it prints the ready line only when asked to.
