@@ -71,13 +71,19 @@ def draft_reason(model_dir: str, files: Files, draft_paths: list[Any]) -> str | 
     return "config.json counts no MTP layer and the task names no draft checkpoint"
 
 
-def withheld_speculation(task: Any, files: Files, model_dir: str = "model") -> tuple[Any, str | None]:
+_UNKNOWN = object()
+
+
+def withheld_speculation(task: Any, files: Files, model_dir: str = "model",
+                         decided: Any = _UNKNOWN) -> tuple[Any, str | None]:  # fmt: skip
     """``task`` with the speculative flags taken out of its search space when the model cannot speculate, and
-    why (None: the task as it is)."""
+    why (None: the task as it is). ``decided``: the reason (or None) a run found when it started, which its
+    resumes keep (the search space does not change under a run; reading a large index again costs a second)."""
     flags = task.search_space.flags
     if not [a for a in flags.get("speculative-algorithm", []) if a]:
         return task, None
-    reason = draft_reason(model_dir, files, list(flags.get("speculative-draft-model-path", [])))
+    reason = draft_reason(model_dir, files, list(flags.get("speculative-draft-model-path", []))) \
+        if decided is _UNKNOWN else decided  # fmt: skip
     if reason is None:
         return task, None
     kept = {k: v for k, v in flags.items() if k not in SPECULATIVE_FLAGS}

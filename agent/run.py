@@ -16,6 +16,7 @@ swept after every tool call (:class:`~agent.secrets.LogScrubber`).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import datetime as dt
 import json
@@ -195,8 +196,19 @@ class Run:
             sandbox.reap_stale()
         from .draft_available import withheld_speculation
 
-        # a model with no draft (no MTP layer, no draft checkpoint) is never searched for speculation
-        task, no_draft = withheld_speculation(task, _View(sandbox))
+        # a model with no draft (no MTP layer, no draft checkpoint) is never searched for speculation; what the run
+        # found when it started holds for its resumes
+        decided_at = run_dir / "speculation.json"
+        try:
+            decided = json.loads(decided_at.read_text())["withheld"] if not fresh else None
+        except (OSError, ValueError, KeyError, TypeError):
+            decided = None
+        if decided is None:
+            task, no_draft = withheld_speculation(task, _View(sandbox))
+            with contextlib.suppress(OSError):
+                decided_at.write_text(json.dumps({"withheld": [no_draft]}))
+        else:
+            task, no_draft = withheld_speculation(task, _View(sandbox), decided=decided[0])
         engine = task.engines.twin if choice.engine == "twin" else task.engines.sglang
         from sandboxes.executors import make_executor
 
