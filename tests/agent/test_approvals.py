@@ -268,12 +268,6 @@ def test_a_rejected_change_is_never_made_and_a_rejected_commit_never_committed(t
     prs = [p.read_text() for p in (run_dir / "review").rglob("*.PR.md")]
     assert any("- approval: the change approved by" in pr and "- approval: the commit approved by" in pr
                for pr in prs), prs[:1]  # fmt: skip
-    # a re-execution answers each gate as it was answered (the rejections included): no divergence, no stop
-    again = agent(tmp_path, "replay", "no", "--execute", "--run-id", "no-again")
-    assert again.returncode == 0, again.stdout[-3000:]
-    replayed = json.loads((tmp_path / "runs" / "no-again" / "summary.json").read_text())["approvals"]
-    assert [(a["gate"], a["approved"], a["via"]) for a in replayed] == \
-        [(a["gate"], a["approved"], "replay") for a in summary["approvals"]]  # fmt: skip
     # a fork replays the steps before its own answered as they were, and asks again at the first gate after them
     fork_step = int(next(e.step for e in events if e.kind == "approval_answered" and e.answer["gate"] == "s5c0"))
     fork = agent(tmp_path, "replay", "no", "--from-step", str(fork_step), "--policy", "playbook", "--run-id", "fork")
@@ -325,3 +319,61 @@ def test_a_held_push_waits_for_its_own_approval(copy_of_finished_run, tmp_path):
         assert _push_approved(run_dir, str(other)) is False
     assert "push rejected by ana@node" in said.get() and "not that mirror" in said.get()
     assert heads(other) == []
+
+
+def test_on_a_terminal_the_run_asks_and_goes_on_in_the_same_process(tmp_path):
+    """``agent run --approve launches`` on a terminal (a pty): each gate is shown and asked, and the answer is
+    taken by the same process, which goes on from the gate (its calls before it not made again) to the run's end.
+    ``agent replay --execute`` of that run answers its gates from the trace, as they were answered."""
+    import pty
+    import select
+
+    task = stopping_at_the_targets(tmp_path, TASK)
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-c", "from agent.cli import app; app()", "run", str(task), "--policy",
+                             "playbook", "--run-id", "tty", "--approve", "launches", "--max-trials", "2"],
+                            cwd=tmp_path, stdin=follower, stdout=follower, stderr=follower,
+                            env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+    os.close(follower)
+    seen, asked = b"", 0
+    try:
+        while True:
+            ready, _, _ = select.select([leader], [], [], 120)
+            assert ready, f"no output for 120 s:\n{seen[-2000:].decode(errors='replace')}"
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the process closed the terminal: it ended
+                break
+            if not chunk:
+                break
+            seen += chunk
+            if seen.count(b"approve? yes / no / reason") > asked:
+                asked += 1
+                os.write(leader, b"yes\n")
+    finally:
+        os.close(leader)
+        code = proc.wait(timeout=120)
+    text = seen.decode(errors="replace")
+    assert code == 4, text[-3000:]  # its two trials spent: the budget, not a gate, ended it
+    assert asked >= 2 and "--tp-size 8" in text and "waits for approval" not in text
+    events = read_trace(tmp_path / "runs" / "tty" / "trace.jsonl")
+    answers = [e.answer for e in events if e.kind == "approval_answered"]
+    assert len(answers) == asked and all(a["via"] == "terminal" and a["approved"] for a in answers)
+    ids = Counter(e.call_id for e in events if e.kind == "tool_call")
+    assert all(n == 1 for n in ids.values()), ids  # the node run again in the same process made nothing twice
+    # a re-execution answers each gate as the run's trace answered it: no divergence, no stop
+    again = agent(tmp_path, "replay", "tty", "--execute", "--run-id", "tty-again")
+    assert again.returncode == 0, again.stdout[-3000:]
+    replayed = [e.answer for e in read_trace(tmp_path / "runs" / "tty-again" / "trace.jsonl")
+                if e.kind == "approval_answered"]  # fmt: skip
+    assert [(a["gate"], a["approved"]) for a in replayed] == [(a["gate"], a["approved"]) for a in answers]
+    assert all(a["via"] == "replay" for a in replayed)
+
+
+def test_no_tool_lets_a_policy_answer_a_gate_or_claim_an_approval() -> None:
+    from tools.base import all_tools
+
+    tools = all_tools()
+    assert not [name for name in tools if "approv" in name.lower()]
+    for name, t in tools.items():  # no input a policy fills names an approval (the run writes its own trailers)
+        assert not [f for f in t.schema()["function"]["parameters"].get("properties", {}) if "approv" in f], name
