@@ -249,11 +249,10 @@ def test_a_launch_whose_log_cannot_grow_is_a_full_disk_not_a_wait_for_the_timeou
     import errno
     import subprocess
 
+    from tests.agent.test_kill_anywhere import _mount_tmpfs
+
     logs = tmp_path / "logs"
-    logs.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(logs)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs CAP_SYS_ADMIN): {mounted.stderr.decode().strip()}")
+    _mount_tmpfs(logs, "2m")  # (skips where a tmpfs cannot be mounted)
     try:
         sb = LocalSandbox(tmp_path / "ws")
         handle = sb.start_server([sys.executable, "-c", "import time; time.sleep(60)"], {}, logs / "s.log",
