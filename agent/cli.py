@@ -96,7 +96,7 @@ def _execute(run, resume: bool) -> None:
 
     from sandboxes.base import SandboxError, SandboxUnavailable
 
-    from .approvals import write_answer
+    from .approvals import ApprovalError, write_answer
     from .graph import AwaitingApproval, execute
     from .live_panel import LiveView
     from .outcomes import ExitCode
@@ -121,7 +121,11 @@ def _execute(run, resume: bool) -> None:
                     console.print(Text(waiting.line(), style="yellow"), soft_wrap=True, highlight=False)
                     raise typer.Exit(ExitCode.AWAITING_APPROVAL) from None
                 with _stop_signals():
-                    write_answer(run.run_dir, _ask(waiting.gate))
+                    answer = _ask(waiting.gate)
+                    try:
+                        write_answer(run.run_dir, answer)
+                    except ApprovalError as exc:  # answered meanwhile (agent approve, the UI): the first answer stands
+                        console.print(Text(str(exc), style="yellow"), soft_wrap=True, highlight=False)
                 resume = True  # the same process goes on from the gate, its server still up
     except KeyboardInterrupt as exc:
         signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT

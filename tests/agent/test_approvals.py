@@ -321,18 +321,15 @@ def test_a_held_push_waits_for_its_own_approval(copy_of_finished_run, tmp_path):
     assert heads(other) == []
 
 
-def test_on_a_terminal_the_run_asks_and_goes_on_in_the_same_process(tmp_path):
-    """``agent run --approve launches`` on a terminal (a pty): each gate is shown and asked, and the answer is
-    taken by the same process, which goes on from the gate (its calls before it not made again) to the run's end.
-    ``agent replay --execute`` of that run answers its gates from the trace, as they were answered."""
+def _on_a_terminal(root: Path, run_id: str, *args: str, before_first_answer=None) -> tuple[int, str, int]:
+    """``agent run ARGS`` on a pty, answering ``yes`` at every prompt (``before_first_answer()`` runs when the first
+    prompt shows); returns its exit code, what it printed, and how many prompts it showed."""
     import pty
     import select
 
-    task = stopping_at_the_targets(tmp_path, TASK)
     leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-c", "from agent.cli import app; app()", "run", str(task), "--policy",
-                             "playbook", "--run-id", "tty", "--approve", "launches", "--max-trials", "2"],
-                            cwd=tmp_path, stdin=follower, stdout=follower, stderr=follower,
+    proc = subprocess.Popen([sys.executable, "-c", "from agent.cli import app; app()", "run", *args, "--run-id",
+                             run_id], cwd=root, stdin=follower, stdout=follower, stderr=follower,
                             env={**os.environ, "COLUMNS": "200"})  # fmt: skip
     os.close(follower)
     seen, asked = b"", 0
@@ -349,11 +346,22 @@ def test_on_a_terminal_the_run_asks_and_goes_on_in_the_same_process(tmp_path):
             seen += chunk
             if seen.count(b"approve? yes / no / reason") > asked:
                 asked += 1
+                if asked == 1 and before_first_answer is not None:
+                    before_first_answer()
                 os.write(leader, b"yes\n")
     finally:
         os.close(leader)
         code = proc.wait(timeout=120)
-    text = seen.decode(errors="replace")
+    return code, seen.decode(errors="replace"), asked
+
+
+def test_on_a_terminal_the_run_asks_and_goes_on_in_the_same_process(tmp_path):
+    """``agent run --approve launches`` on a terminal (a pty): each gate is shown and asked, and the answer is
+    taken by the same process, which goes on from the gate (its calls before it not made again) to the run's end.
+    ``agent replay --execute`` of that run answers its gates from the trace, as they were answered."""
+    task = stopping_at_the_targets(tmp_path, TASK)
+    code, text, asked = _on_a_terminal(tmp_path, "tty", str(task), "--policy", "playbook", "--approve", "launches",
+                                       "--max-trials", "2")  # fmt: skip
     assert code == 4, text[-3000:]  # its two trials spent: the budget, not a gate, ended it
     assert asked >= 2 and "--tp-size 8" in text and "waits for approval" not in text
     events = read_trace(tmp_path / "runs" / "tty" / "trace.jsonl")
@@ -368,6 +376,25 @@ def test_on_a_terminal_the_run_asks_and_goes_on_in_the_same_process(tmp_path):
                 if e.kind == "approval_answered"]  # fmt: skip
     assert [(a["gate"], a["approved"]) for a in replayed] == [(a["gate"], a["approved"]) for a in answers]
     assert all(a["via"] == "replay" for a in replayed)
+
+
+def test_an_answer_given_elsewhere_while_the_terminal_asks_stands(tmp_path):
+    """While the terminal asks, someone answers the same gate with ``agent approve --no``: the terminal's later
+    yes is refused (the first answer stands, said in one line), and the run goes on from the rejection."""
+    task = stopping_at_the_targets(tmp_path, TASK)
+
+    def elsewhere() -> None:
+        said = agent(tmp_path, "approve", "race", "s1c0", "--no", "--reason", "not on this node")
+        assert said.returncode == 0, said.stdout
+
+    code, text, _ = _on_a_terminal(tmp_path, "race", str(task), "--policy", "playbook", "--approve", "launches",
+                                   "--max-trials", "2", before_first_answer=elsewhere)  # fmt: skip
+    assert "was answered already: rejected by" in text and "Traceback" not in text, text[-3000:]
+    assert code in (3, 4), text[-3000:]
+    events = read_trace(tmp_path / "runs" / "race" / "trace.jsonl")
+    assert not [e for e in events if e.kind == "tool_call" and e.call_id == "s1c0"]  # the rejected launch: not made
+    first = next(e.answer for e in events if e.kind == "approval_answered")
+    assert (first["gate"], first["approved"], first["via"]) == ("s1c0", False, "cli")
 
 
 def test_no_tool_lets_a_policy_answer_a_gate_or_claim_an_approval() -> None:
