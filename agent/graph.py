@@ -197,7 +197,6 @@ def build_graph(run: Run):
                 if not answer.approved:  # the patch stays in the workspace, verified, and is never committed
                     p.status, p.after = "rejected", f"{p.after or ''}; its commit was {answer.words()}".lstrip("; ")
                     continue
-                p.commit_approval = answer.words()
                 args["approvals"] = [*args.get("approvals", []), f"the commit {answer.words()}"]
             rec = run.call_tool("commit", args, call_id=cid)
             if rec.ok:

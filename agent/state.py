@@ -95,7 +95,6 @@ class Patch(BaseModel):
     after: str | None = None  # evidence once verified
     commits: list[str] = Field(default_factory=list)
     approval: str = ""  # who approved the change at its gate, when and how (a run with patch approvals)
-    commit_approval: str = ""  # who approved its commit
     # an engine fix's unit test in the engine's own style, {"path": ..., "content": ...} (path from the engine
     # repository's root): fails before the fix, passes after it
     test: dict[str, str] | None = None

@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ..approvals import Answer
 from ..flag_text import dicts_as_flags, input_text
 from ..stages import stage_name
 from ..trace import DecisionEvent, NoteEvent, RunFinishedEvent, ToolCallEvent, read_trace
@@ -90,12 +91,9 @@ def read_timeline(trace_path: Path) -> Timeline:
         if e.kind == "approval_requested":
             asked[e.gate["id"]] = e.gate.get("what", "")
         elif e.kind == "approval_answered":
-            a = e.answer
-            verdict = "approved" if a.get("approved") else "rejected"
-            words = f"{verdict} by {a.get('by')} ({a.get('via')}, {a.get('at')})" + (
-                f": {a['reason']}" if a.get("reason") else "")
+            a = Answer.model_validate(e.answer)
             same = f" (as at {e.same_as})" if e.same_as else ""
-            current.notes.append(f"approval: {a['gate']} ({asked.pop(a['gate'], '') or e.what}) {words}{same}")
+            current.notes.append(f"approval: {a.gate} ({asked.pop(a.gate, '') or e.what}) {a.words()}{same}")
         if isinstance(e, DecisionEvent):
             current = TimelineStep(step=e.step, stage=e.stage, decision=e.rationale)
             timeline.steps.append(current)

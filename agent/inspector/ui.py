@@ -424,14 +424,20 @@ class RunsSite:
         except RefusedPath:
             return self.error(HTTPStatus.BAD_REQUEST, "refused: not a path of this site")
 
-    def _route(self, raw_path: str) -> Response:
-        path = urllib.parse.urlsplit(raw_path).path
-        # decoded segments: an encoded "/" or "\" inside a segment, or a dot segment, is refused, not followed
-        segments = [urllib.parse.unquote(s) for s in path.split("/")[1:]]
+    @staticmethod
+    def _segments(raw_path: str) -> list[str]:
+        """The request target's path as decoded segments (``/runs/x/`` is ``/runs/x``). An encoded "/" or "\\"
+        inside a segment, or a dot segment, is refused (:class:`RefusedPath`), not followed."""
+        segments = [urllib.parse.unquote(s) for s in urllib.parse.urlsplit(raw_path).path.split("/")[1:]]
         if any(s in (".", "..") or "/" in s or "\\" in s or "\0" in s for s in segments):
             raise RefusedPath(raw_path)
         if segments and segments[-1] == "" and len(segments) > 1:
-            segments = segments[:-1]  # /runs/x/ is /runs/x
+            segments = segments[:-1]
+        return segments
+
+    def _route(self, raw_path: str) -> Response:
+        path = urllib.parse.urlsplit(raw_path).path
+        segments = self._segments(raw_path)
         if segments in ([], [""]):
             return self._page("ui_runs.html.j2", HTTPStatus.OK, runs=self.listings())
         if segments == ["glossary"]:
@@ -467,7 +473,7 @@ class RunsSite:
 
     def answer(self, raw_path: str, form: dict[str, str]) -> Response:
         """A POST of an approval form: ``decision`` yes or no, ``reason``, ``token``; the run's page again after."""
-        segments = [urllib.parse.unquote(x) for x in urllib.parse.urlsplit(raw_path).path.split("/")[1:]]
+        segments = self._segments(raw_path)  # (a refused path, or run name, is the caller's 400)
         if len(segments) != 4 or segments[0] != "runs" or segments[2] != "approvals":
             return self.error(HTTPStatus.METHOD_NOT_ALLOWED, "only an approval form is posted here")
         if not secrets.compare_digest(form.get("token", ""), self.token):
@@ -583,7 +589,10 @@ class _Handler(BaseHTTPRequestHandler):
         if not 0 <= length <= 65536:
             return site.error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "refused: the form is too large")
         fields = urllib.parse.parse_qs(self.rfile.read(length).decode("utf-8", "replace"), max_num_fields=10)
-        return site.answer(self.path, {k: v[0] for k, v in fields.items()})
+        try:
+            return site.answer(self.path, {k: v[0] for k, v in fields.items()})
+        except RefusedPath:
+            return site.error(HTTPStatus.BAD_REQUEST, "refused: not a path of this site")
 
     def _send(self, head_only: bool, post: bool = False) -> None:
         try:

@@ -233,7 +233,6 @@ def accuracy_failure(trial: Trial) -> str:
     return f"accuracy {trial.accuracy:.3f} is outside the tolerance"
 
 
-
 def rejection(obs: Observation | None) -> str | None:
     """The words of a person's no to the call at its approval gate (agent/approvals.py), or None."""
     answer = obs.result.get("rejected") if obs is not None and not obs.ok else None
@@ -241,6 +240,7 @@ def rejection(obs: Observation | None) -> str | None:
         return None
     verb = {"edit_file": "fix", "apply_patch": "fix", "launch_server": "launch", "run_trials": "launches"}.get(obs.tool, obs.tool)
     return f"its {verb} was rejected by {answer.get('by', 'a person')}" + (f": {answer['reason']}" if answer.get("reason") else "")
+
 
 class PlaybookPolicy:
     name = "playbook"
