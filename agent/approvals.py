@@ -173,10 +173,15 @@ def requested(events: Iterable[Any]) -> list[Gate]:
     return list(gates.values())
 
 
+def asked(run_dir: Path, events: Iterable[Any]) -> list[Gate]:
+    """Every gate the run asked: those its trace asked, then those asked after it ended (a push of its branches,
+    ``asked_after``)."""
+    return requested(events) + asked_after(run_dir)
+
+
 def pending(run_dir: Path, events: Iterable[Any]) -> list[Gate]:
-    """The gates of the run still waiting for an answer: those its trace asked, then those asked after it ended
-    (a push of its branches, ``asked_after``)."""
-    return [g for g in requested(events) + asked_after(run_dir) if answer_of(run_dir, g) is None]
+    """The gates of the run still waiting for an answer."""
+    return [g for g in asked(run_dir, events) if answer_of(run_dir, g) is None]
 
 
 def asked_after(run_dir: Path) -> list[Gate]:

@@ -470,7 +470,7 @@ def approve(
 ) -> None:
     """Answer a gate the run waits at: --yes or --no [--reason TEXT]. An answer is final; the run goes on with
     agent resume RUN (or, if it is still asking on its terminal, once it is run again)."""
-    from .approvals import Answer, ApprovalError, answer_of, asked_after, now, requested, who, write_answer
+    from .approvals import Answer, ApprovalError, answer_of, asked, now, who, write_answer
     from .trace import read_trace
 
     run_dir = _existing_run(run_id, "trace.jsonl")
@@ -478,9 +478,9 @@ def approve(
         _error("say --yes or --no (exactly one)")
         raise typer.Exit(2)
     try:
-        asked = requested(read_trace(run_dir / "trace.jsonl")) + asked_after(run_dir)
-        waiting = [g for g in asked if answer_of(run_dir, g) is None]
-        done = next((g for g in asked if g.id == gate and g not in waiting), None)
+        every = asked(run_dir, read_trace(run_dir / "trace.jsonl"))
+        waiting = [g for g in every if answer_of(run_dir, g) is None]
+        done = next((g for g in every if g.id == gate and g not in waiting), None)
         if done is not None:
             raise ApprovalError(f"gate {gate} was answered already: {answer_of(run_dir, done).words()}")
         if gate is None and len(waiting) != 1:
